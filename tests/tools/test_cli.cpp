@@ -1,0 +1,94 @@
+// The CLI frame, run as a user runs it: exit codes, one-line errors, --help everywhere, demo and info.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  EXPECT_NE(f, nullptr);
+  Result r{-1, ""};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST(Cli, UnknownCommandIsOneLineError) {
+  auto r = run("nonsense");
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("unknown command 'nonsense'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, UnknownOptionIsOneLineError) {
+  auto r = run("demo --nonsense");
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(lines(r.out), 1) << r.out;
+  EXPECT_NE(r.out.find("unknown option '--nonsense'"), std::string::npos) << r.out;
+}
+
+TEST(Cli, EverySubcommandHasHelp) {
+  auto overview = run("--help");
+  ASSERT_EQ(overview.status, 0);
+  // Each command line in the overview is "  NAME  summary".
+  size_t pos = overview.out.find("commands:\n");
+  ASSERT_NE(pos, std::string::npos);
+  int seen = 0;
+  for (size_t p = overview.out.find('\n', pos) + 1; p < overview.out.size();) {
+    size_t e = overview.out.find('\n', p);
+    std::string line = overview.out.substr(p, e - p);
+    p = e + 1;
+    if (line.size() < 3) continue;
+    std::string name = line.substr(2, line.find(' ', 2) - 2);
+    auto h = run(name + " --help");
+    EXPECT_EQ(h.status, 0) << name;
+    EXPECT_NE(h.out.find("usage: metapipe " + name), std::string::npos) << name << ": " << h.out;
+    ++seen;
+  }
+  EXPECT_GE(seen, 2);
+}
+
+TEST(Cli, InfoListsTheCpu) {
+  auto r = run("info");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("metapipe "), std::string::npos);
+  EXPECT_NE(r.out.find("cpu     always present"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuda"), std::string::npos) << r.out;
+}
+
+TEST(Cli, DemoRunsAndChecks) {
+  auto r = run("demo --quick");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("matmul-blocked"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all checks passed"), std::string::npos) << r.out;
+  auto j = run("demo --quick --json");
+  EXPECT_EQ(j.status, 0) << j.out;
+  EXPECT_NE(j.out.find("\"ok\": true"), std::string::npos) << j.out;
+}
+
+TEST(Cli, BadIntegerOptionNamesTheOption) {
+  auto r = run("demo --target");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--target needs a value"), std::string::npos) << r.out;
+}
