@@ -1,0 +1,231 @@
+// Readers for SCALE-Sim v2's .cfg (an INI file read with Python's configparser) and topology CSVs, with
+// errors that say which file, line or key is wrong and what is expected.
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "systolic/scalesim.h"
+
+namespace mp::systolic {
+namespace {
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::optional<std::int64_t> to_int(const std::string& s) {
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+std::string read_file(const std::filesystem::path& file, const char* what) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail_user(file.string(), ": cannot open the ", what, " file (does it exist and is it readable?)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Entry {
+  std::string value;
+  int line = 0;
+  std::string key;  // as written
+};
+using Section = std::map<std::string, Entry>;  // lower-case key -> entry
+
+}  // namespace
+
+SimConfig parse_config(std::string_view text, const std::string& file) {
+  std::map<std::string, Section> sections;
+  std::string current;
+  std::istringstream in{std::string(text)};
+  std::string raw;
+  int lineno = 0;
+  while (std::getline(in, raw)) {
+    ++lineno;
+    std::string l = trim(raw);
+    if (l.empty() || l[0] == '#' || l[0] == ';') continue;
+    if (l[0] == '[') {
+      MP_USER_CHECK(l.back() == ']', file, ":", lineno, ": malformed section header '", l, "' (expected [name])");
+      current = trim(std::string_view(l).substr(1, l.size() - 2));
+      sections[current];
+      continue;
+    }
+    const size_t eq = l.find_first_of(":=");
+    MP_USER_CHECK(eq != std::string::npos, file, ":", lineno, ": expected 'key : value' or 'key = value', got '", l,
+                  "'");
+    MP_USER_CHECK(!current.empty(), file, ":", lineno, ": key '", trim(l.substr(0, eq)),
+                  "' appears before any [section] header");
+    std::string key = trim(l.substr(0, eq));
+    sections[current][lower(key)] = Entry{trim(l.substr(eq + 1)), lineno, key};
+  }
+
+  auto need = [&](const char* sec, const char* key) -> const Entry& {
+    auto s = sections.find(sec);
+    MP_USER_CHECK(s != sections.end(), file, ": missing section [", sec, "] (needed for key ", key, ")");
+    auto e = s->second.find(lower(key));
+    MP_USER_CHECK(e != s->second.end(), file, ": missing key ", key, " in [", sec, "]");
+    return e->second;
+  };
+  auto integer = [&](const char* sec, const char* key, bool positive) {
+    const Entry& e = need(sec, key);
+    auto v = to_int(e.value);
+    MP_USER_CHECK(v.has_value(), file, ":", e.line, ": ", key, " must be an integer, got '", e.value, "'");
+    if (positive)
+      MP_USER_CHECK(*v > 0, file, ":", e.line, ": ", key, " must be a positive integer, got ", *v);
+    else
+      MP_USER_CHECK(*v >= 0, file, ":", e.line, ": ", key, " must be a non-negative integer, got ", *v);
+    return *v;
+  };
+
+  SimConfig c;
+  c.run_name = need("general", "run_name").value;
+  {
+    const Entry& e = need("general", "run_name");
+    MP_USER_CHECK(!c.run_name.empty() && c.run_name.find_first_of("/\\") == std::string::npos && c.run_name != "." &&
+                      c.run_name != "..",
+                  file, ":", e.line, ": run_name must be a plain directory name, got '", c.run_name, "'");
+  }
+  {
+    const Entry& e = need("run_presets", "InterfaceBandwidth");
+    if (e.value == "USER") c.user_bandwidth = true;
+    else if (e.value == "CALC") c.user_bandwidth = false;
+    else fail_user(file, ":", e.line, ": InterfaceBandwidth must be CALC or USER, got '", e.value, "'");
+  }
+  const char* arch = "architecture_presets";
+  const std::int64_t rows = integer(arch, "ArrayHeight", true), cols = integer(arch, "ArrayWidth", true);
+  MP_USER_CHECK(rows <= 65536 && cols <= 65536, file, ": ArrayHeight and ArrayWidth must be at most 65536");
+  c.array.rows = static_cast<int>(rows);
+  c.array.cols = static_cast<int>(cols);
+  c.ifmap_sram_kb = integer(arch, "IfmapSramSzkB", true);
+  c.filter_sram_kb = integer(arch, "FilterSramSzkB", true);
+  c.ofmap_sram_kb = integer(arch, "OfmapSramSzkB", true);
+  c.ifmap_offset = integer(arch, "IfmapOffset", false);
+  c.filter_offset = integer(arch, "FilterOffset", false);
+  c.ofmap_offset = integer(arch, "OfmapOffset", false);
+  {
+    const Entry& e = need(arch, "Dataflow");
+    auto df = parse_dataflow(e.value);
+    MP_USER_CHECK(df.has_value(), file, ":", e.line, ": Dataflow must be ws, os or is, got '", e.value, "'");
+    c.array.dataflow = *df;
+  }
+  if (c.user_bandwidth) {
+    const Entry& e = need(arch, "Bandwidth");
+    std::stringstream ss(e.value);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto v = to_int(trim(item));
+      MP_USER_CHECK(v.has_value() && *v > 0, file, ":", e.line,
+                    ": Bandwidth must be a comma-separated list of positive integers (words per cycle), got '",
+                    e.value, "'");
+      c.bandwidth.push_back(*v);
+    }
+    MP_USER_CHECK(!c.bandwidth.empty(), file, ":", e.line, ": Bandwidth is empty; InterfaceBandwidth USER needs it");
+  }
+  if (auto s = sections.find("network_presets"); s != sections.end()) {
+    if (auto e = s->second.find("topologycsvloc"); e != s->second.end()) {
+      std::string v = e->second.value;
+      if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+      c.topology_path = v;
+    }
+  }
+  // The memory model's sets are 1/100 of a buffer; SCALE-Sim needs at least one word per set.
+  for (auto [key, kb] : {std::pair{"IfmapSramSzkB", c.ifmap_sram_kb}, std::pair{"FilterSramSzkB", c.filter_sram_kb},
+                         std::pair{"OfmapSramSzkB", c.ofmap_sram_kb}})
+    MP_USER_CHECK(kb <= (std::int64_t{1} << 30), file, ": ", key, " is too large (", kb, " kB)");
+  return c;
+}
+
+SimConfig read_config(const std::filesystem::path& file) {
+  return parse_config(read_file(file, "config"), file.string());
+}
+
+std::vector<Layer> parse_topology(std::string_view text, const std::string& file, TopologyKind kind) {
+  std::vector<Layer> layers;
+  std::istringstream in{std::string(text)};
+  std::string raw;
+  int lineno = 0;
+  bool header = true;
+  while (std::getline(in, raw)) {
+    ++lineno;
+    std::string l = trim(raw);
+    if (header) {  // SCALE-Sim skips the first line whatever it holds
+      header = false;
+      continue;
+    }
+    if (l.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(l);
+    std::string item;
+    while (std::getline(ss, item, ',')) f.push_back(trim(item));
+    if (!l.empty() && l.back() == ',') {
+      // SCALE-Sim's rows end with a comma; getline already dropped the empty last field.
+    }
+    while (!f.empty() && f.back().empty()) f.pop_back();
+    auto field = [&](size_t i, const char* what) {
+      MP_USER_CHECK(i < f.size(), file, ":", lineno, ": missing column ", i + 1, " (", what, ")");
+      auto v = to_int(f[i]);
+      MP_USER_CHECK(v.has_value(), file, ":", lineno, ": column ", i + 1, " (", what, ") must be an integer, got '",
+                    f[i], "'");
+      MP_USER_CHECK(*v > 0, file, ":", lineno, ": column ", i + 1, " (", what, ") must be a positive integer, got ",
+                    *v);
+      MP_USER_CHECK(*v <= (std::int64_t{1} << 24), file, ":", lineno, ": column ", i + 1, " (", what,
+                    ") is too large: ", *v);
+      return *v;
+    };
+    MP_USER_CHECK(!f.empty() && !f[0].empty(), file, ":", lineno, ": column 1 (layer name) is empty");
+    Layer L;
+    L.name = f[0];
+    if (kind == TopologyKind::Gemm) {
+      const auto m = field(1, "M"), n = field(2, "N"), k = field(3, "K");
+      L.ifmap_h = m, L.ifmap_w = k, L.filter_h = 1, L.filter_w = k, L.channels = 1, L.num_filters = n;
+      L.stride_h = L.stride_w = 1;
+      layers.push_back(L);
+      continue;
+    }
+    L.ifmap_h = field(1, "IFMAP height");
+    L.ifmap_w = field(2, "IFMAP width");
+    L.filter_h = field(3, "filter height");
+    L.filter_w = field(4, "filter width");
+    L.channels = field(5, "channels");
+    L.num_filters = field(6, "number of filters");
+    L.stride_h = field(7, "stride");
+    L.stride_w = f.size() > 8 ? field(8, "stride width") : L.stride_h;
+    MP_USER_CHECK(L.filter_h <= L.ifmap_h, file, ":", lineno, ": filter height ", L.filter_h,
+                  " is larger than the IFMAP height ", L.ifmap_h);
+    MP_USER_CHECK(L.filter_w <= L.ifmap_w, file, ":", lineno, ": filter width ", L.filter_w,
+                  " is larger than the IFMAP width ", L.ifmap_w);
+    if (L.name.find("DP") != std::string::npos) {  // SCALE-Sim runs a depthwise layer channel by channel
+      const auto ch = L.channels;
+      for (std::int64_t c = 0; c < ch; ++c) {
+        Layer d = L;
+        d.name = L.name + "Channel_" + std::to_string(c);
+        d.channels = 1;
+        layers.push_back(d);
+      }
+    } else {
+      layers.push_back(L);
+    }
+  }
+  MP_USER_CHECK(!layers.empty(), file, ": no layers (expected a header line and then one layer per line)");
+  return layers;
+}
+
+std::vector<Layer> read_topology(const std::filesystem::path& file, TopologyKind kind) {
+  return parse_topology(read_file(file, "topology"), file.string(), kind);
+}
+
+}  // namespace mp::systolic
