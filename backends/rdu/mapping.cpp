@@ -1,0 +1,267 @@
+// Resource mapping and the split into kernel calls. Stages are packed greedily in graph order; a stage that
+// no longer fits (PCUs, PMUs for its outputs, or AGCUs) starts a new configuration. Buffers produced in one
+// configuration and read in a later one go off chip: the producer side gets a spill store, the consumer side
+// a spill load, so the extra traffic is simulated like any other.
+#include "backends/rdu/mapping.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "systolic/systolic.h"
+
+namespace mp::rdu {
+namespace {
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t systolic_cycles(const Arch& a, int64_t m, int64_t k, int64_t n) {
+  systolic::ArrayConfig ac;
+  ac.rows = a.systolic_rows;
+  ac.cols = a.systolic_cols;
+  int64_t best = -1;
+  for (auto df : {systolic::Dataflow::WS, systolic::Dataflow::OS}) {
+    ac.dataflow = df;
+    int64_t c = systolic::analyze_gemm({m, k, n}, ac).cycles + 1;
+    if (best < 0 || c < best) best = c;
+  }
+  return best;
+}
+
+int buffer_pmus(const Arch& a, const Buffer& b) {
+  int64_t total = b.bytes * b.depth;
+  return int(std::max<int64_t>(1, cdiv(total, a.pmu_bytes())));
+}
+
+}  // namespace
+
+StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
+  StageMap m;
+  m.par = par;
+  if (s.kind != StageKind::Compute) {
+    m.mode = "agcu";
+    m.pcus = 0;
+    m.ii = 1;
+    return m;
+  }
+  // Bytes each copy streams from its input PMUs per iteration: one vector link per PMU port.
+  int64_t in_bytes = 0;
+  for (auto& in : s.inputs) in_bytes = std::max(in_bytes, g.buffers[in.buffer].bytes);
+  int64_t net_ii = cdiv(in_bytes, int64_t(a.link_bytes) * par);
+  if (s.is_matmul()) {
+    if (a.pcu_systolic && s.systolic_ok) {
+      m.mode = "systolic";
+      m.chain = 1;
+      m.ii = systolic_cycles(a, s.m, s.k, cdiv(s.n, par));
+      m.latency = 0;  // the systolic cycle count includes fill and drain
+    } else {
+      m.mode = "simd";
+      m.chain = 1;
+      m.ii = cdiv(s.m * s.k * s.n, int64_t(a.pcu_lanes) * a.pcu_stages * par);
+      m.latency = a.pcu_stages;
+    }
+  } else {
+    m.mode = "simd";
+    m.chain = int(cdiv(std::max(1, s.ops), a.pcu_stages));
+    m.ii = cdiv(std::max<int64_t>(1, s.elements), int64_t(a.pcu_lanes) * par);
+    m.latency = int64_t(m.chain) * (a.pcu_stages + a.hop_cycles);
+  }
+  m.ii = std::max<int64_t>({m.ii, net_ii, 1});
+  m.pcus = m.chain * par;
+  return m;
+}
+
+Mapping map_graph(const Arch& a, const Graph& g) {
+  g.validate();
+  Mapping out;
+  const int npcu = a.pcus(), npmu = a.pmus(), nag = a.agcus;
+  // Choose par per stage: as asked, lowered when one stage alone does not fit the chip.
+  std::vector<int> par(g.stages.size());
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    const Stage& s = g.stages[i];
+    par[i] = s.par;
+    if (s.kind != StageKind::Compute) continue;
+    while (par[i] > 1 && map_stage(a, g, s, par[i]).pcus > npcu) par[i] = std::max(1, par[i] / 2);
+    int need = map_stage(a, g, s, par[i]).pcus;
+    MP_USER_CHECK(need <= npcu, "stage '", s.name, "' needs a chain of ", need, " PCUs (", s.ops, " ops per element at ",
+                  a.pcu_stages, " stages per PCU) but ", a.name, " has ", npcu, "; split the stage's function");
+    if (par[i] != s.par)
+      out.notes.push_back("stage '" + s.name + "': par " + std::to_string(s.par) + " lowered to " + std::to_string(par[i]) +
+                          " to fit " + std::to_string(npcu) + " PCUs");
+  }
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    const Buffer& buf = g.buffers[b];
+    MP_USER_CHECK(buf.depth <= a.pmu_max_nbuf || buffer_pmus(a, buf) <= npmu, "buffer '", buf.name, "': depth ", buf.depth,
+                  " exceeds pmu.max_nbuf = ", a.pmu_max_nbuf);
+    int p = buffer_pmus(a, buf);
+    MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth, " x ", buf.bytes,
+                  ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ", a.pmu_bytes(),
+                  " bytes; use a smaller tile");
+    if (p > 1)
+      out.notes.push_back("buffer '" + buf.name + "' spans " + std::to_string(p) + " PMUs (" + std::to_string(buf.depth) + " x " +
+                          std::to_string(buf.bytes) + " bytes)");
+  }
+
+  // Greedy packing in graph order (stages are listed producers first by construction of every builder).
+  std::vector<int> cfg_of(g.stages.size(), -1);
+  struct Use {
+    int pcus = 0, pmus = 0, agcus = 0;
+  };
+  std::vector<Use> uses(1);
+  std::vector<std::string> why(1);
+  // Buffers are charged to the configuration of their producer, and again (as spill buffers) to a later
+  // consumer configuration; the estimate below counts a stage's outputs and any inputs from earlier configs.
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    const Stage& s = g.stages[i];
+    auto need_for = [&](int cfg) {
+      Use u;
+      u.pcus = map_stage(a, g, s, par[i]).pcus;
+      u.agcus = s.kind == StageKind::Compute ? 0 : 1;
+      for (int o : s.outputs) u.pmus += buffer_pmus(a, g.buffers[o]);
+      for (auto& in : s.inputs) {
+        int p = g.producer_of(in.buffer);
+        if (p >= 0 && cfg_of[p] != cfg) {
+          u.pmus += buffer_pmus(a, g.buffers[in.buffer]);
+          u.agcus += 1;
+        }
+      }
+      return u;
+    };
+    int cfg = int(uses.size()) - 1;
+    Use u = need_for(cfg);
+    Use& cur = uses[cfg];
+    std::string short_of;
+    if (cur.pcus + u.pcus > npcu) short_of = "PCUs (" + std::to_string(cur.pcus + u.pcus) + " > " + std::to_string(npcu) + ")";
+    else if (cur.pmus + u.pmus > npmu) short_of = "PMUs (" + std::to_string(cur.pmus + u.pmus) + " > " + std::to_string(npmu) + ")";
+    else if (cur.agcus + u.agcus > nag) short_of = "AGCUs (" + std::to_string(cur.agcus + u.agcus) + " > " + std::to_string(nag) + ")";
+    if (!short_of.empty() && (cur.pcus || cur.pmus || cur.agcus)) {
+      why.back() = "stage '" + s.name + "' does not fit: the configuration would need " + short_of;
+      uses.push_back({});
+      why.push_back("");
+      cfg = int(uses.size()) - 1;
+      u = need_for(cfg);
+    }
+    MP_USER_CHECK(u.pcus <= npcu && u.pmus <= npmu && u.agcus <= nag, "stage '", s.name, "' alone needs ", u.pcus, " PCUs, ",
+                  u.pmus, " PMUs and ", u.agcus, " AGCUs; ", a.name, " has ", npcu, ", ", npmu, " and ", nag);
+    uses[cfg].pcus += u.pcus;
+    uses[cfg].pmus += u.pmus;
+    uses[cfg].agcus += u.agcus;
+    cfg_of[i] = cfg;
+  }
+
+  // Build one graph per configuration.
+  const int ncfg = int(uses.size());
+  std::vector<int> spill_tensor(g.buffers.size(), -1);
+  for (int c = 0; c < ncfg; ++c) {
+    Config cf;
+    cf.why = why[c];
+    Graph& sg = cf.graph;
+    sg.name = g.name + (ncfg > 1 ? " [call " + std::to_string(c + 1) + "/" + std::to_string(ncfg) + "]" : "");
+    sg.tensors = g.tensors;  // the same off-chip space (spills appended below)
+    for (size_t b = 0; b < g.buffers.size(); ++b)
+      if (spill_tensor[b] >= 0) sg.tensors.push_back(Tensor{"spill:" + g.buffers[b].name, 0, -1, {}});
+    std::map<int, int> bmap;  // original buffer -> buffer in this config
+    auto local_buffer = [&](int b) {
+      auto it = bmap.find(b);
+      if (it != bmap.end()) return it->second;
+      Buffer nb = g.buffers[b];
+      sg.buffers.push_back(nb);
+      int id = int(sg.buffers.size()) - 1;
+      bmap[b] = id;
+      if (nb.initial_tokens > 0 && b < int(g.initial_data.size())) {
+        sg.initial_data.resize(sg.buffers.size());
+        sg.initial_data[id] = g.initial_data[b];
+      }
+      return id;
+    };
+    for (size_t i = 0; i < g.stages.size(); ++i) {
+      if (cfg_of[i] != c) continue;
+      Stage s = g.stages[i];
+      s.par = par[i];
+      for (auto& in : s.inputs) {
+        int p = g.producer_of(in.buffer);
+        if (p >= 0 && cfg_of[p] < c) {
+          // Spill load: the producer's configuration stored every token off chip.
+          int ob = in.buffer;
+          if (bmap.find(ob) == bmap.end()) {
+            int lb = local_buffer(ob);
+            const Stage& ps = g.stages[p];
+            Stage ld;
+            ld.name = "spill-load " + g.buffers[ob].name;
+            ld.kind = StageKind::Load;
+            ld.iterations = ps.iterations / ps.accumulate;
+            ld.outputs = {lb};
+            ld.tensor = -1;
+            for (size_t t = 0; t < sg.tensors.size(); ++t)
+              if (sg.tensors[t].name == "spill:" + g.buffers[ob].name) ld.tensor = int(t);
+            ld.access.row_bytes = g.buffers[ob].bytes;
+            ld.access.iter_stride = g.buffers[ob].bytes;
+            int64_t el = g.buffers[ob].elems();
+            ld.kernel = [el](StageIO& io) { std::copy_n(io.tensor + io.iter * el, el, io.out[0]); };
+            sg.stages.push_back(std::move(ld));
+            cf.original_stage.push_back(-1);
+          }
+          in.buffer = bmap[ob];
+        } else {
+          in.buffer = local_buffer(in.buffer);
+        }
+      }
+      std::vector<int> spilled;
+      for (auto& o : s.outputs) {
+        bool later = false;
+        for (int cons : g.consumers_of(o)) later = later || cfg_of[cons] > c;
+        int orig = o;
+        o = local_buffer(o);
+        if (later) spilled.push_back(orig);
+      }
+      sg.stages.push_back(std::move(s));
+      cf.original_stage.push_back(int(i));
+      for (int ob : spilled) {
+        if (spill_tensor[ob] < 0) {
+          spill_tensor[ob] = 1;
+          sg.tensors.push_back(Tensor{"spill:" + g.buffers[ob].name, 0, -1, {}});
+        }
+        const Stage& ps = g.stages[i];
+        int64_t tokens = ps.iterations / ps.accumulate;
+        Stage st;
+        st.name = "spill-store " + g.buffers[ob].name;
+        st.kind = StageKind::Store;
+        st.iterations = tokens;
+        st.inputs = {{bmap[ob], 1}};
+        for (size_t t = 0; t < sg.tensors.size(); ++t)
+          if (sg.tensors[t].name == "spill:" + g.buffers[ob].name) st.tensor = int(t);
+        sg.tensors[st.tensor].bytes = g.buffers[ob].bytes * tokens;
+        st.access.row_bytes = g.buffers[ob].bytes;
+        st.access.iter_stride = g.buffers[ob].bytes;
+        int64_t el = g.buffers[ob].elems();
+        st.kernel = [el](StageIO& io) { std::copy_n(io.in[0], el, io.tensor + io.iter * el); };
+        sg.stages.push_back(std::move(st));
+        cf.original_stage.push_back(-1);
+      }
+    }
+    // spill tensors sizes for loads in later configs
+    for (auto& t : sg.tensors)
+      if (t.name.rfind("spill:", 0) == 0 && t.bytes == 0)
+        for (size_t b = 0; b < g.buffers.size(); ++b)
+          if (t.name == "spill:" + g.buffers[b].name) {
+            int p = g.producer_of(int(b));
+            t.bytes = g.buffers[b].bytes * (g.stages[p].iterations / g.stages[p].accumulate);
+          }
+    sg.layout();
+    sg.validate();
+    for (auto& s : sg.stages) {
+      cf.stages.push_back(map_stage(a, sg, s, s.par));
+      cf.pcus += cf.stages.back().pcus;
+      cf.agcus += s.kind == StageKind::Compute ? 0 : 1;
+    }
+    for (auto& b : sg.buffers) {
+      cf.buffers.push_back({buffer_pmus(a, b), b.depth});
+      cf.pmus += cf.buffers.back().pmus;
+    }
+    out.configs.push_back(std::move(cf));
+  }
+  return out;
+}
+
+}  // namespace mp::rdu

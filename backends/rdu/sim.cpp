@@ -1,0 +1,442 @@
+// Event-driven simulation of one configuration. Time is in fabric cycles (double: DRAM timing is in ns).
+#include "backends/rdu/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <queue>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace mp::rdu {
+namespace {
+
+enum EvType : int { TRY, RELEASE, DONE, AGCU_ISSUE, CHAN_SERVE, BURST_DONE };
+
+struct Ev {
+  double t;
+  uint64_t seq;
+  int type;
+  int a;
+  int64_t b;
+  bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+struct Req {
+  int stage;
+  int64_t iter;
+  int64_t addr;    // channel-local address
+  bool write;
+  double arrival;
+  bool last_of_iter;  // stores: the iteration's data has left the PMU once this one is issued
+};
+
+struct Channel {
+  std::deque<Req> queue;
+  double bus_free = 0;
+  bool serve_pending = false;
+  bool last_write = false;
+  double next_refresh = 0;
+  std::vector<int64_t> open_row;
+  std::vector<double> bank_free;
+};
+
+struct Agcu {
+  std::deque<Req> queue;  // addr here is the global address
+  int outstanding = 0;
+  bool issue_pending = false;
+  double last_issue = -1;
+  int inflight_iters = 0;
+  double busy_since = 0;
+};
+
+struct StageState {
+  int64_t next = 0;          // next iteration to start
+  int64_t finished = 0;      // iterations whose outputs are complete
+  double busy_until = 0;
+  double idle_from = 0;      // when the stage became able to start again
+  int last_block = 0;        // 1 input, 2 output
+  bool try_pending = false;
+  double try_at = -1;
+  std::unordered_map<int64_t, int64_t> bursts_left;  // loads/stores: per iteration in flight
+  int agcu = -1;
+  double inflight_since = 0;
+  int inflight = 0;
+};
+
+struct BufState {
+  int64_t avail = 0;      // tokens complete (initial tokens included)
+  int producer = -1;
+  std::vector<int> consumers;
+  std::vector<int> input_index;   // per consumer entry: which input of the consumer
+  std::vector<int64_t> released;  // per consumer entry: tokens fully read
+  std::vector<int64_t> done_ahead;  // tokens completed out of order (beyond avail)
+  std::vector<float> data;        // functional: depth x elems
+};
+
+class Sim {
+ public:
+  Sim(const Arch& a, Config& c, const SimOptions& o) : a_(a), cfg_(c), g_(c.graph), opt_(o), mem_(a.memory()) {
+    const double ghz = a.clock_ghz;
+    burst_cycles_ = mem_.burst_bytes / (mem_.channel_gbs / ghz);  // bytes / (bytes per cycle)
+    latency_ = mem_.latency_ns * ghz;
+    row_miss_ = mem_.row_miss_ns * ghz;
+    refresh_int_ = mem_.refresh_interval_ns * ghz;
+    refresh_ = mem_.refresh_ns * ghz;
+    turn_ = mem_.turnaround_ns * ghz;
+    chans_.resize(mem_.channels);
+    for (auto& ch : chans_) {
+      ch.open_row.assign(mem_.banks, -1);
+      ch.bank_free.assign(mem_.banks, 0);
+      ch.next_refresh = refresh_int_ > 0 ? refresh_int_ : 1e300;
+    }
+    st_.resize(g_.stages.size());
+    bs_.resize(g_.buffers.size());
+    for (size_t b = 0; b < g_.buffers.size(); ++b) {
+      bs_[b].avail = g_.buffers[b].initial_tokens;
+      bs_[b].producer = g_.producer_of(int(b));
+    }
+    for (size_t s = 0; s < g_.stages.size(); ++s)
+      for (size_t k = 0; k < g_.stages[s].inputs.size(); ++k) {
+        int b = g_.stages[s].inputs[k].buffer;
+        bs_[b].consumers.push_back(int(s));
+        bs_[b].input_index.push_back(int(k));
+        bs_[b].released.push_back(0);
+      }
+    int next_agcu = 0;
+    for (size_t s = 0; s < g_.stages.size(); ++s)
+      if (g_.stages[s].kind != StageKind::Compute) st_[s].agcu = next_agcu++;
+    ag_.resize(std::max(next_agcu, 1));
+    if (opt_.functional) {
+      for (size_t b = 0; b < g_.buffers.size(); ++b) {
+        const Buffer& buf = g_.buffers[b];
+        bs_[b].data.assign(size_t(buf.depth) * buf.elems(), std::nanf(""));
+        if (buf.initial_tokens > 0) {
+          MP_INTERNAL_CHECK(b < g_.initial_data.size() && int64_t(g_.initial_data[b].size()) == buf.initial_tokens * buf.elems(),
+                            "buffer '", buf.name, "' has initial tokens but no initial data");
+          for (int64_t t = 0; t < buf.initial_tokens; ++t)
+            std::copy_n(g_.initial_data[b].begin() + t * buf.elems(), buf.elems(), bs_[b].data.begin() + (t % buf.depth) * buf.elems());
+        }
+      }
+    }
+    res_.stages.resize(g_.stages.size());
+    for (size_t s = 0; s < g_.stages.size(); ++s) {
+      auto& ss = res_.stages[s];
+      const Stage& S = g_.stages[s];
+      ss.name = S.name;
+      ss.kind = to_string(S.kind);
+      ss.mode = cfg_.stages[s].mode;
+      ss.pcus = cfg_.stages[s].pcus;
+      ss.iterations = S.iterations;
+      ss.ii = cfg_.stages[s].ii;
+      ss.first_start = -1;
+    }
+  }
+
+  ConfigResult run() {
+    for (size_t s = 0; s < g_.stages.size(); ++s) push(0, TRY, int(s), 0);
+    while (!q_.empty()) {
+      Ev e = q_.top();
+      q_.pop();
+      now_ = e.t;
+      ++res_.events;
+      switch (e.type) {
+        case TRY: st_[e.a].try_pending = false; try_fire(e.a); break;
+        case RELEASE: release(e.a, e.b); break;
+        case DONE: complete(e.a, e.b); break;
+        case AGCU_ISSUE: ag_[e.a].issue_pending = false; agcu_issue(e.a); break;
+        case CHAN_SERVE: chans_[e.a].serve_pending = false; serve(e.a); break;
+        case BURST_DONE: burst_done(e.a, e.b); break;
+      }
+    }
+    for (size_t s = 0; s < g_.stages.size(); ++s) {
+      if (st_[s].finished != g_.stages[s].iterations) {
+        std::string detail;
+        for (size_t k = 0; k < g_.stages.size(); ++k)
+          detail += "\n  " + g_.stages[k].name + ": started " + std::to_string(st_[k].next) + ", finished " +
+                    std::to_string(st_[k].finished) + " of " + std::to_string(g_.stages[k].iterations);
+        fail_internal("simulation of '", g_.name, "' deadlocked at cycle ", int64_t(now_), " (stage '", g_.stages[s].name,
+                      "' cannot proceed):", detail);
+      }
+    }
+    res_.cycles = end_;
+    for (size_t s = 0; s < g_.stages.size(); ++s) {
+      res_.pcu_busy += res_.stages[s].busy * cfg_.stages[s].pcus;
+      if (g_.stages[s].kind != StageKind::Compute) res_.agcu_busy += res_.stages[s].busy;
+    }
+    return std::move(res_);
+  }
+
+ private:
+  void push(double t, int type, int a, int64_t b) { q_.push({t, seq_++, type, a, b}); }
+
+  void schedule_try(int s, double t) {
+    auto& S = st_[s];
+    if (S.try_pending && S.try_at <= t) return;
+    S.try_pending = true;
+    S.try_at = t;
+    push(t, TRY, s, 0);
+  }
+
+  int64_t out_token(int s, int64_t iter, int b) const {
+    return g_.buffers[b].initial_tokens + iter / g_.stages[s].accumulate;
+  }
+  int64_t released_all(int b) const {
+    int64_t r = INT64_MAX;
+    for (auto x : bs_[b].released) r = std::min(r, x);
+    return bs_[b].consumers.empty() ? INT64_MAX / 2 : r;
+  }
+
+  void try_fire(int s) {
+    const Stage& S = g_.stages[s];
+    auto& T = st_[s];
+    if (T.next >= S.iterations) return;
+    if (now_ < T.busy_until) return schedule_try(s, T.busy_until);
+    int64_t i = T.next;
+    for (auto& in : S.inputs)
+      if (bs_[in.buffer].avail <= i / in.reuse) { T.last_block = 1; return; }
+    if (i % S.accumulate == 0)
+      for (int b : S.outputs)
+        if (out_token(s, i, b) - released_all(b) >= g_.buffers[b].depth) { T.last_block = 2; return; }
+    fire(s, i);
+  }
+
+  float* slot(int b, int64_t token) {
+    return bs_[b].data.data() + (token % g_.buffers[b].depth) * g_.buffers[b].elems();
+  }
+
+  void run_kernel(int s, int64_t i) {
+    const Stage& S = g_.stages[s];
+    MP_USER_CHECK(bool(S.kernel), "--functional: stage '", S.name, "' has no functional kernel");
+    StageIO io;
+    io.iter = i;
+    for (auto& in : S.inputs) io.in.push_back(slot(in.buffer, i / in.reuse));
+    for (int b : S.outputs) io.out.push_back(slot(b, out_token(s, i, b)));
+    if (S.tensor >= 0) {
+      auto& t = g_.tensors[S.tensor];
+      if (int64_t(t.host.size()) * 4 < t.bytes) t.host.resize(size_t(t.bytes / 4), std::nanf(""));
+      io.tensor = t.host.data();
+      io.tensor_elems = int64_t(t.host.size());
+    }
+    S.kernel(io);
+  }
+
+  void fire(int s, int64_t i) {
+    const Stage& S = g_.stages[s];
+    auto& T = st_[s];
+    auto& R = res_.stages[s];
+    if (R.first_start < 0) R.first_start = now_;
+    double gap = now_ - std::max(T.idle_from, T.busy_until);
+    // a load or store with requests in flight is busy, not stalled
+    if (i > 0 && gap > 0 && !(S.kind != StageKind::Compute && T.inflight > 0)) (T.last_block == 2 ? R.stall_output : R.stall_input) += gap;
+    T.last_block = 0;
+    T.next = i + 1;
+    if (opt_.functional) run_kernel(s, i);
+    const StageMap& M = cfg_.stages[s];
+    double extra = s < int(opt_.stage_extra_latency.size()) ? double(opt_.stage_extra_latency[s]) : 0;
+    if (S.kind == StageKind::Compute) {
+      double ii = double(M.ii);
+      T.busy_until = now_ + ii;
+      T.idle_from = T.busy_until;
+      R.busy += ii;
+      push(now_ + ii, RELEASE, s, i);
+      push(now_ + ii + double(M.latency) + extra, DONE, s, i);
+      schedule_try(s, T.busy_until);
+      return;
+    }
+    // Loads and stores: bursts to the AGCU.
+    const Access& A = S.access;
+    const Tensor& ten = g_.tensors[S.tensor];
+    int64_t base = ten.base + A.offset + (A.base ? A.base(i) : (i % A.wrap) * A.iter_stride);
+    const int64_t bb = mem_.burst_bytes;
+    int64_t count = 0;
+    auto& ag = ag_[T.agcu];
+    bool write = S.kind == StageKind::Store;
+    for (int64_t r = 0; r < A.rows; ++r) {
+      int64_t lo = base + r * A.row_stride, hi = lo + A.row_bytes;
+      for (int64_t x = lo / bb * bb; x < hi; x += bb) {
+        ag.queue.push_back({s, i, x, write, now_, false});
+        ++count;
+      }
+    }
+    ag.queue.back().last_of_iter = true;
+    (write ? res_.bytes_written : res_.bytes_read) += A.bytes();
+    T.bursts_left[i] = count;
+    if (T.inflight++ == 0) T.inflight_since = now_;
+    T.busy_until = now_ + 1;  // address generation of the next iteration can start next cycle
+    T.idle_from = T.busy_until;
+    if (!ag.issue_pending) {
+      ag.issue_pending = true;
+      push(std::max(now_, ag.last_issue + 1), AGCU_ISSUE, T.agcu, 0);
+    }
+    schedule_try(s, T.busy_until);
+  }
+
+  void agcu_issue(int a) {
+    auto& ag = ag_[a];
+    if (ag.queue.empty() || ag.outstanding >= a_.agcu_outstanding) return;  // burst_done re-arms
+    Req r = ag.queue.front();
+    ag.queue.pop_front();
+    ++ag.outstanding;
+    ag.last_issue = now_;
+    // channel interleaving
+    int64_t il = mem_.interleave_bytes, chunk = r.addr / il;
+    int ch = int(chunk % mem_.channels);
+    int64_t local = (chunk / mem_.channels) * il + r.addr % il;
+    Req cr = r;
+    cr.addr = local;
+    cr.arrival = now_;
+    cr.stage = r.stage;
+    auto& C = chans_[ch];
+    C.queue.push_back(cr);
+    if (!C.serve_pending) {
+      C.serve_pending = true;
+      push(std::max(now_, C.bus_free), CHAN_SERVE, ch, 0);
+    }
+    if (r.last_of_iter && r.write) push(now_, RELEASE, r.stage, r.iter);  // store data has left the PMU
+    if (!ag.queue.empty() && ag.outstanding < a_.agcu_outstanding) {
+      ag.issue_pending = true;
+      push(now_ + 1, AGCU_ISSUE, a, 0);
+    }
+  }
+
+  int bank_of(int64_t addr) const {
+    int64_t row = addr / mem_.row_bytes;
+    // XOR bank hashing, as memory controllers do, so streams at row-aligned offsets spread over banks.
+    return int((row ^ (row / mem_.banks)) % mem_.banks);
+  }
+  int64_t row_of(int64_t addr) const { return addr / (int64_t(mem_.row_bytes) * mem_.banks); }
+
+  void serve(int c) {
+    auto& C = chans_[c];
+    if (C.queue.empty()) return;
+    // FR-FCFS within a window: the oldest row hit first, else the oldest request.
+    size_t pick = 0;
+    const size_t window = std::min<size_t>(C.queue.size(), 16);
+    for (size_t k = 0; k < window; ++k) {
+      const Req& r = C.queue[k];
+      if (C.open_row[bank_of(r.addr)] == row_of(r.addr)) { pick = k; break; }
+    }
+    Req r = C.queue[pick];
+    C.queue.erase(C.queue.begin() + long(pick));
+    double t = std::max(now_, C.bus_free);
+    while (t >= C.next_refresh) {  // all banks refresh: the channel is blocked, rows close
+      t = std::max(t, C.next_refresh + refresh_);
+      C.next_refresh += refresh_int_;
+      std::fill(C.open_row.begin(), C.open_row.end(), -1);
+      std::fill(C.bank_free.begin(), C.bank_free.end(), t);
+      ++res_.refreshes;
+    }
+    int b = bank_of(r.addr);
+    int64_t row = row_of(r.addr);
+    double start = t;
+    if (C.open_row[b] != row) {
+      double act = std::max(r.arrival, C.bank_free[b]);
+      start = std::max(start, act + row_miss_);
+      C.open_row[b] = row;
+      ++res_.row_misses;
+    }
+    if (r.write != C.last_write) {
+      start = std::max(start, C.bus_free + turn_);
+      C.last_write = r.write;
+      ++res_.turnarounds;
+    }
+    double end = start + burst_cycles_;
+    C.bus_free = end;
+    C.bank_free[b] = end;
+    ++res_.bursts;
+    push(end + latency_, BURST_DONE, r.stage, r.iter);
+    if (!C.queue.empty()) {
+      C.serve_pending = true;
+      push(C.bus_free, CHAN_SERVE, c, 0);
+    }
+    end_ = std::max(end_, end + latency_);
+  }
+
+  void burst_done(int s, int64_t i) {
+    auto& T = st_[s];
+    auto& ag = ag_[T.agcu];
+    --ag.outstanding;
+    if (!ag.issue_pending && !ag.queue.empty()) {
+      ag.issue_pending = true;
+      push(std::max(now_, ag.last_issue + 1), AGCU_ISSUE, T.agcu, 0);
+    }
+    auto it = T.bursts_left.find(i);
+    MP_INTERNAL_CHECK(it != T.bursts_left.end(), "burst for an iteration not in flight");
+    if (--it->second > 0) return;
+    T.bursts_left.erase(it);
+    if (--T.inflight == 0) res_.stages[s].busy += now_ - T.inflight_since;
+    double extra = s < int(opt_.stage_extra_latency.size()) ? double(opt_.stage_extra_latency[s]) : 0;
+    if (g_.stages[s].kind == StageKind::Load) {
+      push(now_ + extra, DONE, s, i);
+    } else {
+      complete(s, i);
+    }
+  }
+
+  // Inputs of iteration i have been read: release tokens whose last reader this was.
+  void release(int s, int64_t i) {
+    const Stage& S = g_.stages[s];
+    for (size_t k = 0; k < S.inputs.size(); ++k) {
+      const Input& in = S.inputs[k];
+      if ((i + 1) % in.reuse != 0) continue;
+      auto& B = bs_[in.buffer];
+      for (size_t c = 0; c < B.consumers.size(); ++c)
+        if (B.consumers[c] == s && B.input_index[c] == int(k)) B.released[c] = i / in.reuse + 1;
+      if (B.producer >= 0) schedule_try(B.producer, now_);
+    }
+  }
+
+  void complete(int s, int64_t i) {
+    const Stage& S = g_.stages[s];
+    auto& T = st_[s];
+    ++T.finished;
+    end_ = std::max(end_, now_);
+    res_.stages[s].last_end = std::max(res_.stages[s].last_end, now_);
+    if ((i + 1) % S.accumulate == 0)
+      for (int b : S.outputs) {
+        auto& B = bs_[b];
+        B.done_ahead.push_back(out_token(s, i, b));
+        // tokens can complete out of order (bursts on different channels); advance over the done prefix
+        bool moved = true;
+        while (moved) {
+          moved = false;
+          for (size_t k = 0; k < B.done_ahead.size(); ++k)
+            if (B.done_ahead[k] == B.avail) {
+              ++B.avail;
+              B.done_ahead[k] = B.done_ahead.back();
+              B.done_ahead.pop_back();
+              moved = true;
+              break;
+            }
+        }
+        for (int c : B.consumers) schedule_try(c, now_);
+      }
+  }
+
+  const Arch& a_;
+  Config& cfg_;
+  Graph& g_;
+  const SimOptions& opt_;
+  const Memory& mem_;
+  double burst_cycles_, latency_, row_miss_, refresh_int_, refresh_, turn_;
+  std::vector<Channel> chans_;
+  std::vector<Agcu> ag_;
+  std::vector<StageState> st_;
+  std::vector<BufState> bs_;
+  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> q_;
+  uint64_t seq_ = 0;
+  double now_ = 0, end_ = 0;
+  ConfigResult res_;
+};
+
+}  // namespace
+
+ConfigResult simulate_config(const Arch& a, Config& cfg, const SimOptions& opt) {
+  MP_INTERNAL_CHECK(cfg.stages.size() == cfg.graph.stages.size(), "mapping and graph disagree");
+  Sim sim(a, cfg, opt);
+  return sim.run();
+}
+
+}  // namespace mp::rdu
