@@ -1,0 +1,49 @@
+// bf16 GEMM on Hopper, written with the tile layer: C = A * B or C = A * B^T with fp32 accumulation and a
+// bf16 or fp32 result, on device pointers and a stream. Row-major throughout: A is M x K, B is K x N
+// (b_layout::kn) or N x K (b_layout::nk), C is M x N. M, N and K must be multiples of 16.
+// This header needs no CUDA headers, so CPU code (the CLI, tests) can include it in any build.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+
+namespace mp::kernels {
+
+enum class b_layout { kn, nk };  // B stored K x N (C = A*B) or N x K (C = A*B^T)
+enum class out_type { bf16, f32 };
+
+// How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
+// benchmarks turn features off to measure what each buys.
+struct GemmSchedule {
+  bool persistent = true;  // one block per SM walking tiles; false: one block per tile
+  int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
+  int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
+  int block_n = 0;         // 0: chosen from the shape; else 128 or 256
+};
+
+// Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).
+void check_gemm_shape(long long m, long long n, long long k);
+
+// Run the tile-layer GEMM. Throws mp::user_error for bad shapes or misaligned pointers, and
+// mp::not_supported when the build has no CUDA. Asynchronous on `stream`.
+void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_layout bl, out_type out,
+               CUstream_st* stream = nullptr, const GemmSchedule& sched = {});
+
+// The same product through cuBLAS (the reference that benchmarks and checks compare against).
+void gemm_bf16_cublas(const void* a, const void* b, void* c, int m, int n, int k, b_layout bl, out_type out,
+                      CUstream_st* stream = nullptr);
+
+// What gemm_bf16 would run for this shape ("128x256 tiles, split-K 1, 132 blocks"), for reports.
+std::string describe_gemm(int m, int n, int k, b_layout bl, out_type out, const GemmSchedule& sched = {});
+
+// CPU fp64 reference on bf16 inputs given as float (already rounded to bf16): C = A*B or A*B^T.
+std::vector<double> gemm_reference_cpu(const std::vector<float>& a, const std::vector<float>& b, int m, int n,
+                                       int k, b_layout bl);
+
+// bf16 rounding (round to nearest even) and its bit pattern, host side.
+uint16_t float_to_bf16_bits(float x);
+float bf16_bits_to_float(uint16_t b);
+
+}  // namespace mp::kernels

@@ -1,0 +1,227 @@
+// The tile-layer GEMM for Hopper: 128 x BN x 64 tiles, two consumer warpgroups (64 rows each, wgmma
+// m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4-stage ring, a persistent
+// grid walking tiles in M-groups for L2 reuse, and split-K for shapes with too few tiles to fill the GPU.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "kernels/gemm.h"
+#include "tile/tile.cuh"
+#include "tile/tma_host.h"
+
+namespace mp::kernels {
+namespace {
+using namespace mp::tile;
+
+// What the kernels take (the same for every tile shape and output type, so split-K can hand a bf16
+// call's arguments to the fp32 kernel).
+struct gemm_globals {
+  CUtensorMap a, b;
+  void* c;  // the output, or (split-K) a zeroed fp32 buffer the splits add into
+  int m, n, k;
+  int tiles_m, tiles_n, k_iters, group_m;
+  int splits, iters_per_split;
+};
+
+template <int BN, bool BT, class OutT>
+struct gemm_kernel {
+  static constexpr int BM = 128, BK = 64;
+  static constexpr int stages = BN == 256 ? 4 : 6, consumers = 2;
+  static constexpr int producer_registers = 40, consumer_registers = 232;
+  using a_tile = st_bf<BM, BK>;
+  using b_tile = std::conditional_t<BT, st_bf<BN, BK>, st_bf<BK, BN>>;  // N x K, or K x N
+  struct stage {
+    a_tile a;
+    b_tile b;
+  };
+  struct finish_smem {};
+  using globals = gemm_globals;
+  struct state {
+    rt_fl<16, BN> acc;
+  };
+
+  __host__ __device__ static int work_count(const globals& g) { return g.tiles_m * g.tiles_n * g.splits; }
+  __device__ static int split_of(const globals& g, int work) { return work / (g.tiles_m * g.tiles_n); }
+  __device__ static int iters(const globals& g, int work) {
+    const int first = split_of(g, work) * g.iters_per_split;
+    return min(g.iters_per_split, g.k_iters - first);
+  }
+  // Tile (tm, tn) of a work item: groups of group_m M-tiles are walked column by column, so the blocks
+  // running at one time share A rows and B columns in L2.
+  __device__ static int2 tile_of(const globals& g, int work) {
+    const int t = work % (g.tiles_m * g.tiles_n);
+    const int per_group = g.group_m * g.tiles_n;
+    const int first_m = (t / per_group) * g.group_m;
+    const int rows = min(g.group_m, g.tiles_m - first_m);
+    const int in = t % per_group;
+    return {first_m + in % rows, in / rows};
+  }
+
+  __device__ static void load(stage& s, const globals& g, int work, int it, semaphore& full) {
+    const int2 t = tile_of(g, work);
+    const int kk = (split_of(g, work) * g.iters_per_split + it) * BK;
+    expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());
+    tma::load_async(s.a, &g.a, full, t.x * BM, kk);
+    if constexpr (BT)
+      tma::load_async(s.b, &g.b, full, t.y * BN, kk);
+    else
+      tma::load_async(s.b, &g.b, full, kk, t.y * BN);
+  }
+
+  __device__ static void compute(state& st, stage& s, const globals&, int, int it, int consumer) {
+    warpgroup::fence_accumulator(st.acc);
+    warpgroup::mma_fence();
+    auto& a = s.a.template subtile_rows<64>(consumer);
+    if constexpr (BT)
+      warpgroup::mma_ABt(st.acc, a, s.b, it > 0);
+    else
+      warpgroup::mma_AB(st.acc, a, s.b, it > 0);
+    warpgroup::mma_commit_group();
+    warpgroup::fence_accumulator(st.acc);
+  }
+
+  // Registers straight to global memory, masked at the matrix edge; split-K parts add into fp32.
+  __device__ static void finish(state& st, finish_smem&, const globals& g, int work, int consumer) {
+    warpgroup::fence_accumulator(st.acc);
+    const int2 t = tile_of(g, work);
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+    const int row0 = t.x * BM + consumer * 64 + warp * 16 + lane / 4;
+    const int col0 = t.y * BN + 2 * (lane % 4);
+#pragma unroll
+    for (int j = 0; j < BN / 16; ++j)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        const int r = row0 + 8 * (f & 1), c = col0 + 16 * j + 8 * (f >> 1);
+        if (r >= g.m || c >= g.n) continue;
+        const float2 v = st.acc.tiles[0][j][f];
+        OutT* p = static_cast<OutT*>(g.c) + size_t(r) * g.n + c;
+        if constexpr (std::is_same_v<OutT, float>) {
+          if (g.splits > 1)
+            atomicAdd(reinterpret_cast<float2*>(p), v);
+          else
+            *reinterpret_cast<float2*>(p) = v;
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(p) = __float22bfloat162_rn(v);
+        }
+      }
+  }
+};
+
+__global__ void f32_to_bf16(const float* __restrict__ in, __nv_bfloat16* __restrict__ out, size_t n2) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n2; i += size_t(gridDim.x) * blockDim.x)
+    reinterpret_cast<__nv_bfloat162*>(out)[i] = __float22bfloat162_rn(reinterpret_cast<const float2*>(in)[i]);
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+int sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  return n;
+}
+
+struct plan {
+  int bn, splits, tiles;
+};
+plan make_plan(int m, int n, int k, const GemmSchedule& s) {
+  const int sms = sm_count();
+  const int tm = (m + 127) / 128;
+  int bn = s.block_n;
+  if (bn == 0) bn = tm * ((n + 255) / 256) >= sms ? 256 : 128;
+  MP_USER_CHECK(bn == 128 || bn == 256, "gemm: block_n must be 128 or 256, got ", bn);
+  const int tiles = tm * ((n + bn - 1) / bn);
+  const int k_iters = (k + 63) / 64;
+  int splits = s.split_k;
+  if (splits == 0) {
+    splits = 1;
+    if (tiles * 2 <= sms && k_iters >= 16) splits = std::min(std::min(sms / tiles, k_iters / 8), 8);
+  }
+  splits = std::max(1, std::min(splits, k_iters));
+  return {bn, splits, tiles};
+}
+
+template <int BN, bool BT, class OutT>
+void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
+         const GemmSchedule& s, int splits) {
+  using K = gemm_kernel<BN, BT, OutT>;
+  typename K::globals g{};
+  gl<bf16, 1, 1, -1, -1> ga(static_cast<bf16*>(const_cast<void*>(a)), 1, 1, m, k);
+  g.a = make_tma_map<typename K::a_tile>(ga);
+  if constexpr (BT)
+    g.b = make_tma_map<typename K::b_tile>(
+        gl<bf16, 1, 1, -1, -1>(static_cast<bf16*>(const_cast<void*>(b)), 1, 1, n, k));
+  else
+    g.b = make_tma_map<typename K::b_tile>(
+        gl<bf16, 1, 1, -1, -1>(static_cast<bf16*>(const_cast<void*>(b)), 1, 1, k, n));
+  g.m = m, g.n = n, g.k = k;
+  g.tiles_m = (m + K::BM - 1) / K::BM;
+  g.tiles_n = (n + BN - 1) / BN;
+  g.k_iters = (k + K::BK - 1) / K::BK;
+  g.group_m = std::max(1, s.group_m);
+  g.iters_per_split = (g.k_iters + splits - 1) / splits;
+  g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
+  const int max_blocks = s.persistent ? 0 : K::work_count(g);
+  if (g.splits == 1) {
+    g.c = c;
+    check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
+    return;
+  }
+  // split-K: the parts add into a zeroed fp32 buffer (C itself when C is fp32).
+  float* acc = nullptr;
+  if constexpr (std::is_same_v<OutT, float>)
+    acc = static_cast<float*>(c);
+  else
+    check_cuda(cudaMallocAsync(&acc, size_t(m) * n * sizeof(float), stream), "allocating the split-K buffer");
+  check_cuda(cudaMemsetAsync(acc, 0, size_t(m) * n * sizeof(float), stream), "zeroing the split-K buffer");
+  g.c = acc;
+  check_cuda(pc::launch<gemm_kernel<BN, BT, float>>(g, stream, max_blocks), "the GEMM kernel launch");
+  if constexpr (!std::is_same_v<OutT, float>) {
+    f32_to_bf16<<<sm_count() * 4, 256, 0, stream>>>(acc, static_cast<__nv_bfloat16*>(c), size_t(m) * n / 2);
+    check_cuda(cudaGetLastError(), "the split-K conversion launch");
+    check_cuda(cudaFreeAsync(acc, stream), "freeing the split-K buffer");
+  }
+}
+
+}  // namespace
+
+void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_layout bl, out_type out,
+               CUstream_st* stream, const GemmSchedule& s) {
+  check_gemm_shape(m, n, k);
+  for (auto [p, name] : {std::pair{a, "A"}, std::pair{b, "B"}, std::pair<const void*, const char*>{c, "C"}})
+    MP_USER_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "gemm: ", name,
+                  " must be a 16-byte aligned device pointer");
+  const plan p = make_plan(m, n, k, s);
+  const bool bt = bl == b_layout::nk;
+  const bool f32 = out == out_type::f32;
+#define MP_GEMM_CASE(BN, BT, OUT)                                  \
+  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) \
+    return run<BN, BT, OUT>(a, b, c, m, n, k, stream, s, p.splits);
+  MP_GEMM_CASE(256, true, bf16)
+  MP_GEMM_CASE(256, false, bf16)
+  MP_GEMM_CASE(256, true, float)
+  MP_GEMM_CASE(256, false, float)
+  MP_GEMM_CASE(128, true, bf16)
+  MP_GEMM_CASE(128, false, bf16)
+  MP_GEMM_CASE(128, true, float)
+  MP_GEMM_CASE(128, false, float)
+#undef MP_GEMM_CASE
+  fail_internal("gemm: no kernel for block_n ", p.bn);
+}
+
+std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSchedule& s) {
+  check_gemm_shape(m, n, k);
+  const plan p = make_plan(m, n, k, s);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "128x%dx64 tiles, %d tiles, split-K %d, %s grid", p.bn, p.tiles, p.splits,
+                s.persistent ? "persistent" : "one-block-per-tile");
+  return buf;
+}
+
+}  // namespace mp::kernels

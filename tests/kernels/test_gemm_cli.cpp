@@ -1,0 +1,52 @@
+// `metapipe gemm` as a user runs it: help, usage errors, shape errors, and no-GPU behaviour.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "core/device.h"
+
+namespace {
+struct Result {
+  int status;
+  std::string out;
+};
+Result run(const std::string& args) {
+  FILE* f = popen((std::string(MP_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
+  Result r{-1, ""};
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+}  // namespace
+
+TEST(GemmCli, Help) {
+  auto r = run("gemm --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("usage: metapipe gemm", 0), 0u) << r.out;
+}
+
+TEST(GemmCli, BadShapeIsAUserError) {
+  auto r = run("gemm 100 64 64");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("M=100 is not a multiple of 16"), std::string::npos) << r.out;
+}
+
+TEST(GemmCli, BadUsage) {
+  EXPECT_EQ(run("gemm 64 64").status, 2);
+  EXPECT_EQ(run("gemm 64 64 64 --out f16").status, 2);
+  EXPECT_EQ(run("gemm 64 x 64").status, 2);
+}
+
+TEST(GemmCli, WithoutAGpuSaysSo) {
+  auto g = mp::query_gpu();
+  if (g && mp::gpu_is_hopper(*g)) GTEST_SKIP() << "a Hopper GPU is present";
+  auto r = run("gemm 64 64 64");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("needs a"), std::string::npos) << r.out;
+}

@@ -1,0 +1,130 @@
+// The producer/consumer pipeline template: one producer warpgroup fills an N-stage shared-memory ring
+// with TMA, C consumer warpgroups compute on it with wgmma, and each work item ends with a finish step
+// (the epilogue). The grid is persistent: at most one block per SM, each walking work items
+// blockIdx.x, blockIdx.x + gridDim.x, ... A kernel is a struct K with its load, compute and finish:
+//
+//   struct K {
+//     static constexpr int stages, consumers, producer_registers, consumer_registers;
+//     struct globals;  struct stage;  struct finish_smem;  struct state;   // state: consumer registers
+//     __host__ __device__ static int work_count(const globals&);
+//     __device__ static int iters(const globals&, int work);
+//     __device__ static void load(stage&, const globals&, int work, int iter, semaphore& full);  // 1 thread
+//     __device__ static void compute(state&, stage&, const globals&, int work, int iter, int consumer);
+//     __device__ static void finish(state&, finish_smem&, const globals&, int work, int consumer);
+//   };
+//
+// compute() issues wgmma and commits one group; the template waits for the group before the stage goes
+// back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
+#pragma once
+#include "tile/sync.cuh"
+#include "tile/types.cuh"
+#include "tile/warpgroup.cuh"
+
+namespace mp::tile::pc {
+
+// The most dynamic shared memory one block may use on Hopper (227 KiB); the template checks its layout
+// against this at compile time. Kernels still ask the device at run time (launch()).
+constexpr int max_shared_bytes = 227 * 1024;
+
+template <class K>
+struct traits {
+  static constexpr int consumers = K::consumers;
+  static constexpr int stages = K::stages;
+  static constexpr int threads = (consumers + 1) * warpgroup_threads;
+  static constexpr int stage_bytes = sizeof(typename K::stage);
+  static constexpr int finish_bytes = sizeof(typename K::finish_smem);
+  static constexpr int barrier_bytes = 2 * stages * 8;
+  // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
+  static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
+  static_assert(stages >= 1, "pipeline: at least one stage");
+  static_assert(consumers >= 1 && consumers <= 3, "pipeline: 1 to 3 consumer warpgroups");
+  static_assert(shared_bytes <= max_shared_bytes,
+                "pipeline: stages * sizeof(stage) + sizeof(finish_smem) exceeds the 227 KiB of shared memory "
+                "a block may use; "
+                "use fewer stages or smaller tiles");
+  static_assert(sizeof(typename K::stage) % 1024 == 0,
+                "pipeline: a stage must be a multiple of 1024 bytes (swizzled tiles)");
+  static_assert(K::producer_registers * warpgroup_threads +
+                        K::consumer_registers * warpgroup_threads * consumers <=
+                    65536,
+                "pipeline: the register split exceeds the 64K registers of an SM");
+};
+
+template <class K>
+__global__ void __launch_bounds__(traits<K>::threads, 1)
+    kernel(const __grid_constant__ typename K::globals g) {
+  using T = traits<K>;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto* stages = reinterpret_cast<typename K::stage*>(base);
+  auto* fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
+  auto* full = reinterpret_cast<semaphore*>(base + T::stage_bytes * T::stages + T::finish_bytes);
+  semaphore* empty = full + T::stages;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < T::stages; ++s) {
+      init_semaphore(full[s], 1);  // the producer's expect_bytes arrival (+ TMA bytes)
+      init_semaphore(empty[s], T::consumers * warpgroup_warps);  // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int nwork = K::work_count(g);
+  const int wg = warpgroup::warpgroup_id();
+  if (wg == T::consumers) {  // producer warpgroup
+    warpgroup::decrease_registers<K::producer_registers>();
+    if (warpgroup::thread_in_group() == 0) {
+      ring_pos<T::stages> p;
+      for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
+        const int iters = K::iters(g, work);
+        for (int it = 0; it < iters; ++it, p.advance()) {
+          wait(empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+          K::load(stages[p.stage], g, work, it, full[p.stage]);
+        }
+      }
+    }
+  } else {  // consumer warpgroups
+    warpgroup::increase_registers<K::consumer_registers>();
+    typename K::state st;
+    ring_pos<T::stages> p;
+    const bool signaller = threadIdx.x % warp_threads == 0;
+    for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
+      const int iters = K::iters(g, work);
+      int prev = -1;
+      for (int it = 0; it < iters; ++it, p.advance()) {
+        wait(full[p.stage], p.phase);
+        K::compute(st, stages[p.stage], g, work, it, wg);
+        warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
+        if (prev >= 0 && signaller) arrive(empty[prev]);
+        prev = p.stage;
+      }
+      warpgroup::mma_async_wait<0>();
+      if (prev >= 0 && signaller) arrive(empty[prev]);
+      K::finish(st, *fin, g, work, wg);
+    }
+  }
+}
+
+// Launch K persistently: min(work items, SMs) blocks (SM count queried once per process).
+template <class K>
+cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n;
+  }();
+  static cudaError_t attr =
+      cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, traits<K>::shared_bytes);
+  if (attr != cudaSuccess) return attr;
+  const int nwork = K::work_count(g);
+  if (nwork == 0) return cudaSuccess;
+  int blocks = max_blocks > 0 ? max_blocks : sms;
+  if (blocks > nwork) blocks = nwork;
+  kernel<K><<<blocks, traits<K>::threads, traits<K>::shared_bytes, stream>>>(g);
+  return cudaGetLastError();
+}
+
+}  // namespace mp::tile::pc

@@ -1,0 +1,70 @@
+// mbarrier wrappers with phase tracking, fences between the generic and the async proxy, named barriers.
+// An mbarrier completes a phase once its expected arrivals and expected transaction bytes (TMA) are in;
+// waiters name the phase parity they wait for.
+#pragma once
+#include <cstdint>
+
+namespace mp::tile {
+
+struct alignas(8) semaphore {
+  uint64_t v;
+  __device__ uint32_t addr() const { return static_cast<uint32_t>(__cvta_generic_to_shared(&v)); }
+};
+
+// Call from one thread, then fence_barrier_init() and a block barrier before anyone else uses it.
+__device__ inline void init_semaphore(semaphore& s, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(s.addr()), "r"(arrivals) : "memory");
+}
+__device__ inline void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+__device__ inline void arrive(semaphore& s) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(s.addr()) : "memory");
+}
+// One arrival that also announces `bytes` of TMA traffic the phase must wait for.
+__device__ inline void expect_bytes(semaphore& s, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(s.addr()),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline bool test_wait(semaphore& s, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(s.addr()), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Wait until the phase with this parity has completed.
+__device__ inline void wait(semaphore& s, uint32_t parity) {
+  while (!test_wait(s, parity)) {
+  }
+}
+
+// A ring position: stage index and the parity of the current pass over the ring.
+template <int Stages>
+struct ring_pos {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == Stages) {
+      stage = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
+// Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
+__device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// A barrier over `threads` threads (a multiple of 32) using hardware barrier `id` (1..15; 0 is
+// __syncthreads).
+__device__ inline void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace mp::tile

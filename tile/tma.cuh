@@ -1,0 +1,63 @@
+// TMA (cp.async.bulk.tensor) tile loads completing on a semaphore, and tile stores, at thread scope: one
+// thread issues them for the whole tile. The tensor map comes from make_tma_map<ST>() (tile/tma_host.h)
+// and is passed to the kernel as a __grid_constant__ parameter.
+#pragma once
+#include <cuda.h>
+
+#include "tile/sync.cuh"
+#include "tile/types.cuh"
+
+namespace mp::tile::tma {
+
+// Load the tile whose top-left element is (row, col) of the (b, d) matrix into `dst`; the semaphore's
+// phase completes when all bytes have landed (out-of-bounds elements are written as zeros). Each column
+// chunk of the tile is one TMA box.
+template <class ST>
+__device__ inline void load_async(ST& dst, const CUtensorMap* map, semaphore& bar, int row, int col,
+                                  int d = 0, int b = 0) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+        "%3, %4, %5}], [%6];" ::"r"(to),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b),
+        "r"(bar.addr())
+        : "memory");
+  }
+}
+
+// Store a tile to global memory (elements out of bounds are skipped). Completion: commit_group() then
+// wait_read<0>() before the shared tile is reused, or wait_all<0>() before the data is read elsewhere.
+template <class ST>
+__device__ inline void store_async(const CUtensorMap* map, const ST& src, int row, int col, int d = 0,
+                                   int b = 0) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t from = src.smem_addr() + j * L::chunk_bytes;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+            reinterpret_cast<uint64_t>(map)),
+        "r"(from), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b)
+        : "memory");
+  }
+}
+__device__ inline void commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ inline void wait_all() {
+  asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Bytes one load_async of this tile type brings in (the full box, zeros included).
+template <class ST>
+__host__ __device__ constexpr uint32_t bytes() {
+  return ST::bytes;
+}
+
+}  // namespace mp::tile::tma

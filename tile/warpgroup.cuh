@@ -1,0 +1,108 @@
+// Warpgroup scope (4 consecutive warps starting at a warp index divisible by 4): wgmma into fp32 register
+// accumulators, its fence / commit / wait, and register reallocation (setmaxnreg).
+// Each warp of the warpgroup holds a 16-row slice of the 64 x N accumulator as an rt_fl<16, N>.
+#pragma once
+#include "tile/types.cuh"
+
+namespace mp::tile::warpgroup {
+
+__device__ inline int warpgroup_id() { return threadIdx.x / warpgroup_threads; }
+__device__ inline int thread_in_group() { return threadIdx.x % warpgroup_threads; }
+
+// setmaxnreg: a producer warpgroup gives registers back, consumers take them. Only effective when the
+// kernel has a register cap at entry (__launch_bounds__(threads, 1)).
+template <int Regs>
+__device__ inline void decrease_registers() {
+  static_assert(Regs % 8 == 0 && Regs >= 24 && Regs <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+template <int Regs>
+__device__ inline void increase_registers() {
+  static_assert(Regs % 8 == 0 && Regs >= 24 && Regs <= 256, "setmaxnreg takes a multiple of 8 in [24, 256]");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Regs));
+}
+
+// One struct per hardware instruction: wgmma.mma_async m64nNk16, bf16 x bf16 -> f32, A and B from shared
+// memory through descriptors. TransB = 1 reads B MN-major (stored K x N).
+template <int N>
+struct wgmma_ss_bf16 {
+  static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+                "wgmma_ss_bf16: this build provides N = 16, 32, 64, 128, 256 (see tile/detail/gen_wgmma.py)");
+};
+#include "tile/detail/wgmma_bf16.inl"
+
+// Orders this warpgroup's earlier register and shared-memory accesses before the wgmma that follow.
+__device__ inline void mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void mma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Wait until at most N committed groups are still running.
+template <int N>
+__device__ inline void mma_async_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads / writes across an asynchronous wgmma.
+template <int N>
+__device__ inline void fence_accumulator(rt_fl<16, N>& acc) {
+  float* d = reinterpret_cast<float*>(acc.tiles);
+#pragma unroll
+  for (int i = 0; i < N / 2; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+namespace detail {
+template <int N, major BM, class SA, class SB>
+__device__ inline void mma(rt_fl<16, N>& acc, const SA& a, const SB& b, bool accumulate) {
+  static_assert(std::is_same_v<typename SA::elem, bf16> && std::is_same_v<typename SB::elem, bf16>,
+                "warpgroup::mma: this build has bf16 wgmma only");
+  static_assert(SA::rows == 64,
+                "warpgroup::mma: A must be a 64-row shared tile (the wgmma M), one warpgroup's slice");
+  constexpr int K = SA::cols;
+  static_assert(K % 16 == 0, "warpgroup::mma: the shared K dimension must be a multiple of 16");
+  if constexpr (BM == major::k) {
+    static_assert(SB::rows == N, "warpgroup::mma_ABt: B's rows (N) must equal the accumulator's columns");
+    static_assert(SB::cols == K, "warpgroup::mma_ABt: B's columns (K) must equal A's columns");
+  } else {
+    static_assert(SB::cols == N, "warpgroup::mma_AB: B's columns (N) must equal the accumulator's columns");
+    static_assert(SB::rows == K, "warpgroup::mma_AB: B's rows (K) must equal A's columns");
+  }
+  float* d = reinterpret_cast<float*>(acc.tiles);
+  const uint32_t abase = a.smem_addr(), bbase = b.smem_addr();
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    const uint64_t da = wgmma_operand_desc<typename SA::layout, major::k>(abase, ks);
+    const uint64_t db = wgmma_operand_desc<typename SB::layout, BM>(bbase, ks);
+    wgmma_ss_bf16<N>::template mma<BM == major::mn ? 1 : 0>(d, da, db, (accumulate || ks > 0) ? 1 : 0);
+  }
+}
+}  // namespace detail
+
+// acc (+)= A * B with A 64 x K (K-major) and B K x N stored row-major (MN-major). Asynchronous: issue
+// mma_fence() before and mma_commit_group() / mma_async_wait<>() after. mma_* accumulates, mm_* overwrites.
+template <int N, class SA, class SB>
+__device__ inline void mma_AB(rt_fl<16, N>& acc, const SA& a, const SB& b) {
+  detail::mma<N, major::mn>(acc, a, b, true);
+}
+template <int N, class SA, class SB>
+__device__ inline void mm_AB(rt_fl<16, N>& acc, const SA& a, const SB& b) {
+  detail::mma<N, major::mn>(acc, a, b, false);
+}
+// acc (+)= A * B^T with B stored N x K (K-major).
+template <int N, class SA, class SB>
+__device__ inline void mma_ABt(rt_fl<16, N>& acc, const SA& a, const SB& b) {
+  detail::mma<N, major::k>(acc, a, b, true);
+}
+template <int N, class SA, class SB>
+__device__ inline void mm_ABt(rt_fl<16, N>& acc, const SA& a, const SB& b) {
+  detail::mma<N, major::k>(acc, a, b, false);
+}
+
+// The same with accumulate-or-overwrite chosen at run time (one copy of the instruction stream, e.g.
+// overwrite on a tile's first K step).
+template <int N, class SA, class SB>
+__device__ inline void mma_AB(rt_fl<16, N>& acc, const SA& a, const SB& b, bool accumulate) {
+  detail::mma<N, major::mn>(acc, a, b, accumulate);
+}
+template <int N, class SA, class SB>
+__device__ inline void mma_ABt(rt_fl<16, N>& acc, const SA& a, const SB& b, bool accumulate) {
+  detail::mma<N, major::k>(acc, a, b, accumulate);
+}
+
+}  // namespace mp::tile::warpgroup
