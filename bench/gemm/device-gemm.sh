@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GEMM's own device run (one call): build the GEMM targets for sm_90a, dump SASS evidence, run the
+# GPU tests, the CLI and the benchmark. Logs under $OUT.  usage: bench/gemm/device-gemm.sh [--no-tests] [--bench ARGS]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/gemm-out}"; mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/cuda/bin"
+tests=1; bench_args="--layout both"
+while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --bench) bench_args="$2"; shift;; esac; shift; done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/card.txt"
+t0=$(date +%s)
+cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
+  cmake --build build -j"$(nproc)" --target metapipe test_tile_sm90 test_kernels_gemm_sm90 bench_gemm >>"$OUT/build.log" 2>&1 ||
+  { echo "BUILD FAILED"; tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+lib=build/kernels/libmp_kernels.a
+cuobjdump --dump-sass "$lib" >"$OUT/gemm.sass" 2>&1
+echo "SASS: $(grep -c HGMMA "$OUT/gemm.sass") HGMMA, $(grep -cE '\bLDL|\bSTL' "$OUT/gemm.sass") LDL/STL lines in $lib"
+cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -A1 "gemm_kernel" | grep -oE "Function [^:]*|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+|SHARED:[0-9]+" | paste - - - - - | head -8
+if [ $tests = 1 ]; then
+  for t in build/tests/tile/test_tile_sm90 build/tests/kernels/test_kernels_gemm_sm90; do
+    timeout 120 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
+    grep -B2 -A8 "Failure" "$OUT/$(basename $t).log" | head -40
+  done
+fi
+timeout 60 ./build/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
+timeout 240 ./build/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
