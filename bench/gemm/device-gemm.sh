@@ -17,19 +17,19 @@ cp -r tests/CMakeLists.txt tests/core tests/tile tests/kernels $src/tests/
 cp -r bench/CMakeLists.txt bench/gemm $src/bench/
 cp tools/metapipe/{CMakeLists.txt,cli.cpp,cli.h,main.cpp,demo_builtin.cpp,cmd_demo.cpp,cmd_info.cpp,cmd_gemm.cpp} $src/tools/metapipe/
 [ -d docs/gemm_steps ] && mkdir -p $src/docs && cp -r docs/gemm_steps $src/docs/ && cp docs/CMakeLists.txt $src/docs/ 2>/dev/null
-cmake -S $src -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_BUILD_BENCH=ON -DMP_BUILD_TUTORIAL=ON >"$OUT/build.log" 2>&1 &&
-  cmake --build build -j"$(nproc)" >>"$OUT/build.log" 2>&1 ||
+cmake -S $src -B build-gemm -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMP_BUILD_BENCH=ON -DMP_BUILD_TUTORIAL=ON >"$OUT/build.log" 2>&1 &&
+  cmake --build build-gemm -j"$(nproc)" >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
-lib=build/kernels/libmp_kernels.a
+lib=build-gemm/kernels/libmp_kernels.a
 cuobjdump --dump-sass "$lib" >"$OUT/gemm.sass" 2>&1
 echo "SASS: $(grep -c HGMMA "$OUT/gemm.sass") HGMMA, $(grep -cE '\bLDL|\bSTL' "$OUT/gemm.sass") LDL/STL lines in $lib"
 cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -A1 "gemm_kernel" | grep -oE "Function [^:]*|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+|SHARED:[0-9]+" | paste - - - - - | head -8
 if [ $tests = 1 ]; then
-  for t in build/tests/tile/test_tile_sm90 build/tests/kernels/test_kernels_gemm_sm90; do
+  for t in build-gemm/tests/tile/test_tile_sm90 build-gemm/tests/kernels/test_kernels_gemm_sm90; do
     timeout 120 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
     grep -B2 -A8 "Failure" "$OUT/$(basename $t).log" | head -40
   done
 fi
-timeout 60 ./build/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
-timeout 240 ./build/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
+timeout 60 ./build-gemm/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
+timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
