@@ -32,7 +32,10 @@ struct traits {
   static constexpr int stages = K::stages;
   static constexpr int threads = (consumers + 1) * warpgroup_threads;
   static constexpr int stage_bytes = sizeof(typename K::stage);
-  static constexpr int finish_bytes = sizeof(typename K::finish_smem);
+  // The finish region is rounded up to 1024 bytes (swizzled tiles in it stay aligned, and the mbarriers
+  // after it 8-byte aligned); an empty finish_smem takes no space.
+  static constexpr int finish_bytes =
+      std::is_empty_v<typename K::finish_smem> ? 0 : (int(sizeof(typename K::finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int barrier_bytes = 2 * stages * 8;
   // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
   static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
