@@ -9,6 +9,7 @@
 // are visited in whatever order is cheapest, which is what makes whole networks run in well under a second.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 
 #include "core/error.h"
@@ -425,10 +426,236 @@ ReadResult run_read_operand_calc(const ReadStream& rs, const StallSchedule& stal
   return out;
 }
 
+
+// The operand's prefetch order in USER mode: SCALE-Sim fetches the operand block by block (one block per
+// row or column fold, padded to the array edge with empty slots), reading the streamed operands along
+// anti-diagonals so that the skewed demand finds them in time. Calls fn(index or -1) for every slot.
+template <class Fn> void prefetch_order(const ReadStream& rs, Fn&& fn) {
+  const Schedule& s = rs.s;
+  const Operands& ops = rs.ops;
+  const i64 R = s.R, C = s.C, T = s.plan.temporal, Sr = s.plan.spatial_rows, Sc = s.plan.spatial_cols;
+  const i64 RF = s.plan.row_folds, CF = s.plan.col_folds;
+  auto rows_used = [&](i64 fr) { return std::min<i64>(R, Sr - fr * R); };
+  auto cols_used = [&](i64 fc) { return std::min<i64>(C, Sc - fc * C); };
+  i64 rows = 0, width = 0;
+  bool rolled = true;
+  std::function<i64(i64, i64)> at;
+  const bool ifm = rs.which == Operand::Ifmap;
+  switch (s.df) {
+    case Dataflow::WS:
+      if (ifm) {
+        rows = RF * T, width = R;
+        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.ifmap(r % T, fr * R + j) : -1; };
+      } else {
+        rows = CF * Sr, width = C, rolled = false;
+        at = [&](i64 r, i64 j) { const i64 fc = r / Sr; return j < cols_used(fc) ? ops.filter(r % Sr, fc * C + j) : -1; };
+      }
+      break;
+    case Dataflow::IS:
+      if (ifm) {
+        rows = CF * Sr, width = C, rolled = false;
+        at = [&](i64 r, i64 j) { const i64 fc = r / Sr; return j < cols_used(fc) ? ops.ifmap(fc * C + j, r % Sr) : -1; };
+      } else {
+        rows = RF * T, width = R;
+        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.filter(fr * R + j, r % T) : -1; };
+      }
+      break;
+    case Dataflow::OS:
+      if (ifm) {
+        rows = RF * T, width = R;
+        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.ifmap(fr * R + j, r % T) : -1; };
+      } else {
+        rows = CF * T, width = C;
+        at = [&](i64 r, i64 j) { const i64 fc = r / T; return j < cols_used(fc) ? ops.filter(r % T, fc * C + j) : -1; };
+      }
+      break;
+  }
+  if (!rolled) {
+    for (i64 r = 0; r < rows; ++r)
+      for (i64 j = 0; j < width; ++j) fn(at(r, j));
+    return;
+  }
+  for (i64 d = 0; d < rows + width - 1; ++d) {
+    const i64 hi = std::min(d, rows - 1), lo = std::max<i64>(0, d - width + 1);
+    for (i64 r = hi; r >= lo; --r) fn(at(r, d - r));
+  }
+}
+
+// SCALE-Sim's read buffer with a user-given DRAM bandwidth: the prefetch order is cut into 100 sets per
+// buffer size; the active half of the buffer holds a window of sets, and a demand that misses it slides
+// the window by the prefetch half, which takes a new prefetch of ceil(prefetch words / bandwidth) cycles
+// issued right after the previous one. The demand waits for that prefetch: a stall.
+class UserReadBuffer {
+ public:
+  UserReadBuffer(const ReadStream& rs, i64 total_words, i64 bw, i64 space) : bw_(bw) {
+    active_words_ = (total_words + 1) / 2;
+    prefetch_words_ = total_words - active_words_;
+    const i64 per_set = ceil_div(total_words, 100);
+    // Membership of every address in the sets (CSR by address), in set order.
+    std::vector<std::int32_t> last_set(static_cast<size_t>(space), -1);
+    std::vector<std::pair<i64, std::int32_t>> pairs;
+    i64 slots = 0, valid = 0;
+    prefetch_order(rs, [&](i64 a) {
+      ++slots;
+      if (a < 0) return;
+      const auto set = static_cast<std::int32_t>(valid / per_set);
+      ++valid;
+      if (last_set[static_cast<size_t>(a)] != set) {
+        last_set[static_cast<size_t>(a)] = set;
+        pairs.emplace_back(a, set);
+      }
+    });
+    start_.assign(static_cast<size_t>(space) + 1, 0);
+    for (auto& p : pairs) ++start_[static_cast<size_t>(p.first) + 1];
+    for (size_t i = 1; i < start_.size(); ++i) start_[i] += start_[i - 1];
+    sets_.resize(pairs.size());
+    std::vector<i64> fill(start_.begin(), start_.end() - 1);
+    for (auto& p : pairs) sets_[static_cast<size_t>(fill[static_cast<size_t>(p.first)]++)] = p.second;
+    fetch_rows_ = ceil_div(slots, bw_);
+    num_sets_ = valid / per_set + 1;
+    const i64 max_active = ceil_div(active_words_, per_set), max_prefetch = ceil_div(prefetch_words_, per_set);
+    active_sets_ = std::min(num_sets_, max_active);
+    prefetch_sets_ = std::min(num_sets_ - active_sets_, max_prefetch);
+  }
+
+  i64 service(const std::vector<i64>& line, i64 cycle) {
+    if (!started_) start(cycle);
+    i64 offset = 1;
+    for (i64 a : line) {
+      i64 guard = 0;
+      while (!hit(a)) {
+        slide();
+        offset = last_prefetch_ - cycle;
+        MP_INTERNAL_CHECK(++guard <= num_sets_ + 2, "read buffer never holds address ", a);
+      }
+    }
+    return cycle + offset;
+  }
+  i64 accesses() const { return accesses_; }
+  i64 first_cycle() const { return first_; }
+  i64 last_cycle() const { return last_prefetch_; }
+
+ private:
+  void start(i64 cycle) {
+    i64 n = ceil_div(active_words_, bw_);
+    if (n >= fetch_rows_) n = fetch_rows_;
+    accesses_ += n * bw_;
+    first_ = cycle - n;
+    last_prefetch_ = cycle - 1;
+    win_start_ = 0, win_end_ = active_sets_;
+    started_ = true;
+  }
+  void slide() {
+    win_start_ = (win_start_ + prefetch_sets_) % num_sets_;
+    win_end_ = (win_start_ + active_sets_) % num_sets_;
+    const i64 n = ceil_div(prefetch_words_, bw_);
+    accesses_ += n * bw_;
+    last_prefetch_ += n + 1;
+  }
+  bool hit(i64 a) const {
+    const auto b = sets_.begin() + start_[static_cast<size_t>(a)], e = sets_.begin() + start_[static_cast<size_t>(a) + 1];
+    if (win_start_ < win_end_) {
+      auto it = std::lower_bound(b, e, static_cast<std::int32_t>(win_start_));
+      return it != e && *it < win_end_;
+    }
+    // The window wraps around (or covers every set when start == end).
+    auto it = std::lower_bound(b, e, static_cast<std::int32_t>(win_start_));
+    if (it != e) return true;
+    return b != e && *b < win_end_;
+  }
+
+  i64 bw_, active_words_ = 0, prefetch_words_ = 0;
+  std::vector<i64> start_;
+  std::vector<std::int32_t> sets_;
+  i64 fetch_rows_ = 0, num_sets_ = 0, active_sets_ = 0, prefetch_sets_ = 0;
+  bool started_ = false;
+  i64 win_start_ = 0, win_end_ = 0;
+  i64 accesses_ = 0, first_ = 0, last_prefetch_ = 0;
+};
+
+LayerReport finish_report(const Layer& layer, const SimConfig& cfg, const ComputeResult& cr, i64 total_cycles,
+                          i64 stall_total) {
+  const ArrayConfig& a = cfg.array;
+  LayerReport r;
+  r.name = layer.name;
+  r.gemm = layer.gemm();
+  r.total_cycles = total_cycles;
+  r.stall_cycles = stall_total;
+  r.overall_util = static_cast<double>(cr.macs * 100) / static_cast<double>(total_cycles * a.rows * a.cols);
+  r.mapping_eff = cr.mapping_efficiency * 100;
+  r.compute_util = cr.compute_utilization * 100;
+  r.ifmap_sram_reads = cr.ifmap_sram_reads;
+  r.filter_sram_reads = cr.filter_sram_reads;
+  r.ofmap_sram_writes = cr.ofmap_sram_writes;
+  r.ifmap_sram_bw = static_cast<double>(r.ifmap_sram_reads) / static_cast<double>(total_cycles);
+  r.filter_sram_bw = static_cast<double>(r.filter_sram_reads) / static_cast<double>(total_cycles);
+  r.ofmap_sram_bw = static_cast<double>(r.ofmap_sram_writes) / static_cast<double>(total_cycles);
+  return r;
+}
+
+void finish_dram_bw(LayerReport& r) {
+  auto bw = [](i64 n, i64 a0, i64 a1) { return static_cast<double>(n) / static_cast<double>(a1 - a0 + 1); };
+  r.ifmap_dram_bw = bw(r.ifmap_dram_reads, r.ifmap_dram_start, r.ifmap_dram_stop);
+  r.filter_dram_bw = bw(r.filter_dram_reads, r.filter_dram_start, r.filter_dram_stop);
+  r.ofmap_dram_bw = bw(r.ofmap_dram_writes, r.ofmap_dram_start, r.ofmap_dram_stop);
+}
+
+// USER bandwidth: the three buffers interact through the stalls, so the demand lines run in lockstep.
+LayerReport simulate_layer_user(const Layer& layer, const SimConfig& cfg) {
+  const GemmShape g = layer.gemm();
+  const ArrayConfig& a = cfg.array;
+  const ComputeResult cr = analyze_gemm(g, a);
+  Schedule s{plan_gemm(g, a), a.rows, a.cols, a.dataflow};
+  Operands ops(layer);
+  const i64 L = s.plan.cycles_per_fold, F = s.folds(), bw = cfg.bandwidth.at(0);
+  ReadStream ifs{ops, s, Operand::Ifmap}, fls{ops, s, Operand::Filter};
+  UserReadBuffer ib(ifs, cfg.ifmap_sram_kb * 1024, bw, ops.ifmap_space);
+  UserReadBuffer fb(fls, cfg.filter_sram_kb * 1024, bw, ops.filter_space);
+  WriteBuffer wb(cfg.ofmap_sram_kb * 1024, bw);
+  i64 stalls = 0, last_out = 0;
+  i64 if_first = -1, if_last = -1, fl_first = -1, fl_last = -1, of_first = -1, of_last = -1;
+  std::vector<i64> iline, fline;
+  for (i64 f = 0; f < F; ++f) {
+    auto fo = s.fold(f);
+    for (i64 l = 0; l < L; ++l) {
+      const i64 cycle = f * L + l + stalls;
+      iline.clear(), fline.clear();
+      ifs.line(fo, l, [&](i64 x) { iline.push_back(x); });
+      fls.line(fo, l, [&](i64 x) { fline.push_back(x); });
+      const i64 n = ofmap_count(s, fo, l);
+      const i64 io = ib.service(iline, cycle), fo_ = fb.service(fline, cycle), oo = wb.service(cycle, n);
+      if (!iline.empty()) {
+        if (if_first < 0) if_first = io;
+        if_last = io;
+      }
+      if (!fline.empty()) {
+        if (fl_first < 0) fl_first = fo_;
+        fl_last = fo_;
+      }
+      if (n > 0) {
+        if (of_first < 0) of_first = oo;
+        of_last = oo;
+      }
+      stalls += std::max({io - cycle - 1, fo_ - cycle - 1, oo - cycle - 1});
+      last_out = oo;
+    }
+  }
+  wb.finish(last_out);
+  LayerReport r = finish_report(layer, cfg, cr, last_out, stalls);
+  r.ifmap_sram_start = if_first, r.ifmap_sram_stop = if_last;
+  r.filter_sram_start = fl_first, r.filter_sram_stop = fl_last;
+  r.ofmap_sram_start = of_first, r.ofmap_sram_stop = of_last;
+  r.ifmap_dram_reads = ib.accesses(), r.ifmap_dram_start = ib.first_cycle(), r.ifmap_dram_stop = ib.last_cycle();
+  r.filter_dram_reads = fb.accesses(), r.filter_dram_start = fb.first_cycle(), r.filter_dram_stop = fb.last_cycle();
+  r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(), r.ofmap_dram_stop = wb.last_cycle();
+  finish_dram_bw(r);
+  return r;
+}
+
 }  // namespace
 
 LayerReport simulate_layer(const Layer& layer, const SimConfig& cfg) {
-  if (cfg.user_bandwidth) throw not_supported("InterfaceBandwidth USER (stalling read buffers)");
+  if (cfg.user_bandwidth) return simulate_layer_user(layer, cfg);
   const GemmShape g = layer.gemm();
   const ArrayConfig& a = cfg.array;
   const ComputeResult cr = analyze_gemm(g, a);
