@@ -150,6 +150,17 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     cfg_of[i] = cfg;
   }
 
+  // A loop-carried buffer (written by a later stage, read by an earlier one) must stay in one configuration.
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    int p = g.producer_of(int(b));
+    if (p < 0) continue;
+    for (int c : g.consumers_of(int(b)))
+      if (cfg_of[c] < cfg_of[p])
+        throw not_supported("splitting the loop-carried buffer '" + g.buffers[b].name + "' across kernel calls (stage '" +
+                            g.stages[c].name + "' in call " + std::to_string(cfg_of[c] + 1) + " reads what stage '" +
+                            g.stages[p].name + "' writes in call " + std::to_string(cfg_of[p] + 1) +
+                            "); use a larger architecture or less parallelism");
+  }
   // Build one graph per configuration.
   const int ncfg = int(uses.size());
   std::vector<int> spill_tensor(g.buffers.size(), -1);
@@ -250,10 +261,19 @@ Mapping map_graph(const Arch& a, const Graph& g) {
           }
     sg.layout();
     sg.validate();
+    // Loads and stores share the AGCUs: each stream gets enough to issue the memory's peak rate in bursts
+    // (one burst per AGCU and cycle), as far as the AGCUs go round.
+    int mem_stages = 0;
+    for (auto& s : sg.stages) mem_stages += s.kind != StageKind::Compute;
+    const double mem_bpc = a.memory().peak_gbs() / a.clock_ghz;
+    const int per_stream = int(std::clamp<int64_t>(std::min<int64_t>(nag / std::max(1, mem_stages),
+                                                                       cdiv(int64_t(std::ceil(mem_bpc)), a.memory().burst_bytes)),
+                                                   1, nag));
     for (auto& s : sg.stages) {
       cf.stages.push_back(map_stage(a, sg, s, s.par));
       cf.pcus += cf.stages.back().pcus;
-      cf.agcus += s.kind == StageKind::Compute ? 0 : 1;
+      if (s.kind != StageKind::Compute) cf.stages.back().agcus = per_stream;
+      cf.agcus += cf.stages.back().agcus;
     }
     for (auto& b : sg.buffers) {
       cf.buffers.push_back({buffer_pmus(a, b), b.depth});

@@ -17,6 +17,7 @@ struct StageMap {
   int par = 1;             // copies actually used (may be lowered to fit the chip)
   int64_t ii = 1;          // cycles between iterations (initiation interval) on the fabric
   int64_t latency = 0;     // pipeline fill: cycles from the end of ii to the output token
+  int agcus = 0;           // loads and stores: AGCUs sharing the stream (each issues one burst per cycle)
 };
 
 struct BufferMap {

@@ -44,9 +44,11 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   for (size_t s = 0; s < g.stages.size(); ++s) {
     const StageMap& m = cfg.stages[s];
     if (g.stages[s].kind != StageKind::Compute) {
-      P.units.push_back({UnitKind::AGCU, int(s), g.stages[s].name});
-      stage_heads[s].push_back(int(P.units.size()) - 1);
-      stage_tails[s].push_back(int(P.units.size()) - 1);
+      for (int k = 0; k < std::max(1, m.agcus); ++k) {
+        P.units.push_back({UnitKind::AGCU, int(s), g.stages[s].name});
+        stage_heads[s].push_back(int(P.units.size()) - 1);
+        stage_tails[s].push_back(int(P.units.size()) - 1);
+      }
       continue;
     }
     for (int c = 0; c < m.par; ++c) {

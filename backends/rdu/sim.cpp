@@ -47,6 +47,8 @@ struct Agcu {
   int outstanding = 0;
   bool issue_pending = false;
   double last_issue = -1;
+  double issue_gap = 1;
+  int max_outstanding = 1;
   int inflight_iters = 0;
   double busy_since = 0;
 };
@@ -108,6 +110,13 @@ class Sim {
     for (size_t s = 0; s < g_.stages.size(); ++s)
       if (g_.stages[s].kind != StageKind::Compute) st_[s].agcu = next_agcu++;
     ag_.resize(std::max(next_agcu, 1));
+    // A stream served by k AGCUs issues k bursts per cycle with k times the outstanding requests.
+    for (size_t s = 0; s < g_.stages.size(); ++s)
+      if (st_[s].agcu >= 0) {
+        int k = std::max(1, cfg_.stages[s].agcus);
+        ag_[st_[s].agcu].issue_gap = 1.0 / k;
+        ag_[st_[s].agcu].max_outstanding = k * a_.agcu_outstanding;
+      }
     if (opt_.functional) {
       for (size_t b = 0; b < g_.buffers.size(); ++b) {
         const Buffer& buf = g_.buffers[b];
@@ -163,7 +172,7 @@ class Sim {
     res_.cycles = end_;
     for (size_t s = 0; s < g_.stages.size(); ++s) {
       res_.pcu_busy += res_.stages[s].busy * cfg_.stages[s].pcus;
-      if (g_.stages[s].kind != StageKind::Compute) res_.agcu_busy += res_.stages[s].busy;
+      if (g_.stages[s].kind != StageKind::Compute) res_.agcu_busy += res_.stages[s].busy * std::max(1, cfg_.stages[s].agcus);
     }
     return std::move(res_);
   }
@@ -268,14 +277,14 @@ class Sim {
     T.idle_from = T.busy_until;
     if (!ag.issue_pending) {
       ag.issue_pending = true;
-      push(std::max(now_, ag.last_issue + 1), AGCU_ISSUE, T.agcu, 0);
+      push(std::max(now_, ag.last_issue + ag.issue_gap), AGCU_ISSUE, T.agcu, 0);
     }
     schedule_try(s, T.busy_until);
   }
 
   void agcu_issue(int a) {
     auto& ag = ag_[a];
-    if (ag.queue.empty() || ag.outstanding >= a_.agcu_outstanding) return;  // burst_done re-arms
+    if (ag.queue.empty() || ag.outstanding >= ag.max_outstanding) return;  // burst_done re-arms
     Req r = ag.queue.front();
     ag.queue.pop_front();
     ++ag.outstanding;
@@ -295,9 +304,9 @@ class Sim {
       push(std::max(now_, C.bus_free), CHAN_SERVE, ch, 0);
     }
     if (r.last_of_iter && r.write) push(now_, RELEASE, r.stage, r.iter);  // store data has left the PMU
-    if (!ag.queue.empty() && ag.outstanding < a_.agcu_outstanding) {
+    if (!ag.queue.empty() && ag.outstanding < ag.max_outstanding) {
       ag.issue_pending = true;
-      push(now_ + 1, AGCU_ISSUE, a, 0);
+      push(now_ + ag.issue_gap, AGCU_ISSUE, a, 0);
     }
   }
 
@@ -360,7 +369,7 @@ class Sim {
     --ag.outstanding;
     if (!ag.issue_pending && !ag.queue.empty()) {
       ag.issue_pending = true;
-      push(std::max(now_, ag.last_issue + 1), AGCU_ISSUE, T.agcu, 0);
+      push(std::max(now_, ag.last_issue + ag.issue_gap), AGCU_ISSUE, T.agcu, 0);
     }
     auto it = T.bursts_left.find(i);
     MP_INTERNAL_CHECK(it != T.bursts_left.end(), "burst for an iteration not in flight");

@@ -1,0 +1,245 @@
+// The simulator on hand-built stage graphs: buffering, roofs, parallelism, memory, deadlock, place & route.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "backends/rdu/arch.h"
+#include "backends/rdu/graph.h"
+#include "backends/rdu/place_route.h"
+#include "backends/rdu/programs.h"
+#include "backends/rdu/rdu.h"
+#include "backends/rdu/report.h"
+#include "core/error.h"
+
+using namespace mp::rdu;
+
+namespace {
+
+// A chain of compute stages with the given initiation intervals (cycles per iteration on plasticine's
+// 16 lanes), joined by buffers of `depth` slots, running `iters` iterations.
+Graph chain(const std::vector<int64_t>& ii, int depth, int64_t iters) {
+  Graph g;
+  g.name = "chain";
+  int prev = -1;
+  for (size_t k = 0; k < ii.size(); ++k) {
+    Stage s;
+    s.name = "s" + std::to_string(k);
+    s.iterations = iters;
+    s.elements = ii[k] * 16;
+    s.ops = 1;
+    if (prev >= 0) s.inputs = {{prev, 1}};
+    if (k + 1 < ii.size()) {
+      prev = g.add_buffer("b" + std::to_string(k), 4, depth);
+      s.outputs = {prev};
+    }
+    g.add_stage(std::move(s));
+  }
+  return g;
+}
+
+RunOptions no_place() {
+  RunOptions o;
+  o.place = false;
+  return o;
+}
+
+}  // namespace
+
+TEST(RduSim, DoubleBuffersGiveMaxStagePerIteration) {
+  Arch a = load_arch("plasticine");
+  const int64_t n = 200;
+  Graph g = chain({100, 200, 300}, 2, n);
+  auto r = run(a, g, no_place());
+  // steady state: one iteration per max(stage) = 300 cycles; fill: the first two stages once
+  EXPECT_NEAR(r.cycles, n * 300 + 100 + 200, 60);
+  EXPECT_GT(r.stages[0].stall_output, 0);  // the fast producer waits for room
+  EXPECT_GT(r.stages[2].busy, 0.95 * r.cycles);
+}
+
+TEST(RduSim, SingleBuffersSerializeProducerAndConsumer) {
+  Arch a = load_arch("plasticine");
+  const int64_t n = 200;
+  Graph two = chain({100, 300}, 1, n);
+  auto r2 = run(a, two, no_place());
+  EXPECT_NEAR(r2.cycles, n * (100 + 300), 0.02 * n * 400);  // about the sum
+  Graph two_db = chain({100, 300}, 2, n);
+  EXPECT_NEAR(run(a, two_db, no_place()).cycles, n * 300, 0.02 * n * 300);  // about the max
+  // three stages, single buffers: neighbours cannot overlap (stages 1 and 3 still can)
+  Graph three = chain({100, 200, 300}, 1, n);
+  auto r3 = run(a, three, no_place());
+  EXPECT_NEAR(r3.cycles, n * (200 + 300), 0.02 * n * 500);
+  Graph three_db = chain({100, 200, 300}, 2, n);
+  EXPECT_GT(r3.cycles, 1.6 * run(a, three_db, no_place()).cycles);
+}
+
+TEST(RduSim, DeepBuffersAbsorbBurstyStages) {
+  // a stage that is slow every 4th iteration is what N-buffers absorb: deeper buffers never hurt
+  Arch a = load_arch("plasticine");
+  double prev = 1e300;
+  for (int depth : {1, 2, 4}) {
+    Graph g = chain({150, 100, 150}, depth, 100);
+    double c = run(a, g, no_place()).cycles;
+    EXPECT_LE(c, prev + 1) << "depth " << depth;
+    prev = c;
+  }
+}
+
+TEST(RduSim, NoProgramBeatsItsRoofs) {
+  for (const char* an : {"plasticine", "sn40l"}) {
+    Arch a = load_arch(an);
+    for (auto& p : graph_programs()) {
+      Params prm = resolve_params(p, {}, true);
+      Graph g = p.build(prm, false, 1);
+      auto r = run(a, g);
+      EXPECT_GE(r.cycles, r.compute_roof_cycles) << p.name << " on " << an;
+      EXPECT_GE(r.cycles, r.memory_roof_cycles) << p.name << " on " << an;
+      EXPECT_LE(r.load_bw_pct + r.store_bw_pct, 100.0) << p.name << " on " << an;
+      EXPECT_LE(r.pcu_util, 1.0) << p.name;
+      EXPECT_GT(r.cycles, 0) << p.name;
+    }
+  }
+}
+
+TEST(RduSim, MoreParallelismIsNeverSlowerOnAnUnconstrainedGrid) {
+  Arch a = load_arch("plasticine");
+  apply_override(a, "grid.rows=32");
+  apply_override(a, "grid.cols=32");
+  apply_override(a, "mesh.link_bytes=4096");
+  apply_override(a, "memory.ddr.channels=64");
+  apply_override(a, "agcu.count=64");
+  for (const char* name : {"blackscholes", "gemm", "dotproduct", "gda"}) {
+    const GraphProgram* p = find_graph_program(name);
+    double prev = 1e300;
+    for (int par : {1, 2, 4, 8, 16}) {
+      Params prm = resolve_params(*p, {"par=" + std::to_string(par)}, true);
+      if (std::string(name) == "blackscholes") prm["N"] = 16384, prm["ts"] = 2048;
+      Graph g = p->build(prm, false, 1);
+      double c = run(a, g, no_place()).cycles;
+      EXPECT_LE(c, prev) << name << " par " << par;
+      prev = c;
+    }
+  }
+}
+
+TEST(RduSim, MemoryBoundStreamApproachesButNeverExceedsPeakBandwidth) {
+  Arch a = load_arch("plasticine");
+  const GraphProgram* p = find_graph_program("dotproduct");
+  Graph g = p->build(resolve_params(*p, {"N=1048576", "ts=8192", "par=4"}, false), false, 1);
+  auto r = run(a, g);
+  EXPECT_LT(r.load_bw_pct, 100.0);
+  EXPECT_GT(r.load_bw_pct, 75.0);  // long sequential streams: only refresh and row switches are lost
+  // one channel instead of four: about four times slower
+  apply_override(a, "memory.ddr.channels=1");
+  Graph g1 = p->build(resolve_params(*p, {"N=1048576", "ts=8192", "par=4"}, false), false, 1);
+  auto r1 = run(a, g1);
+  EXPECT_NEAR(r1.cycles / r.cycles, 4.0, 0.4);
+}
+
+TEST(RduSim, DramTimingCostsAreSimulated) {
+  // Without refresh, row misses and turnaround the same stream is faster, never slower.
+  Arch a = load_arch("plasticine");
+  apply_override(a, "memory.ddr.channels=1");
+  const GraphProgram* p = find_graph_program("blackscholes");
+  Params prm = resolve_params(*p, {"N=96000", "ts=3200"}, false);
+  Graph g = p->build(prm, false, 1);
+  auto real = run(a, g);
+  Arch ideal = a;
+  apply_override(ideal, "memory.ddr.refresh_interval_ns=0");
+  apply_override(ideal, "memory.ddr.row_miss_ns=0");
+  apply_override(ideal, "memory.ddr.turnaround_ns=0");
+  Graph g2 = p->build(prm, false, 1);
+  auto fast = run(ideal, g2);
+  EXPECT_LT(fast.cycles, real.cycles);
+  EXPECT_GT(real.row_misses, 0);
+  EXPECT_GT(real.refreshes, 0);
+  EXPECT_GT(real.turnarounds, 0);
+}
+
+TEST(RduSim, DeadlockIsReportedNotHung) {
+  Graph g;
+  g.name = "cycle";
+  int b0 = g.add_buffer("b0", 4), b1 = g.add_buffer("b1", 4);
+  Stage x;
+  x.name = "x", x.elements = 16, x.iterations = 4, x.inputs = {{b1, 1}}, x.outputs = {b0};
+  Stage y;
+  y.name = "y", y.elements = 16, y.iterations = 4, y.inputs = {{b0, 1}}, y.outputs = {b1};
+  g.add_stage(x);
+  g.add_stage(y);
+  g.buffers[b1].initial_tokens = 0;
+  Arch a = load_arch("plasticine");
+  try {
+    run(a, g, no_place());
+    FAIL() << "expected a deadlock report";
+  } catch (const mp::internal_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocked"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RduSim, ProgramsThatDoNotFitBecomeSeveralKernelCalls) {
+  Arch a = load_arch("plasticine");
+  apply_override(a, "grid.rows=2");
+  apply_override(a, "grid.cols=4");  // 4 PCUs, 4 PMUs
+  const GraphProgram* p = find_graph_program("blackscholes");
+  Graph g = p->build(resolve_params(*p, {}, true), false, 1);
+  try {
+    run(a, g);
+    FAIL() << "a 12-PCU chain cannot fit 4 PCUs";
+  } catch (const mp::user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs a chain of 12 PCUs"), std::string::npos) << e.what();
+  }
+  const GraphProgram* q = find_graph_program("gda");
+  Graph h = q->build(resolve_params(*q, {"par=1"}, true), false, 1);
+  auto r = run(a, h);
+  EXPECT_GT(r.kernel_calls, 1);
+  ASSERT_FALSE(r.split_reasons.empty());
+  EXPECT_NE(r.split_reasons[0].find("does not fit"), std::string::npos) << r.split_reasons[0];
+  EXPECT_GT(r.bytes_written, int64_t(16 * 16 * 4));  // spills go off chip
+}
+
+TEST(RduPlaceRoute, AnnealingShortensWiresAndRoutesConnectTheirEnds) {
+  Arch a = load_arch("plasticine");
+  const GraphProgram* p = find_graph_program("gemm");
+  Graph g = p->build(p->defaults, false, 1);
+  Mapping m = map_graph(a, g);
+  Placement P = place_and_route(a, m.configs[0], 7);
+  EXPECT_LT(P.wire_cost_final, P.wire_cost_initial);
+  EXPECT_GT(P.total_hops, 0);
+  // no two units on one site
+  std::vector<std::pair<int, int>> sites;
+  for (auto& u : P.units) sites.push_back({u.x, u.y});
+  std::sort(sites.begin(), sites.end());
+  EXPECT_EQ(std::adjacent_find(sites.begin(), sites.end()), sites.end());
+  for (auto& u : P.units) {
+    if (u.kind == UnitKind::AGCU) EXPECT_TRUE(u.x == -1 || u.x == a.cols);
+    else EXPECT_EQ(a.is_pcu(u.y, u.x), u.kind == UnitKind::PCU);
+  }
+  for (auto& n : P.nets) {
+    ASSERT_FALSE(n.path.empty());
+    auto& from = P.units[n.from];
+    auto& to = P.units[n.to];
+    EXPECT_EQ(n.path.front(), std::make_pair(from.x, from.y));
+    EXPECT_EQ(n.path.back(), std::make_pair(to.x, to.y));
+    for (size_t k = 1; k < n.path.size(); ++k)
+      EXPECT_EQ(std::abs(n.path[k].first - n.path[k - 1].first) + std::abs(n.path[k].second - n.path[k - 1].second), 1);
+  }
+}
+
+TEST(RduReport, JsonHasEveryRequiredFieldAndSvgDrawsThePlacement) {
+  Arch a = load_arch("plasticine");
+  const GraphProgram* p = find_graph_program("matmul");
+  Graph g = p->build(resolve_params(*p, {}, true), false, 1);
+  auto r = run(a, g);
+  std::ostringstream js;
+  print_json(js, a, r);
+  for (const char* key : {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"pcu\"", "\"pmu\"", "\"agcu\"", "\"bytes_read\"",
+                          "\"bytes_written\"", "\"load_bw_pct\"", "\"store_bw_pct\"", "\"busy_cycles\"", "\"stall_cycles\"",
+                          "\"worst_link\"", "\"max_hops\""})
+    EXPECT_NE(js.str().find(key), std::string::npos) << key;
+  std::string svg = render_svg(a, r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("polyline"), std::string::npos);
+  EXPECT_NE(svg.find("PCU matmul"), std::string::npos);
+  EXPECT_NE(svg.find("AGCU load A"), std::string::npos);
+}
+
