@@ -32,6 +32,7 @@ struct Operands {
   std::vector<i64> k_off;                  // address offset of window element k
   std::vector<std::int32_t> k_row, k_col;  // filter row/column of window element k
   i64 H, W;
+  i64 max_k_row = 0, max_k_col = 0;
   i64 ifmap_space, filter_space;
 
   explicit Operands(const Layer& L) {
@@ -52,6 +53,8 @@ struct Operands {
       k_off[k] = (fr * W + fc) * Ch + ch;
     }
     ifmap_space = H * W * Ch;
+    max_k_row = *std::max_element(k_row.begin(), k_row.end());
+    max_k_col = *std::max_element(k_col.begin(), k_col.end());
     filter_space = K * N;
   }
   // -1 when the element lies outside the image.
@@ -160,14 +163,20 @@ struct ReadStream {
     }
     const i64 T = s.plan.temporal;
     const int n = used(f);
-    const bool j_is_k = (s.df == Dataflow::WS) || (s.df == Dataflow::OS && which == Operand::Filter);
-    (void)j_is_k;
     if (s.df == Dataflow::OS && which == Operand::Ifmap) {  // rows m = r0 + j, columns k = u: row-major
-      for (i64 j = 0; j < n; ++j)
-        for (i64 u = 0; u < T; ++u) {
-          const i64 a = ops.ifmap(f.r0 + j, u);
-          if (a >= 0) fn(a);
+      for (i64 j = 0; j < n; ++j) {
+        const i64 m = f.r0 + j, base = ops.m_base[m];
+        if (ops.m_row[m] + ops.max_k_row < ops.H && ops.m_col[m] + ops.max_k_col < ops.W) {
+          // The whole window lies inside the image: no edge checks.
+          const i64* off = ops.k_off.data();
+          for (i64 u = 0; u < T; ++u) fn(base + off[u]);
+        } else {
+          for (i64 u = 0; u < T; ++u) {
+            const i64 a = ops.ifmap(m, u);
+            if (a >= 0) fn(a);
+          }
         }
+      }
     } else {
       for (i64 u = 0; u < T; ++u)
         for (i64 j = 0; j < n; ++j) {

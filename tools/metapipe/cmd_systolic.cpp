@@ -90,7 +90,7 @@ int run_systolic(Args& a) {
             << (cfg.user_bandwidth ? "USER " + std::to_string(cfg.bandwidth[0]) + " words/cycle" : std::string("CALC"))
             << ", " << layers.size() << " layer(s) from " << topo << "\n\n";
   std::vector<std::string> head = {"layer", "M x K x N", "total cycles", "stalls", "overall util", "mapping eff"};
-  if (mode == "cycle") head.push_back("cycle-level check");
+  if (mode == "cycle") head.push_back("cycle-level check (compute cycles, without stalls)");
   Table t(head);
   bool ok = true;
   for (size_t i = 0; i < reports.size(); ++i) {
