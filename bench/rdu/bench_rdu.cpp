@@ -1,0 +1,84 @@
+// Speed of the cycle simulation: a metapipeline of dozens of stages simulated for about a million cycles
+// must take under 10 s on one core. Also times the published BlackScholes case and the 8 programs.
+#include <chrono>
+#include <cstdio>
+
+#include "backends/rdu/arch.h"
+#include "backends/rdu/programs.h"
+#include "backends/rdu/rdu.h"
+
+using namespace mp::rdu;
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// load -> `inner` compute stages with initiation intervals between 8 and 24 cycles -> store, over `iters` tiles
+Graph long_pipeline(int inner, int64_t iters) {
+  Graph g;
+  g.name = "pipeline-" + std::to_string(inner + 2) + "-stages";
+  const int64_t tile = 1024;  // bytes: 256 floats
+  int in = g.add_tensor("in", tile * iters), out = g.add_tensor("out", tile * iters);
+  int prev = g.add_buffer("b0", tile, 2);
+  Stage ld;
+  ld.name = "load", ld.kind = StageKind::Load, ld.iterations = iters, ld.tensor = in, ld.outputs = {prev};
+  ld.access.row_bytes = tile, ld.access.iter_stride = tile;
+  g.add_stage(ld);
+  for (int k = 0; k < inner; ++k) {
+    int next = g.add_buffer("b" + std::to_string(k + 1), tile, 2 + k % 3);
+    Stage s;
+    s.name = "stage" + std::to_string(k);
+    s.iterations = iters;
+    s.inputs = {{prev, 1}};
+    s.outputs = {next};
+    s.elements = 16 * (8 + (k * 7) % 17);
+    s.ops = 1 + k % 6;
+    g.add_stage(s);
+    prev = next;
+  }
+  Stage st;
+  st.name = "store", st.kind = StageKind::Store, st.iterations = iters, st.tensor = out, st.inputs = {{prev, 1}};
+  st.access.row_bytes = tile, st.access.iter_stride = tile;
+  g.add_stage(st);
+  return g;
+}
+
+}  // namespace
+
+int main() {
+  Arch a = load_arch("plasticine");
+  apply_override(a, "grid.rows=16");  // room for 40 stages in one configuration
+  std::printf("%-34s %14s %12s %10s %14s\n", "case", "sim cycles", "events", "wall s", "cycles / s");
+  for (int64_t iters : {8500, 42000}) {  // about 1 and 5 million simulated cycles
+    Graph g = long_pipeline(38, iters);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = run(a, g);
+    double s = seconds_since(t0);
+    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (budget for 1M cycles: 10 s)\n", (g.name + " x" + std::to_string(iters)).c_str(),
+                r.cycles, (long long)r.events, s, r.cycles / s);
+  }
+  Arch p1 = load_arch("plasticine");
+  apply_override(p1, "memory.ddr.channels=1");
+  {
+    const GraphProgram* bs = find_graph_program("blackscholes");
+    Graph g = bs->build(bs->defaults, false, 1);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = run(p1, g);
+    double s = seconds_since(t0);
+    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (%.3f ms simulated vs 2.33 ms published)\n", "blackscholes 960k, 1 DDR3 channel",
+                r.cycles, (long long)r.events, s, r.cycles / s, r.seconds * 1e3);
+  }
+  for (const char* an : {"plasticine", "sn40l"}) {
+    Arch arch = load_arch(an);
+    for (auto& p : graph_programs()) {
+      Graph g = p.build(p.defaults, false, 1);
+      auto t0 = std::chrono::steady_clock::now();
+      auto r = run(arch, g);
+      double s = seconds_since(t0);
+      std::printf("%-34s %14.0f %12lld %10.3f %14.3g\n", (p.name + " on " + an).c_str(), r.cycles, (long long)r.events, s, r.cycles / s);
+    }
+  }
+  return 0;
+}
