@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -17,8 +18,7 @@ using namespace mp::tile;
 // What the kernels take (the same for every tile shape and output type, so split-K can hand a bf16
 // call's arguments to the fp32 kernel).
 struct gemm_globals {
-  CUtensorMap a, b;
-  void* c;  // the output, or (split-K) a zeroed fp32 buffer the splits add into
+  CUtensorMap a, b, c;  // c: the output, or (split-K) an fp32 buffer with one M x N slice per split
   int m, n, k;
   int tiles_m, tiles_n, k_iters, group_m;
   int splits, iters_per_split;
@@ -35,7 +35,13 @@ struct gemm_kernel {
     a_tile a;
     b_tile b;
   };
-  struct finish_smem {};
+  // The epilogue goes registers -> shared -> TMA store, 64 x CW chunks (CW = one 128-byte swizzle span
+  // of OutT), double-buffered per consumer so one chunk's store overlaps the next chunk's writes.
+  static constexpr int CW = 128 / int(sizeof(OutT));
+  using c_tile = st<OutT, 64, CW>;
+  struct finish_smem {
+    c_tile c[consumers][2];
+  };
   using globals = gemm_globals;
   struct state {
     rt_fl<16, BN> acc;
@@ -81,36 +87,56 @@ struct gemm_kernel {
     warpgroup::fence_accumulator(st.acc);
   }
 
-  // Registers straight to global memory, masked at the matrix edge; split-K parts add into fp32.
-  __device__ static void finish(state& st, finish_smem&, const globals& g, int work, int consumer) {
+  __device__ static void finish(state& st, finish_smem& fs, const globals& g, int work, int consumer) {
     warpgroup::fence_accumulator(st.acc);
     const int2 t = tile_of(g, work);
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    const int row0 = t.x * BM + consumer * 64 + warp * 16 + lane / 4;
-    const int col0 = t.y * BN + 2 * (lane % 4);
+    const bool leader = warpgroup::thread_in_group() == 0;
+    const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
 #pragma unroll
-    for (int j = 0; j < BN / 16; ++j)
+    for (int j = 0; j < BN / CW; ++j) {
+      c_tile& buf = fs.c[consumer][j % 2];
+      if (leader) tma::wait_read<1>();  // the store that last read this buffer is done with it
+      named_barrier_sync(bar, warpgroup_threads);
 #pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const int r = row0 + 8 * (f & 1), c = col0 + 16 * j + 8 * (f >> 1);
-        if (r >= g.m || c >= g.n) continue;
-        const float2 v = st.acc.tiles[0][j][f];
-        OutT* p = static_cast<OutT*>(g.c) + size_t(r) * g.n + c;
-        if constexpr (std::is_same_v<OutT, float>) {
-          if (g.splits > 1)
-            atomicAdd(reinterpret_cast<float2*>(p), v);
+      for (int jb = 0; jb < CW / 16; ++jb)
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const float2 v = st.acc.tiles[0][j * (CW / 16) + jb][f];
+          OutT& dst = buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
+          if constexpr (std::is_same_v<OutT, float>)
+            *reinterpret_cast<float2*>(&dst) = v;
           else
-            *reinterpret_cast<float2*>(p) = v;
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(p) = __float22bfloat162_rn(v);
+            *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
         }
+      fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
+      named_barrier_sync(bar, warpgroup_threads);
+      if (leader) {
+        tma::store_async(&g.c, buf, t.x * BM + consumer * 64, t.y * BN + j * CW, split_of(g, work));
+        tma::commit_group();
       }
+    }
   }
 };
 
-__global__ void f32_to_bf16(const float* __restrict__ in, __nv_bfloat16* __restrict__ out, size_t n2) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n2; i += size_t(gridDim.x) * blockDim.x)
-    reinterpret_cast<__nv_bfloat162*>(out)[i] = __float22bfloat162_rn(reinterpret_cast<const float2*>(in)[i]);
+// Sum the split-K slices (fp32, splits x M x N) into the output.
+template <class OutT>
+__global__ void reduce_splits(const float* __restrict__ ws, OutT* __restrict__ out, size_t mn, int splits) {
+  const size_t n4 = mn / 4;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4;
+       i += size_t(gridDim.x) * blockDim.x) {
+    float4 acc = reinterpret_cast<const float4*>(ws)[i];
+    for (int s = 1; s < splits; ++s) {
+      const float4 v = reinterpret_cast<const float4*>(ws + s * mn)[i];
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    if constexpr (std::is_same_v<OutT, float>) {
+      reinterpret_cast<float4*>(out)[i] = acc;
+    } else {
+      reinterpret_cast<__nv_bfloat162*>(out)[2 * i] = __floats2bfloat162_rn(acc.x, acc.y);
+      reinterpret_cast<__nv_bfloat162*>(out)[2 * i + 1] = __floats2bfloat162_rn(acc.z, acc.w);
+    }
+  }
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -134,7 +160,15 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   const int sms = sm_count();
   const int tm = (m + 127) / 128;
   int bn = s.block_n;
-  if (bn == 0) bn = tm * ((n + 255) / 256) >= sms ? 256 : 128;
+  if (bn == 0) {
+    // 128 x 256 tiles do the most math per byte of shared memory; take 128 x 128 only when it fills the
+    // GPU's last wave clearly better (wave efficiency: tiles / (waves * SMs)).
+    auto eff = [&](int b) {
+      const int t = tm * ((n + b - 1) / b);
+      return double(t) / (double((t + sms - 1) / sms) * sms);
+    };
+    bn = eff(256) >= 0.85 * eff(128) ? 256 : 128;
+  }
   MP_USER_CHECK(bn == 128 || bn == 256, "gemm: block_n must be 128 or 256, got ", bn);
   const int tiles = tm * ((n + bn - 1) / bn);
   const int k_iters = (k + 63) / 64;
@@ -147,19 +181,59 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   return {bn, splits, tiles};
 }
 
+// Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
+// of host time, which small GEMMs would otherwise pay on every call.
+template <class ST>
+const CUtensorMap& cached_map(const void* p, int depth, int rows, int cols) {
+  struct entry {
+    const void* p;
+    int d, r, c;
+    CUtensorMap map;
+  };
+  thread_local entry cache[16];
+  thread_local int next = 0;
+  for (auto& e : cache)
+    if (e.p == p && e.d == depth && e.r == rows && e.c == cols) return e.map;
+  using T = typename ST::elem;
+  entry& e = cache[next];
+  next = (next + 1) % 16;
+  e = {p, depth, rows, cols,
+       make_tma_map<ST>(gl<T, 1, -1, -1, -1>(static_cast<T*>(const_cast<void*>(p)), 1, depth, rows, cols))};
+  return e.map;
+}
+
+// The split-K workspace: grow-only, one per stream in use.
+float* workspace(cudaStream_t stream, size_t bytes) {
+  struct entry {
+    cudaStream_t s;
+    float* p;
+    size_t bytes;
+  };
+  thread_local std::vector<entry> ws;
+  for (auto& e : ws)
+    if (e.s == stream) {
+      if (e.bytes < bytes) {
+        check_cuda(cudaFreeAsync(e.p, stream), "freeing the split-K workspace");
+        check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&e.p), bytes, stream),
+                   "allocating the split-K workspace");
+        e.bytes = bytes;
+      }
+      return e.p;
+    }
+  float* p = nullptr;
+  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&p), bytes, stream),
+             "allocating the split-K workspace");
+  ws.push_back({stream, p, bytes});
+  return p;
+}
+
 template <int BN, bool BT, class OutT>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, int splits) {
   using K = gemm_kernel<BN, BT, OutT>;
   typename K::globals g{};
-  gl<bf16, 1, 1, -1, -1> ga(static_cast<bf16*>(const_cast<void*>(a)), 1, 1, m, k);
-  g.a = make_tma_map<typename K::a_tile>(ga);
-  if constexpr (BT)
-    g.b = make_tma_map<typename K::b_tile>(
-        gl<bf16, 1, 1, -1, -1>(static_cast<bf16*>(const_cast<void*>(b)), 1, 1, n, k));
-  else
-    g.b = make_tma_map<typename K::b_tile>(
-        gl<bf16, 1, 1, -1, -1>(static_cast<bf16*>(const_cast<void*>(b)), 1, 1, k, n));
+  g.a = cached_map<typename K::a_tile>(a, 1, m, k);
+  g.b = BT ? cached_map<typename K::b_tile>(b, 1, n, k) : cached_map<typename K::b_tile>(b, 1, k, n);
   g.m = m, g.n = n, g.k = k;
   g.tiles_m = (m + K::BM - 1) / K::BM;
   g.tiles_n = (n + BN - 1) / BN;
@@ -169,24 +243,17 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int max_blocks = s.persistent ? 0 : K::work_count(g);
   if (g.splits == 1) {
-    g.c = c;
+    g.c = cached_map<typename K::c_tile>(c, 1, m, n);
     check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
     return;
   }
-  // split-K: the parts add into a zeroed fp32 buffer (C itself when C is fp32).
-  float* acc = nullptr;
-  if constexpr (std::is_same_v<OutT, float>)
-    acc = static_cast<float*>(c);
-  else
-    check_cuda(cudaMallocAsync(&acc, size_t(m) * n * sizeof(float), stream), "allocating the split-K buffer");
-  check_cuda(cudaMemsetAsync(acc, 0, size_t(m) * n * sizeof(float), stream), "zeroing the split-K buffer");
-  g.c = acc;
-  check_cuda(pc::launch<gemm_kernel<BN, BT, float>>(g, stream, max_blocks), "the GEMM kernel launch");
-  if constexpr (!std::is_same_v<OutT, float>) {
-    f32_to_bf16<<<sm_count() * 4, 256, 0, stream>>>(acc, static_cast<__nv_bfloat16*>(c), size_t(m) * n / 2);
-    check_cuda(cudaGetLastError(), "the split-K conversion launch");
-    check_cuda(cudaFreeAsync(acc, stream), "freeing the split-K buffer");
-  }
+  // split-K: each split writes its fp32 partial tile into its own slice; a second kernel sums them.
+  using KF = gemm_kernel<BN, BT, float>;
+  float* ws = workspace(stream, size_t(g.splits) * m * n * sizeof(float));
+  g.c = cached_map<typename KF::c_tile>(ws, g.splits, m, n);
+  check_cuda(pc::launch<KF>(g, stream, max_blocks), "the GEMM kernel launch");
+  reduce_splits<OutT><<<sm_count() * 4, 256, 0, stream>>>(ws, static_cast<OutT*>(c), size_t(m) * n, g.splits);
+  check_cuda(cudaGetLastError(), "the split-K reduction launch");
 }
 
 }  // namespace

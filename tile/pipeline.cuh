@@ -17,6 +17,7 @@
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
 #pragma once
 #include "tile/sync.cuh"
+#include "tile/tma.cuh"
 #include "tile/types.cuh"
 #include "tile/warpgroup.cuh"
 
@@ -34,8 +35,9 @@ struct traits {
   static constexpr int stage_bytes = sizeof(typename K::stage);
   // The finish region is rounded up to 1024 bytes (swizzled tiles in it stay aligned, and the mbarriers
   // after it 8-byte aligned); an empty finish_smem takes no space.
-  static constexpr int finish_bytes =
-      std::is_empty_v<typename K::finish_smem> ? 0 : (int(sizeof(typename K::finish_smem)) + 1023) / 1024 * 1024;
+  static constexpr int finish_bytes = std::is_empty_v<typename K::finish_smem>
+                                          ? 0
+                                          : (int(sizeof(typename K::finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int barrier_bytes = 2 * stages * 8;
   // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
   static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       if (prev >= 0 && signaller) arrive(empty[prev]);
       K::finish(st, *fin, g, work, wg);
     }
+    tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }
 }
 

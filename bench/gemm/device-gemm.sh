@@ -32,4 +32,7 @@ if [ $tests = 1 ]; then
   done
 fi
 timeout 60 ./build-gemm/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
+timeout 120 ./build-gemm/docs/gemm_steps/gemm_tutorial 2>&1 | tee "$OUT/tutorial.log"
+./build-gemm/tools/metapipe/metapipe info
+timeout 120 ./build-gemm/tools/metapipe/metapipe demo
 timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
