@@ -155,7 +155,12 @@ Value buffer(const Value& v, const TileOpts& o) {
 }
 }  // namespace detail
 
-Value LOAD(const Tensor& t) { return LOAD_TILE(t, t->shape, at()); }
+Value LOAD(const Tensor& t) {
+  detail::TileOpts o;
+  o.offset.assign(t->shape.size(), ir::Affine(0));
+  o.has_offset = true;
+  return detail::load_tile(t, t->shape, o);
+}
 void STORE(const Tensor& t, const Value& v) {
   MP_USER_CHECK(v->shape == t->shape, "STORE(", t->name, ", value): shape mismatch: the value is ",
                 ir::to_string(v->shape), " but '", t->name, "' is ", ir::to_string(t->shape),

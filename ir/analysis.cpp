@@ -1,6 +1,8 @@
 // Work, off-chip access patterns and on-chip footprint computed from the IR.
 #include "ir/analysis.h"
 
+#include <set>
+
 namespace mp::ir {
 
 std::optional<OffChipAccess> access_of(const Node& n) {
@@ -88,6 +90,30 @@ Work work_of(const std::vector<NodeRef>& nodes) {
   Work w;
   for (auto& n : nodes) w += work_of(*n);
   return w;
+}
+
+std::vector<Value> reads_of(const Node& n) {
+  std::vector<Value> out = n.operands();
+  auto* m = n.as<MetaPipe>();
+  if (!m) return out;
+  std::set<int> inside, seen;
+  for (auto& v : out) seen.insert(v->id);
+  for (auto& c : m->carried) inside.insert(c.arg->id);
+  walk(m->body(), [&](const NodeRef& x, int) {
+    if (x->out) inside.insert(x->out->id);
+    if (auto* mm = x->as<MetaPipe>())
+      for (auto& c : mm->carried) inside.insert(c.arg->id), inside.insert(c.result->id);
+  });
+  walk(m->body(), [&](const NodeRef& x, int) {
+    for (auto& v : x->operands())
+      if (!inside.count(v->id) && seen.insert(v->id).second) out.push_back(v);
+    if (auto* mm = x->as<MetaPipe>())
+      for (auto& c : mm->carried)
+        if (!inside.count(c.next->id) && seen.insert(c.next->id).second) out.push_back(c.next);
+  });
+  for (auto& c : m->carried)
+    if (!inside.count(c.next->id) && seen.insert(c.next->id).second) out.push_back(c.next);
+  return out;
 }
 
 Work program_work(const Program& p) { return work_of(p.body); }

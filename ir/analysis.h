@@ -26,6 +26,10 @@ struct BufferRef {
 };
 std::vector<BufferRef> all_buffers(const Program& p);
 
+// Values a node reads: its operands, and for a MetaPipe also every value its body (nested loops
+// included) reads from outside the loop. This is what crosses into a stage that holds the node.
+std::vector<Value> reads_of(const Node& n);
+
 // Total program work (all top-level statements).
 Work program_work(const Program& p);
 

@@ -133,7 +133,7 @@ struct Verifier {
       }
       for (size_t s = 0; s < m.stages.size(); ++s)
         for (auto& op : m.stages[s].ops)
-          for (auto& v : op->operands()) {
+          for (auto& v : reads_of(*op)) {
             auto it = stage_of.find(v->id);
             if (it == stage_of.end() || it->second == int(s)) continue;
             MP_INTERNAL_CHECK(it->second < int(s), m.where(), ": ", op->where(), " in stage ", s,

@@ -1,0 +1,69 @@
+// The program registry: every example program with its parameters (and defaults), a builder of its IR
+// and a naive C++ reference. The CLI (list / compile / run / sim) and every backend's tests use it.
+//
+//   MP_REGISTER_PROGRAM(my_program_spec);   // in any .cpp under examples/ (the library is OBJECT, so
+//                                           // static registration survives linking)
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+#include "passes/pipeline.h"
+
+namespace mp::examples {
+
+struct Param {
+  std::string name;
+  std::string def;   // default value, as text ("256", "0.1", "f32")
+  std::string help;
+};
+
+// Resolved parameter values (program parameters and the compile parameters shared by all programs).
+class Params {
+ public:
+  std::map<std::string, std::string> values;
+  int64_t i(const std::string& name) const;      // user_error when malformed
+  double f(const std::string& name) const;
+  const std::string& s(const std::string& name) const;
+  ir::DType dtype(const std::string& name = "dtype") const;
+};
+
+using HostInputs = std::map<std::string, std::vector<float>>;   // by tensor name
+using HostOutputs = std::map<std::string, std::vector<double>>;  // expected output / inout contents
+
+struct ProgramSpec {
+  std::string name;
+  std::string summary;  // one line for `metapipe list`
+  std::vector<Param> params;
+  std::function<ir::Program(const Params&)> build;
+  // Naive reference: expected contents of every Output / InOut tensor, computed in double.
+  std::function<HostOutputs(const Params&, const HostInputs&)> reference;
+  // Optional: adjust the uniform [-1, 1) random inputs (indices, positions, weight scales).
+  std::function<void(const Params&, HostInputs&)> prepare_inputs;
+};
+
+void register_program(ProgramSpec spec);
+std::vector<const ProgramSpec*> programs();          // sorted by name
+const ProgramSpec& find_program(const std::string& name);  // user_error listing the programs
+
+// Compile parameters every program accepts through --set: mask, depth, budget_kib, row_tile, fuse, lanes.
+const std::vector<Param>& compile_params();
+// Defaults overridden by "NAME=VALUE" strings; an unknown NAME is a user_error listing the valid ones.
+Params resolve(const ProgramSpec& spec, const std::vector<std::string>& sets);
+passes::CompileOptions compile_options(const Params& p);
+// build(p) with the program's parameters recorded and the budget / masking set from the compile params.
+ir::Program build(const ProgramSpec& spec, const Params& p);
+
+struct Registrar {
+  explicit Registrar(ProgramSpec (*make)()) { register_program(make()); }
+};
+
+}  // namespace mp::examples
+
+#define MP_EXAMPLES_CAT2(a, b) a##b
+#define MP_EXAMPLES_CAT(a, b) MP_EXAMPLES_CAT2(a, b)
+#define MP_REGISTER_PROGRAM(make_fn) \
+  static const ::mp::examples::Registrar MP_EXAMPLES_CAT(mp_program_registrar_, __LINE__)(make_fn)

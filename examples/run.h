@@ -1,0 +1,39 @@
+// Running a registered program on the CPU backends and checking it against its reference.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/executor.h"
+#include "core/compare.h"
+#include "examples/registry.h"
+
+namespace mp::examples {
+
+enum class CpuMode { Interpreter, Executor };
+
+struct TensorCheck {
+  std::string tensor;
+  CompareResult cmp;
+};
+struct CpuRun {
+  std::string target;  // "cpu" (interpreter) or "cpu:metapipe" (executor)
+  bool ok = false;
+  double rtol = 0;
+  std::vector<TensorCheck> checks;
+  double ms = 0;
+  std::optional<cpu::ExecReport> report;  // executor only
+  std::string summary() const;            // "ok (max rel 3.1e-07)" or the first failure
+};
+
+// Tolerance of a program's check: fp32 1e-5 relative, bf16 / f16 1e-2.
+double tolerance(ir::DType dt);
+
+// Fresh random inputs (seeded), reference outputs, the compiled program run in the given mode.
+CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, uint64_t seed);
+// The same, reusing an already compiled program and its inputs and reference.
+CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref, CpuMode mode,
+                    double rtol);
+HostInputs make_inputs(const ProgramSpec& spec, const Params& params, const ir::Program& p, uint64_t seed);
+
+}  // namespace mp::examples
