@@ -50,16 +50,19 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
   for (auto& in : s.inputs) in_bytes = std::max(in_bytes, g.buffers[in.buffer].bytes);
   int64_t net_ii = cdiv(in_bytes, int64_t(a.link_bytes) * par);
   if (s.is_matmul()) {
+    // SIMD: lanes x stages MACs per PCU and cycle; systolic (when the arch has it): the systolic model of
+    // ../systolic with its fold and skew costs. The compiler picks the faster mode for the shape.
+    m.mode = "simd";
+    m.chain = 1;
+    m.ii = cdiv(s.m * s.k * s.n, int64_t(a.pcu_lanes) * a.pcu_stages * par);
+    m.latency = a.pcu_stages;
     if (a.pcu_systolic && s.systolic_ok) {
-      m.mode = "systolic";
-      m.chain = 1;
-      m.ii = systolic_cycles(a, s.m, s.k, cdiv(s.n, par));
-      m.latency = 0;  // the systolic cycle count includes fill and drain
-    } else {
-      m.mode = "simd";
-      m.chain = 1;
-      m.ii = cdiv(s.m * s.k * s.n, int64_t(a.pcu_lanes) * a.pcu_stages * par);
-      m.latency = a.pcu_stages;
+      int64_t sys = systolic_cycles(a, s.m, s.k, cdiv(s.n, par));
+      if (sys < m.ii + m.latency) {
+        m.mode = "systolic";
+        m.ii = sys;
+        m.latency = 0;  // the systolic cycle count includes fill and drain
+      }
     }
   } else {
     m.mode = "simd";
