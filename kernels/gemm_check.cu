@@ -77,25 +77,36 @@ std::vector<double> to_host_out(const void* d, size_t n, out_type out) {
   return v;
 }
 
-template <class F>
-double median_ms(F&& launch_batch, int reps, int samples) {
+// Median per-launch time of two variants, their samples interleaved (ABAB...) so that both see the same
+// clocks and temperature; each sample is a batch of `reps` launches.
+template <class F, class G>
+std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with_second, int reps,
+                                                int samples) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int s = 0; s < samples; ++s) {
+  std::vector<float> t1, t2;
+  auto sample = [&](auto& f, std::vector<float>& out) {
     cudaEventRecord(e0);
-    for (int r = 0; r < reps; ++r) launch_batch(r);
+    for (int r = 0; r < reps; ++r) f(r);
     cudaEventRecord(e1);
     ck(cudaEventSynchronize(e1), "timing");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms / reps);
+    out.push_back(ms / reps);
+  };
+  for (int s = 0; s < samples; ++s) {
+    sample(first, t1);
+    if (with_second) sample(second, t2);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  auto med = [](std::vector<float>& t) {
+    if (t.empty()) return 0.0;
+    std::sort(t.begin(), t.end());
+    return double(t[t.size() / 2]);
+  };
+  return {med(t1), med(t2)};
 }
 
 }  // namespace
@@ -225,15 +236,16 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
     auto theirs = [&](int r) {
       gemm_bf16_cublas(as[r % copies]->p, bs[r % copies]->p, cref.p, m, n, k, bl, out, nullptr);
     };
-    for (int w = 0; w < 3; ++w) {  // warm-up (module load, handle creation, clocks)
+    for (int w = 0; w < 10; ++w) {  // warm-up (module load, handle creation, clocks)
       ours(w);
       if (opt.cublas) theirs(w);
     }
     ck(cudaDeviceSynchronize(), "warm-up");
-    res.ours_ms = median_ms(ours, reps, opt.samples);
+    auto [o, t] = median_ms_interleaved(ours, theirs, opt.cublas, reps, opt.samples);
+    res.ours_ms = o;
     res.ours_tflops = flop / (res.ours_ms * 1e-3) / 1e12;
     if (opt.cublas) {
-      res.cublas_ms = median_ms(theirs, reps, opt.samples);
+      res.cublas_ms = t;
       res.cublas_tflops = flop / (res.cublas_ms * 1e-3) / 1e12;
     }
     ck(cudaGetLastError(), "timed runs");

@@ -5,8 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/gemm-out}"; mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=1; bench_args="--layout both"
-while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --bench) bench_args="$2"; shift;; esac; shift; done
+tests=1; sweep=0; bench_args="--layout both"
+while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --sweep) sweep=1;; --bench) bench_args="$2"; shift;; esac; shift; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/card.txt"
 t0=$(date +%s)
 # Build from a copy holding only the layers the GEMM needs, so other layers' work in progress in the same
@@ -36,3 +36,25 @@ timeout 120 ./build-gemm/docs/gemm_steps/gemm_tutorial 2>&1 | tee "$OUT/tutorial
 ./build-gemm/tools/metapipe/metapipe info
 timeout 120 ./build-gemm/tools/metapipe/metapipe demo
 timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
+if [ $sweep = 1 ]; then  # schedule variants on the shapes furthest from cuBLAS
+  g=./build-gemm/tools/metapipe/metapipe
+  while read -r args; do
+    printf "%-58s " "$args"; timeout 60 $g gemm $args --samples 30 | grep -E "^ratio|^check" | grep -oE "ratio:.*|FAIL.*" | tr '\n' ' '; echo
+  done <<'LIST'
+128 4096 4096 --bt
+128 4096 4096 --bt --block-n 128 --split-k 1
+128 4096 4096 --bt --block-n 128 --split-k 2
+128 4096 4096 --bt --block-n 128 --split-k 8
+128 4096 4096 --bt --block-n 256 --split-k 4
+128 4096 4096 --bt --block-n 256 --split-k 8
+128 4096 4096 --bt --out f32
+8192 128256 4096 --bt
+8192 128256 4096 --bt --group-m 4
+8192 128256 4096 --bt --group-m 8
+8192 128256 4096 --bt --group-m 32
+4096 4096 4096 --bt
+4096 4096 4096 --bt --group-m 8
+4096 4096 4096 --bt --group-m 32
+2048 2048 2048 --bt --block-n 128
+LIST
+fi

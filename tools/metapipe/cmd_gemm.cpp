@@ -21,6 +21,15 @@ int run_gemm(Args& a) {
   const std::string out = a.value({"--out"}).value_or("bf16");
   const auto samples = a.integer({"--samples"});
   const bool no_time = a.flag({"--no-time"});
+  kernels::GemmSchedule sched;
+  if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
+  if (auto v = a.integer({"--split-k"})) sched.split_k = int(*v);
+  if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
+  if (a.flag({"--no-persistent"})) sched.persistent = false;
+  if (sched.block_n != 0 && sched.block_n != 128 && sched.block_n != 256)
+    throw usage_error("metapipe gemm: --block-n is 128 or 256");
+  if (sched.split_k < 0 || sched.group_m < 1)
+    throw usage_error("metapipe gemm: --split-k >= 0 and --group-m >= 1");
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 3) throw usage_error("metapipe gemm takes three sizes: M N K (see metapipe gemm --help)");
@@ -46,6 +55,7 @@ int run_gemm(Args& a) {
   const auto ot = out == "f32" ? kernels::out_type::f32 : kernels::out_type::bf16;
   kernels::GemmCheckOptions opt;
   opt.time = !no_time;
+  opt.schedule = sched;
   if (samples) opt.samples = int(std::max(1ll, *samples));
   auto r = kernels::check_gemm(m, n, k, bl, ot, opt);
   std::cout << "gemm " << m << " x " << n << " x " << k << ": C = " << (bt ? "A * B^T" : "A * B")
@@ -63,7 +73,7 @@ int run_gemm(Args& a) {
 
 MP_REGISTER_COMMAND(
     "gemm", "bf16 GEMM on the GPU with the tile layer, checked and timed against cuBLAS",
-    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--no-time]\n\n"
+    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--no-time] [schedule options]\n\n"
     "Runs C = A * B (A: M x K, B: K x N, row-major bf16) with the tile layer's Hopper GEMM on fresh\n"
     "random inputs, checks it against a CPU fp64 reference (every element for small shapes, a\n"
     "sample for large ones) and against cuBLAS, then times both (median, CUDA events) and prints\n"
@@ -72,7 +82,12 @@ MP_REGISTER_COMMAND(
     "  --bt           B is stored N x K: C = A * B^T\n"
     "  --out TYPE     output type: bf16 (default) or f32; accumulation is always fp32\n"
     "  --samples N    timed samples (default 20)\n"
-    "  --no-time      check only\n",
+    "  --no-time      check only\n\n"
+    "schedule options (the defaults are chosen from the shape):\n"
+    "  --block-n N      tile width, 128 or 256\n"
+    "  --split-k N      split K N ways (1: never)\n"
+    "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
+    "  --no-persistent  one block per tile instead of one block per SM\n",
     run_gemm);
 
 std::vector<DemoRow> gemm_rows(const DemoContext& ctx) {
