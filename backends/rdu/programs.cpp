@@ -285,7 +285,9 @@ Graph matmul51(const Params& p, bool data, uint64_t seed) {
     g.tensors[A].host = rnd(M * K, r, -1, 1);
     g.tensors[B].host = rnd(K * N, r, -1, 1);
   }
-  int a = g.add_buffer("a_tile", MM * K * 4), b = g.add_buffer("b_tile", K * NN * 4), c = g.add_buffer("c_tile", MM * NN * 4);
+  const int depth = int(p.at("depth"));
+  int a = g.add_buffer("a_tile", MM * K * 4, depth), b = g.add_buffer("b_tile", K * NN * 4, depth),
+      c = g.add_buffer("c_tile", MM * NN * 4, depth);
   g.add_stage(mem_stage(StageKind::Load, "load A", A, a, I, contiguous(MM * K * 4)));
   Access ab;
   ab.rows = K, ab.row_bytes = NN * 4, ab.row_stride = N * 4;
@@ -545,8 +547,8 @@ const std::vector<GraphProgram>& graph_programs() {
        {{"iters", 4}, {"K", 16}, {"D", 32}, {"N", 65536}, {"pt", 1024}, {"par", 4}},
        {{"iters", 2}, {"K", 4}, {"D", 8}, {"N", 512}, {"pt", 64}, {"par", 2}}, kmeans, ref_kmeans},
       {"matmul", "the slide-51 matmul: outer loop over MM x K strips of A, inner over K x NN strips of B",
-       {{"M", 1024}, {"N", 1024}, {"K", 1024}, {"MM", 256}, {"NN", 64}, {"row_par", 4}},
-       {{"M", 64}, {"N", 64}, {"K", 32}, {"MM", 32}, {"NN", 16}, {"row_par", 4}}, matmul51, ref_gemm},
+       {{"M", 1024}, {"N", 1024}, {"K", 1024}, {"MM", 256}, {"NN", 64}, {"row_par", 4}, {"depth", 2}},
+       {{"M", 64}, {"N", 64}, {"K", 32}, {"MM", 32}, {"NN", 16}, {"row_par", 4}, {"depth", 2}}, matmul51, ref_gemm},
   };
   return p;
 }
