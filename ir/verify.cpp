@@ -44,19 +44,19 @@ struct Verifier {
     for (size_t a = 0; a < tile.size(); ++a) {
       int64_t start = off[a].max_value(), end = start + tile[a], dim = t->shape[a];
       if (!masked && dim % tile[a] != 0 && !off[a].is_const())
-        fail_user(what, " ", n.where(), ": tile ", tile[a], " does not divide dimension ", dim, " of ", t->name,
+        fail_user(n.where(), " (", what, " of ", t->name, "): tile ", tile[a], " does not divide dimension ", dim, " of ", t->name,
                   " (axis ", a, "); choose a tile size that divides ", dim,
                   " or enable masking (--set mask=1, TileOptions::masking) so the last tile is cut short");
       if (end <= dim) continue;
-      MP_USER_CHECK(start < dim, what, " ", n.where(), " reaches ", t->name, " axis ", a, " offset ", off[a].str(),
+      MP_USER_CHECK(start < dim, n.where(), " (", what, " of ", t->name, ") reaches ", t->name, " axis ", a, " offset ", off[a].str(),
                     " up to ", start, " (tile ", tile[a], "), out of bounds of ", t->name, to_string(t->shape),
                     "; reduce the loop trip count to ", (dim + tile[a] - 1) / tile[a], " or fix the offset");
       if (!masked) {
-        MP_USER_CHECK(dim % tile[a] == 0, what, " ", n.where(), ": tile ", tile[a], " does not divide dimension ",
+        MP_USER_CHECK(dim % tile[a] == 0, n.where(), " (", what, " of ", t->name, "): tile ", tile[a], " does not divide dimension ",
                       dim, " of ", t->name, " (axis ", a, "); choose a tile size that divides ", dim,
                       " or enable masking (--set mask=1, TileOptions::masking) so the last tile is cut short");
-        fail_user(what, " ", n.where(), " writes past the end of ", t->name, to_string(t->shape), " on axis ", a,
-                  " (up to ", end, " > ", dim, "): out of bounds; fix the offset ", off[a].str(), " or the tile");
+        fail_user(n.where(), " (", what, "): out of bounds: it writes past the end of ", t->name, to_string(t->shape), " on axis ", a,
+                  " (up to ", end, " > ", dim, "); fix the offset ", off[a].str(), " or the tile");
       }
     }
   }
@@ -74,13 +74,13 @@ struct Verifier {
       case NodeKind::LoadTile: {
         auto& l = n.cast<LoadTile>();
         check_offsets(n, l.offset);
-        check_bounds(n, l.src, l.out->shape, l.offset, l.masked, "LOAD_TILE");
+        if (p.tiled) check_bounds(n, l.src, l.out->shape, l.offset, l.masked, "LOAD_TILE");
         break;
       }
       case NodeKind::StoreTile: {
         auto& s = n.cast<StoreTile>();
         check_offsets(n, s.offset);
-        check_bounds(n, s.dst, s.in->shape, s.offset, s.masked, "STORE_TILE");
+        if (p.tiled) check_bounds(n, s.dst, s.in->shape, s.offset, s.masked, "STORE_TILE");
         break;
       }
       case NodeKind::Buffer: {

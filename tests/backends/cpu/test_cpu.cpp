@@ -1,0 +1,119 @@
+// The CPU backends: the executor equals the interpreter (bit for bit: same node evaluations), its stages
+// overlap, it reports busy / stall time, and it shuts down cleanly when a stage fails.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/cpu/executor.h"
+#include "backends/cpu/interpreter.h"
+#include "front/front.h"
+#include "passes/pipeline.h"
+
+using namespace mp;
+using namespace mp::front;
+
+namespace {
+
+ir::Program slide51(int64_t M, int64_t N, int64_t K, int64_t MM, int64_t NN) {
+  ProgramBuilder b("matmul");
+  auto A = b.input("A", {M, K}), B = b.input("B", {K, N});
+  auto C = b.output("C", {M, N});
+  METAPIPE(cdiv(M, MM), [&]() {
+    auto a_tile = LOAD_TILE(A, {MM, K});
+    METAPIPE(cdiv(N, NN), [&]() {
+      auto b_tile = LOAD_TILE(B, {K, NN}, row_par = 4);
+      STORE_TILE(C, BUFFER(MAT_MUL(a_tile, b_tile)));
+    });
+  });
+  return b.finish();
+}
+
+ir::Program compiled(const ir::Program& p, bool masking = false) {
+  passes::CompileOptions o;
+  o.tile.masking = masking;
+  return passes::compile(p, o);
+}
+
+}  // namespace
+
+TEST(Cpu, ExecutorEqualsInterpreterAndNaiveMatmul) {
+  const int64_t M = 70, N = 50, K = 24;  // tiles 32 x 16 do not divide: masked
+  auto p = compiled(slide51(M, N, K, 32, 16), true);
+  auto in = cpu::random_inputs(p, 42);
+  auto m1 = cpu::make_memory(p, in), m2 = cpu::make_memory(p, in);
+  cpu::interpret(p, m1);
+  cpu::execute(p, m2);
+  const auto &A = in.at("A"), &B = in.at("B");
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double want = 0;
+      for (int64_t k = 0; k < K; ++k) want += double(A[i * K + k]) * B[k * N + j];
+      ASSERT_NEAR(m1.at("C").data[i * N + j], want, 1e-5) << i << "," << j;
+    }
+  EXPECT_EQ(m1.at("C").data, m2.at("C").data);
+}
+
+TEST(Cpu, ThreeStagePipelineOverlaps) {
+  // Three stages per row tile: load | heavy element work | store, 16 iterations of enough work that a
+  // stage's busy time spans many scheduler slices.
+  ProgramBuilder b("overlap");
+  auto X = b.input("X", {512, 256});
+  auto Y = b.output("Y", {512, 256});
+  auto x = LOAD(X);
+  auto y = MAP(x, [](Expr v) {
+    Expr r = v;
+    for (int k = 0; k < 12; ++k) r = sin(r) + cos(r * 0.5);
+    return r;
+  });
+  auto z = MAP(y, [](Expr v) { return tanh(v) * exp(-v * v); });
+  STORE(Y, ZIP(z, SUM(z, 1), [](Expr a, Expr s) { return a - s; }));
+  passes::CompileOptions o;
+  o.tile.row_tile = 32;
+  o.fuse.enabled = false;
+  auto p = passes::compile(b.finish(), o);
+  auto in = cpu::random_inputs(p, 1);
+  auto mem = cpu::make_memory(p, in);
+  auto rep = cpu::execute(p, mem);
+  ASSERT_EQ(rep.loops.size(), 1u);
+  EXPECT_GE(rep.loops[0].stages, 3);
+  EXPECT_GT(rep.loops[0].overlap_ms, 0.0) << rep.format();
+  // Every stage ran every iteration, and the report names them.
+  for (auto& s : rep.stages) EXPECT_EQ(s.iterations, 16) << s.name;
+  EXPECT_NE(rep.format().find("stall in ms"), std::string::npos);
+  auto ref = cpu::make_memory(p, in);
+  cpu::interpret(p, ref);
+  EXPECT_EQ(ref.at("Y").data, mem.at("Y").data);
+}
+
+TEST(Cpu, FailingStageStopsThePipelineWithItsError) {
+  ProgramBuilder b("badindex");
+  auto T = b.input("T", {4, 8});
+  auto I = b.input("I", {64, 1}, DType::i32);
+  auto Y = b.output("Y", {64, 8});
+  METAPIPE(8, [&]() { STORE_TILE(Y, MAP(GATHER(T, LOAD_TILE(I, {8, 1})), [](Expr v) { return v + 1.0; })); });
+  auto p = compiled(b.finish());
+  auto in = cpu::random_inputs(p, 3);
+  for (auto& v : in["I"]) v = 1;
+  in["I"][40] = 9;  // out of range in iteration 5
+  auto mem = cpu::make_memory(p, in);
+  try {
+    cpu::execute(p, mem);
+    FAIL() << "expected an error";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("index 9 at row 0 is out of range [0, 4) of 'T'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Cpu, ExecutorNeedsAMetapipelinedProgram) {
+  auto p = slide51(64, 64, 16, 32, 32);
+  auto mem = cpu::make_memory(p, cpu::random_inputs(p, 1));
+  EXPECT_THROW(cpu::execute(p, mem), user_error);
+}
+
+TEST(Cpu, Bf16RoundingOnStore) {
+  EXPECT_EQ(cpu::round_to(ir::DType::bf16, 1.0f), 1.0f);
+  float x = 1.0f + 1.0f / 256;  // halfway between two bf16 values: rounds to even (1.0)
+  EXPECT_EQ(cpu::round_to(ir::DType::bf16, x), 1.0f);
+  EXPECT_EQ(cpu::round_to(ir::DType::bf16, 1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
+}

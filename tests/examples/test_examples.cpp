@@ -1,0 +1,135 @@
+// The five seed programs against their naive references through the interpreter and the metapipelined
+// executor, at default sizes, at sizes their tiles do not divide (masked), and in bf16; the registry's
+// parameter errors; the CLI commands list / compile / run.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <sys/wait.h>
+
+#include "examples/run.h"
+
+using namespace mp;
+using namespace mp::examples;
+
+namespace {
+
+void check(const std::string& program, const std::vector<std::string>& sets, uint64_t seed = 7) {
+  const auto& spec = find_program(program);
+  auto params = resolve(spec, sets);
+  for (auto mode : {CpuMode::Interpreter, CpuMode::Executor}) {
+    auto r = run_on_cpu(spec, params, mode, seed);
+    EXPECT_TRUE(r.ok) << program << " on " << r.target << ": " << r.summary();
+    for (auto& c : r.checks) EXPECT_LT(c.cmp.max_rel_err, r.rtol) << program << " " << c.tensor;
+    if (mode == CpuMode::Executor) {
+      EXPECT_TRUE(r.report.has_value());
+    }
+  }
+}
+
+struct Cli {
+  int status;
+  std::string out;
+};
+Cli cli(const std::string& args) {
+  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  Cli r{-1, ""};
+  if (!f) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(f);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST(Examples, AllFiveAreRegistered) {
+  for (auto* name : {"softmax", "matmul", "gda", "flash_attention", "llama_decoder"})
+    EXPECT_NO_THROW(find_program(name)) << name;
+}
+
+TEST(Examples, SoftmaxDefault) { check("softmax", {}); }
+TEST(Examples, SoftmaxMaskedAndBf16) {
+  check("softmax", {"R=100", "C=77", "mask=1"});
+  check("softmax", {"R=64", "C=48", "dtype=bf16"});
+}
+TEST(Examples, MatmulDefault) { check("matmul", {}); }
+TEST(Examples, MatmulMaskedAndBf16) {
+  check("matmul", {"M=100", "N=70", "K=48", "MM=32", "NN=32", "mask=1"});
+  check("matmul", {"M=64", "N=64", "K=32", "MM=32", "NN=16", "dtype=bf16"});
+}
+TEST(Examples, GdaDefault) { check("gda", {}); }
+TEST(Examples, GdaMasked) { check("gda", {"R=300", "C=12", "TR=64", "mask=1"}); }
+TEST(Examples, FlashAttentionDefault) { check("flash_attention", {}); }
+TEST(Examples, FlashAttentionMaskedBf16AndNoDropout) {
+  check("flash_attention", {"S=100", "D=24", "BR=32", "BC=16", "mask=1"});
+  check("flash_attention", {"S=64", "D=16", "BR=16", "BC=32", "dtype=bf16"});
+  check("flash_attention", {"S=48", "D=16", "BR=16", "BC=16", "p_drop=0", "causal=0"});
+}
+TEST(Examples, LlamaDecoderDefault) { check("llama_decoder", {}); }
+TEST(Examples, LlamaDecoderMasked) {
+  check("llama_decoder", {"T=10", "P0=27", "TT=4", "TQ=4", "TK=16", "F=96", "mask=1"});
+}
+
+TEST(Examples, ExecutorReportShowsStagesOfFlashAttention) {
+  const auto& spec = find_program("flash_attention");
+  auto r = run_on_cpu(spec, resolve(spec, {"S=64", "D=16", "BR=16", "BC=16"}), CpuMode::Executor, 3);
+  ASSERT_TRUE(r.report);
+  bool inner_three = false;
+  for (auto& l : r.report->loops) inner_three = inner_three || l.stages >= 3;
+  EXPECT_TRUE(inner_three) << r.report->format();
+}
+
+TEST(Examples, UnknownSetNameListsTheParameters) {
+  const auto& spec = find_program("matmul");
+  try {
+    resolve(spec, {"MMM=3"});
+    FAIL();
+  } catch (const user_error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("unknown parameter 'MMM' for program 'matmul'"), std::string::npos) << m;
+    EXPECT_NE(m.find("its parameters: M, N, K, MM, NN, dtype"), std::string::npos) << m;
+  }
+  EXPECT_THROW(resolve(spec, {"M=abc"}), user_error);
+  EXPECT_THROW(find_program("nope"), user_error);
+}
+
+TEST(ExamplesCli, ListShowsProgramsAndDefaults) {
+  auto r = cli("list");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (auto* s : {"softmax", "gda", "matmul", "flash_attention", "llama_decoder", "MM=64", "mask=0"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+}
+
+TEST(ExamplesCli, RunChecksAndReports) {
+  auto r = cli("run matmul --target cpu --set M=64 --set N=64 --set K=16 --set MM=32 --set NN=16 --seed 5");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("cpu (interpreter)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("per-stage report"), std::string::npos) << r.out;
+  auto j = cli("run softmax --set R=32 --set C=8 --json --seed 5");
+  EXPECT_EQ(j.status, 0) << j.out;
+  EXPECT_EQ(j.out.rfind("{\"program\": \"softmax\"", 0), 0u) << j.out;
+  EXPECT_NE(j.out.find("\"stages\": ["), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"ok\": true}"), std::string::npos) << j.out;
+}
+
+TEST(ExamplesCli, BadProgramsAreOneLineErrors) {
+  auto r = cli("run matmul --set M=100 --set MM=32");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("does not divide dimension 100 of A"), std::string::npos) << r.out;
+  auto u = cli("run softmax --set Q=1");
+  EXPECT_EQ(u.status, 1) << u.out;
+  EXPECT_NE(u.out.find("unknown parameter 'Q'"), std::string::npos) << u.out;
+  auto t = cli("run softmax --target gpu");
+  EXPECT_EQ(t.status, 2) << t.out;
+}
+
+TEST(ExamplesCli, CompileDumpsAfterEachPass) {
+  auto r = cli("compile softmax --set R=64 --set C=16 --dump-ir=after-all");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (auto* s : {"IR after tile", "IR after fuse", "IR after parallelize", "IR after metapipeline", "graph s0->s1"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+}
