@@ -708,20 +708,7 @@ LayerReport simulate_layer(const Layer& layer, const SimConfig& cfg) {
   const ReadResult ir = run_read_operand_calc(ifs, stalls, cfg.ifmap_sram_kb * 1024, ops.ifmap_space);
   const ReadResult fr = run_read_operand_calc(fls, stalls, cfg.filter_sram_kb * 1024, ops.filter_space);
 
-  LayerReport r;
-  r.name = layer.name;
-  r.gemm = g;
-  r.total_cycles = total_cycles;
-  r.stall_cycles = stall_total;
-  r.overall_util = static_cast<double>(cr.macs * 100) / static_cast<double>(total_cycles * a.rows * a.cols);
-  r.mapping_eff = cr.mapping_efficiency * 100;
-  r.compute_util = cr.compute_utilization * 100;
-  r.ifmap_sram_reads = cr.ifmap_sram_reads;
-  r.filter_sram_reads = cr.filter_sram_reads;
-  r.ofmap_sram_writes = cr.ofmap_sram_writes;
-  r.ifmap_sram_bw = static_cast<double>(r.ifmap_sram_reads) / static_cast<double>(total_cycles);
-  r.filter_sram_bw = static_cast<double>(r.filter_sram_reads) / static_cast<double>(total_cycles);
-  r.ofmap_sram_bw = static_cast<double>(r.ofmap_sram_writes) / static_cast<double>(total_cycles);
+  LayerReport r = finish_report(layer, cfg, cr, total_cycles, stall_total);
   r.ifmap_sram_start = ir.sram_first_line + stalls.at(ir.sram_first_line) + 1;
   r.ifmap_sram_stop = ir.sram_last_line + stalls.at(ir.sram_last_line) + 1;
   r.filter_sram_start = fr.sram_first_line + stalls.at(fr.sram_first_line) + 1;
@@ -731,10 +718,7 @@ LayerReport simulate_layer(const Layer& layer, const SimConfig& cfg) {
   r.ifmap_dram_reads = ir.dram_reads, r.ifmap_dram_start = ir.dram_first, r.ifmap_dram_stop = ir.dram_last;
   r.filter_dram_reads = fr.dram_reads, r.filter_dram_start = fr.dram_first, r.filter_dram_stop = fr.dram_last;
   r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(), r.ofmap_dram_stop = wb.last_cycle();
-  auto bw = [](i64 n, i64 a0, i64 a1) { return static_cast<double>(n) / static_cast<double>(a1 - a0 + 1); };
-  r.ifmap_dram_bw = bw(r.ifmap_dram_reads, r.ifmap_dram_start, r.ifmap_dram_stop);
-  r.filter_dram_bw = bw(r.filter_dram_reads, r.filter_dram_start, r.filter_dram_stop);
-  r.ofmap_dram_bw = bw(r.ofmap_dram_writes, r.ofmap_dram_start, r.ofmap_dram_stop);
+  finish_dram_bw(r);
   return r;
 }
 

@@ -67,7 +67,7 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
     o << "<text x=\"" << x + 20 << "\" y=\"48\">" << full << "</text>\n";
   }
   auto panel = [&](int top, const std::string& label, auto value_to_h, auto value_label, auto value_of,
-                   const std::vector<std::pair<double, std::string>>& ticks) {
+                   auto short_label, const std::vector<std::pair<double, std::string>>& ticks) {
     o << "<text x=\"" << left - 60 << "\" y=\"" << top - 10 << "\" font-size=\"13\">" << esc(label) << "</text>\n";
     o << "<line x1=\"" << left << "\" y1=\"" << top + panel_h << "\" x2=\"" << width - right << "\" y2=\""
       << top + panel_h << "\" stroke=\"black\"/>\n";
@@ -89,6 +89,9 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
         o << "<rect x=\"" << x << "\" y=\"" << num(top + panel_h - h) << "\" width=\"" << bar - 2 << "\" height=\""
           << num(h) << "\" fill=\"" << colors[i % 4] << "\"><title>" << esc(r.name) << " "
           << dataflow_name(series[i].dataflow) << ": " << value_label(r) << "</title></rect>\n";
+        if (layers <= 8)  // small topologies: print the value on the bar too
+          o << "<text x=\"" << x + (bar - 2) / 2 << "\" y=\"" << num(top + panel_h - h - 3)
+            << "\" text-anchor=\"middle\" font-size=\"8\">" << short_label(value_of(r)) << "</text>\n";
       }
       const std::string& name = series.front().layers.size() > l ? series.front().layers[l].name : "";
       o << "<text x=\"" << gx + static_cast<int>(series.size()) * bar / 2 << "\" y=\"" << top + panel_h + 16
@@ -100,14 +103,21 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
   panel(
       top1, "overall utilization (%)", [&](double v) { return v / 100.0 * panel_h; },
       [](const LayerReport& r) { return num(r.overall_util, 2) + " %"; },
-      [](const LayerReport& r) { return r.overall_util; }, util_ticks);
+      [](const LayerReport& r) { return r.overall_util; }, [](double v) { return num(v, 0); }, util_ticks);
   std::vector<std::pair<double, std::string>> cyc_ticks;
   for (int e = 0; e <= static_cast<int>(log_max); ++e) cyc_ticks.push_back({std::pow(10.0, e), "1e" + std::to_string(e)});
   panel(
       top2, "total cycles (log scale)",
       [&](double v) { return v <= 1 ? 0.0 : std::log10(v) / std::max(1.0, log_max) * panel_h; },
       [](const LayerReport& r) { return count(r.total_cycles) + " cycles"; },
-      [](const LayerReport& r) { return static_cast<double>(r.total_cycles); }, cyc_ticks);
+      [](const LayerReport& r) { return static_cast<double>(r.total_cycles); },
+      [](double v) {
+        const char* unit[] = {"", "k", "M", "G", "T"};
+        int u = 0;
+        while (v >= 1000 && u < 4) v /= 1000, ++u;
+        return num(v, v < 10 ? 1 : 0) + unit[u];
+      },
+      cyc_ticks);
   o << "</svg>\n";
   return o.str();
 }

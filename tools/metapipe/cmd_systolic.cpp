@@ -54,6 +54,9 @@ int run_systolic(Args& a) {
     const auto ext = fs::path(*plot).extension().string();
     if (ext == ".png") throw not_supported("PNG plots; write an SVG with --plot FILE.svg");
     if (ext != ".svg") throw usage_error("--plot FILE must end in .svg, got '" + *plot + "'");
+    const auto parent = fs::path(*plot).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent))
+      throw user_error(*plot + ": the folder for --plot does not exist");
   }
   fs::path run_dir;
   if (outdir) {
