@@ -25,15 +25,22 @@ struct Abort {
   std::atomic<bool> flag{false};
 };
 
-// One N-buffer as seen by one consumer: `depth` slots; the consumer frees a slot when it finishes the
-// iteration that read it.
+// One N-buffer as seen by one consumer: `depth` slots; the producer claims a slot before computing the
+// iteration that fills it, the consumer frees it when it finishes the iteration that read it.
 class Slots {
  public:
   Slots(size_t depth, Abort& ab) : depth_(depth), abort_(ab) {}
-  void push(TileRef t) {
+  // The producer claims a free slot before it computes into it (so `depth` tiles exist at most) ...
+  void reserve() {
     std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return q_.size() < depth_ || abort_.flag; });
+    cv_.wait(lk, [&] { return q_.size() + reserved_ < depth_ || abort_.flag; });
     if (abort_.flag) throw_abort();
+    ++reserved_;
+  }
+  // ... and hands it over when the iteration is done.
+  void push(TileRef t) {
+    std::lock_guard lk(mu_);
+    --reserved_;
     q_.push_back(std::move(t));
     cv_.notify_all();
   }
@@ -62,6 +69,7 @@ class Slots {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<TileRef> q_;
+  size_t reserved_ = 0;
 };
 
 struct Interval {
@@ -152,8 +160,11 @@ struct Runner {
           it.set_loop(m.var, i);
           auto w0 = Clock::now();
           for (auto& in : inputs[s]) it.set(in.v, in.slots->front());
+          auto wr = Clock::now();
+          win += ms_since(w0, wr);
+          for (auto& out : outputs[s]) out.second->reserve();
           auto w1 = Clock::now();
-          win += ms_since(w0, w1);
+          wout += ms_since(wr, w1);
           if (int(s) == state_stage)
             for (size_t k = 0; k < m.carried.size(); ++k) it.set(m.carried[k].arg, state[k]);
           run_list(m.stages[s].ops, it, here + ".s" + std::to_string(s));
@@ -164,7 +175,6 @@ struct Runner {
             for (size_t k = 0; k < m.carried.size(); ++k) state[k] = it.get(m.carried[k].next);
           for (auto& [v, slots] : outputs[s]) slots->push(it.get(v));
           for (auto& in : inputs[s]) in.slots->pop();
-          wout += ms_since(w2, Clock::now());
           ++iters;
         }
       } catch (const Slots::Aborted&) {
@@ -194,9 +204,6 @@ struct Runner {
     for (auto& v : busy)
       for (auto& iv : v) ev.push_back({iv.a, +1}), ev.push_back({iv.b, -1}), busy_sum += iv.b - iv.a;
     std::sort(ev.begin(), ev.end());
-    if (getenv("MP_EXEC_DEBUG"))
-      for (size_t s = 0; s < S; ++s)
-        for (auto& iv : busy[s]) fprintf(stderr, "%s.s%zu %.3f %.3f\n", here.c_str(), s, iv.a, iv.b);
     double overlap = 0;
     int active = 0;
     for (size_t i = 0; i < ev.size(); ++i) {

@@ -54,22 +54,21 @@ TEST(Cpu, ExecutorEqualsInterpreterAndNaiveMatmul) {
 }
 
 TEST(Cpu, ThreeStagePipelineOverlaps) {
-  // Three stages per row tile: load | heavy element work | store, 16 iterations of enough work that a
-  // stage's busy time spans many scheduler slices.
+  // Four stages per row tile: load | element work | matmul | store, 16 iterations, two heavy stages, so
+  // iteration i+1 of the element stage runs while the matmul stage works on iteration i.
   ProgramBuilder b("overlap");
-  auto X = b.input("X", {512, 256});
-  auto Y = b.output("Y", {512, 256});
-  auto x = LOAD(X);
-  auto y = MAP(x, [](Expr v) {
+  auto X = b.input("X", {512, 128});
+  auto W = b.input("W", {128, 128});
+  auto Y = b.output("Y", {512, 128});
+  auto w = LOAD(W);
+  auto y = MAP(LOAD(X), [](Expr v) {
     Expr r = v;
     for (int k = 0; k < 12; ++k) r = sin(r) * 0.9 + 0.1;  // a chain, not a tree: 36 ops per element
     return r;
   });
-  auto z = MAP(y, [](Expr v) { return tanh(v) * exp(-v * v); });
-  STORE(Y, ZIP(z, SUM(z, 1), [](Expr a, Expr s) { return a - s; }));
+  STORE(Y, MAT_MUL(y, w));
   passes::CompileOptions o;
   o.tile.row_tile = 32;
-  o.fuse.enabled = false;
   auto p = passes::compile(b.finish(), o);
   auto in = cpu::random_inputs(p, 1);
   auto mem = cpu::make_memory(p, in);
