@@ -24,13 +24,18 @@ struct gemm_globals {
   int splits, iters_per_split;
 };
 
-template <int BN, bool BT, class OutT>
+template <int BN, bool BT, class OutT, int CS>
 struct gemm_kernel {
   static constexpr int BM = 128, BK = 64;
+  // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
+  // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
+  static constexpr int cluster = CS;
   static constexpr int stages = BN == 256 ? 4 : 6, consumers = 2;
   static constexpr int producer_registers = 40, consumer_registers = 232;
   using a_tile = st_bf<BM, BK>;
   using b_tile = std::conditional_t<BT, st_bf<BN, BK>, st_bf<BK, BN>>;  // N x K, or K x N
+  // What one TMA box of B covers: with a cluster and B stored N x K, each block loads BN / 2 rows.
+  using b_box = std::conditional_t<BT && CS == 2, st_bf<BN / 2, BK>, b_tile>;
   struct stage {
     a_tile a;
     b_tile b;
@@ -53,8 +58,8 @@ struct gemm_kernel {
     const int first = split_of(g, work) * g.iters_per_split;
     return min(g.iters_per_split, g.k_iters - first);
   }
-  // Tile (tm, tn) of a work item: groups of group_m M-tiles are walked column by column, so the blocks
-  // running at one time share A rows and B columns in L2.
+  // Tile (tm, tn) of a work item (tm counts M-tile groups of CS tiles): groups of group_m M-tiles are
+  // walked column by column, so the blocks running at one time share A rows and B columns in L2.
   __device__ static int2 tile_of(const globals& g, int work) {
     const int t = work % (g.tiles_m * g.tiles_n);
     const int per_group = g.group_m * g.tiles_n;
@@ -64,15 +69,31 @@ struct gemm_kernel {
     return {first_m + in % rows, in / rows};
   }
 
+  __device__ static int m_row(const globals& g, int work) {
+    const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
+    return (tile_of(g, work).x * CS + rank) * BM;
+  }
+
   __device__ static void load(stage& s, const globals& g, int work, int it, semaphore& full) {
     const int2 t = tile_of(g, work);
     const int kk = (split_of(g, work) * g.iters_per_split + it) * BK;
-    expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());
-    tma::load_async(s.a, &g.a, full, t.x * BM, kk);
-    if constexpr (BT)
-      tma::load_async(s.b, &g.b, full, t.y * BN, kk);
-    else
-      tma::load_async(s.b, &g.b, full, kk, t.y * BN);
+    expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
+    tma::load_async(s.a, &g.a, full, m_row(g, work), kk);
+    if constexpr (CS == 1) {
+      if constexpr (BT)
+        tma::load_async(s.b, &g.b, full, t.y * BN, kk);
+      else
+        tma::load_async(s.b, &g.b, full, kk, t.y * BN);
+    } else {
+      const int rank = int(cluster_ctarank());
+      if constexpr (BT) {
+        tma::load_async_multicast(s.b.template subtile_rows<BN / 2>(rank), &g.b, full, 0b11,
+                                  t.y * BN + rank * (BN / 2), kk);
+      } else {
+        constexpr int half = b_tile::layout::chunks / 2;
+        tma::load_chunks_multicast(s.b, &g.b, full, 0b11, rank * half, half, kk, t.y * BN);
+      }
+    }
   }
 
   __device__ static void compute(state& st, stage& s, const globals&, int, int it, int consumer) {
@@ -112,7 +133,7 @@ struct gemm_kernel {
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(bar, warpgroup_threads);
       if (leader) {
-        tma::store_async(&g.c, buf, t.x * BM + consumer * 64, t.y * BN + j * CW, split_of(g, work));
+        tma::store_async(&g.c, buf, m_row(g, work) + consumer * 64, t.y * BN + j * CW, split_of(g, work));
         tma::commit_group();
       }
     }
@@ -154,7 +175,7 @@ int sm_count() {
 }
 
 struct plan {
-  int bn, splits, tiles;
+  int bn, splits, tiles, cluster;
 };
 plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   const int sms = sm_count();
@@ -178,7 +199,10 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
     if (tiles * 2 <= sms && k_iters >= 16) splits = std::min(std::min(sms / tiles, k_iters / 8), 8);
   }
   splits = std::max(1, std::min(splits, k_iters));
-  return {bn, splits, tiles};
+  int cluster = s.cluster;
+  if (cluster == 0) cluster = tm >= 2 ? 2 : 1;  // a pair needs two M-tiles to share B
+  MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
+  return {bn, splits, tiles, cluster};
 }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
@@ -227,28 +251,28 @@ float* workspace(cudaStream_t stream, size_t bytes) {
   return p;
 }
 
-template <int BN, bool BT, class OutT>
+template <int BN, bool BT, class OutT, int CS>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, int splits) {
-  using K = gemm_kernel<BN, BT, OutT>;
+  using K = gemm_kernel<BN, BT, OutT, CS>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
-  g.b = BT ? cached_map<typename K::b_tile>(b, 1, n, k) : cached_map<typename K::b_tile>(b, 1, k, n);
+  g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
   g.m = m, g.n = n, g.k = k;
-  g.tiles_m = (m + K::BM - 1) / K::BM;
+  g.tiles_m = ((m + K::BM - 1) / K::BM + CS - 1) / CS;
   g.tiles_n = (n + BN - 1) / BN;
   g.k_iters = (k + K::BK - 1) / K::BK;
   g.group_m = std::max(1, s.group_m);
   g.iters_per_split = (g.k_iters + splits - 1) / splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
-  const int max_blocks = s.persistent ? 0 : K::work_count(g);
+  const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
   if (g.splits == 1) {
     g.c = cached_map<typename K::c_tile>(c, 1, m, n);
     check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
     return;
   }
   // split-K: each split writes its fp32 partial tile into its own slice; a second kernel sums them.
-  using KF = gemm_kernel<BN, BT, float>;
+  using KF = gemm_kernel<BN, BT, float, CS>;
   float* ws = workspace(stream, size_t(g.splits) * m * n * sizeof(float));
   g.c = cached_map<typename KF::c_tile>(ws, g.splits, m, n);
   check_cuda(pc::launch<KF>(g, stream, max_blocks), "the GEMM kernel launch");
@@ -267,9 +291,11 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   const plan p = make_plan(m, n, k, s);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
-#define MP_GEMM_CASE(BN, BT, OUT)                                  \
-  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) \
-    return run<BN, BT, OUT>(a, b, c, m, n, k, stream, s, p.splits);
+#define MP_GEMM_CASE(BN, BT, OUT)                                                          \
+  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \
+    if (p.cluster == 2) return run<BN, BT, OUT, 2>(a, b, c, m, n, k, stream, s, p.splits); \
+    return run<BN, BT, OUT, 1>(a, b, c, m, n, k, stream, s, p.splits);                     \
+  }
   MP_GEMM_CASE(256, true, bf16)
   MP_GEMM_CASE(256, false, bf16)
   MP_GEMM_CASE(256, true, float)
@@ -286,8 +312,8 @@ std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSch
   check_gemm_shape(m, n, k);
   const plan p = make_plan(m, n, k, s);
   char buf[160];
-  std::snprintf(buf, sizeof buf, "128x%dx64 tiles, %d tiles, split-K %d, %s grid", p.bn, p.tiles, p.splits,
-                s.persistent ? "persistent" : "one-block-per-tile");
+  std::snprintf(buf, sizeof buf, "128x%dx64 tiles, %d tiles, split-K %d, cluster %d, %s grid", p.bn, p.tiles,
+                p.splits, p.cluster, s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }
 

@@ -28,7 +28,16 @@ namespace mp::tile::pc {
 constexpr int max_shared_bytes = 227 * 1024;
 
 template <class K>
+constexpr int cluster_of() {
+  if constexpr (requires { K::cluster; })
+    return K::cluster;
+  else
+    return 1;
+}
+
+template <class K>
 struct traits {
+  static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
   static constexpr int consumers = K::consumers;
   static constexpr int stages = K::stages;
   static constexpr int threads = (consumers + 1) * warpgroup_threads;
@@ -42,6 +51,7 @@ struct traits {
   // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
   static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
   static_assert(stages >= 1, "pipeline: at least one stage");
+  static_assert(cluster == 1 || cluster == 2, "pipeline: clusters of 1 or 2 blocks");
   static_assert(consumers >= 1 && consumers <= 3, "pipeline: 1 to 3 consumer warpgroups");
   static_assert(shared_bytes <= max_shared_bytes,
                 "pipeline: stages * sizeof(stage) + sizeof(finish_smem) exceeds the 227 KiB of shared memory "
@@ -70,11 +80,17 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < T::stages; ++s) {
       init_semaphore(full[s], 1);  // the producer's expect_bytes arrival (+ TMA bytes)
-      init_semaphore(empty[s], T::consumers * warpgroup_warps);  // one arrival per consumer warp
+      // one arrival per consumer warp of every block of the cluster: with multicast, a peer writes into
+      // this block's stage, so the stage is free only when all blocks have consumed it
+      init_semaphore(empty[s], T::consumers * warpgroup_warps * T::cluster);
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (T::cluster > 1)
+    cluster_sync();
+  else
+    __syncthreads();
+  const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
 
   const int nwork = K::work_count(g);
   const int wg = warpgroup::warpgroup_id();
@@ -82,7 +98,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     warpgroup::decrease_registers<K::producer_registers>();
     if (warpgroup::thread_in_group() == 0) {
       ring_pos<T::stages> p;
-      for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
+      for (int work = cluster_id; work < nwork; work += clusters) {
         const int iters = K::iters(g, work);
         for (int it = 0; it < iters; ++it, p.advance()) {
           wait(empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
@@ -94,43 +110,69 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
     ring_pos<T::stages> p;
+    auto release = [](semaphore& e) {
+      if constexpr (T::cluster == 1)
+        arrive(e);
+      else
+        for (uint32_t c = 0; c < T::cluster; ++c) arrive_cluster(e, c);
+    };
     const bool signaller = threadIdx.x % warp_threads == 0;
-    for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
+    for (int work = cluster_id; work < nwork; work += clusters) {
       const int iters = K::iters(g, work);
       int prev = -1;
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
         K::compute(st, stages[p.stage], g, work, it, wg);
         warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
-        if (prev >= 0 && signaller) arrive(empty[prev]);
+        if (prev >= 0 && signaller) release(empty[prev]);
         prev = p.stage;
       }
       warpgroup::mma_async_wait<0>();
-      if (prev >= 0 && signaller) arrive(empty[prev]);
+      if (prev >= 0 && signaller) release(empty[prev]);
       K::finish(st, *fin, g, work, wg);
     }
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }
+  // No block may leave while a peer can still multicast into it or arrive on its semaphores.
+  if constexpr (T::cluster > 1) cluster_sync();
 }
 
-// Launch K persistently: min(work items, SMs) blocks (SM count queried once per process).
+// Launch K: a persistent grid of as many blocks (whole clusters) as can be resident at once, or
+// `max_blocks` blocks when given, never more than the work needs. Resident counts are queried once.
 template <class K>
 cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n;
-  }();
+  using T = traits<K>;
   static cudaError_t attr =
-      cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, traits<K>::shared_bytes);
+      cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
+  cudaLaunchConfig_t cfg{};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = T::cluster;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.blockDim = dim3(T::threads);
+  cfg.dynamicSmemBytes = T::shared_bytes;
+  cfg.stream = stream;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  static int resident = [&] {
+    int dev = 0, sms = 0, clusters = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaLaunchConfig_t q = cfg;
+    q.gridDim = dim3(sms / T::cluster * T::cluster);
+    if (T::cluster > 1 && cudaOccupancyMaxActiveClusters(&clusters, kernel<K>, &q) == cudaSuccess &&
+        clusters > 0)
+      return clusters * T::cluster;
+    return sms / T::cluster * T::cluster;
+  }();
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
-  int blocks = max_blocks > 0 ? max_blocks : sms;
-  if (blocks > nwork) blocks = nwork;
-  kernel<K><<<blocks, traits<K>::threads, traits<K>::shared_bytes, stream>>>(g);
-  return cudaGetLastError();
+  int blocks = max_blocks > 0 ? max_blocks : resident;
+  blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
+  cfg.gridDim = dim3(blocks);
+  return cudaLaunchKernelEx(&cfg, kernel<K>, g);
 }
 
 }  // namespace mp::tile::pc

@@ -58,6 +58,24 @@ struct ring_pos {
   }
 };
 
+// ---- thread-block clusters ----
+__device__ inline uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// All threads of all blocks of the cluster (release / acquire: shared-memory writes and barrier inits
+// before it are visible to the peers after it).
+__device__ inline void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// Arrive on the semaphore at the same shared-memory offset in block `cta` of the cluster.
+__device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(s.addr()), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+}
+
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

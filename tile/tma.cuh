@@ -28,6 +28,30 @@ __device__ inline void load_async(ST& dst, const CUtensorMap* map, semaphore& ba
   }
 }
 
+// Load column chunks [first, first + count) of the tile into the same shared-memory offset of every block
+// in `cta_mask` (thread-block cluster multicast); each receiver's semaphore at the same offset gets the
+// bytes. The loading block passes its own tile and semaphore.
+template <class ST>
+__device__ inline void load_chunks_multicast(ST& dst, const CUtensorMap* map, semaphore& bar,
+                                             uint16_t cta_mask, int first, int count, int row, int col,
+                                             int d = 0, int b = 0) {
+  using L = typename ST::layout;
+  for (int j = first; j < first + count; ++j) {
+    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(to),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b),
+        "r"(bar.addr()), "h"(cta_mask)
+        : "memory");
+  }
+}
+template <class ST>
+__device__ inline void load_async_multicast(ST& dst, const CUtensorMap* map, semaphore& bar,
+                                            uint16_t cta_mask, int row, int col, int d = 0, int b = 0) {
+  load_chunks_multicast(dst, map, bar, cta_mask, 0, ST::layout::chunks, row, col, d, b);
+}
+
 // Store a tile to global memory (elements out of bounds are skipped). Completion: commit_group() then
 // wait_read<0>() before the shared tile is reused, or wait_all<0>() before the data is read elsewhere.
 template <class ST>

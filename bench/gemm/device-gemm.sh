@@ -41,20 +41,15 @@ if [ $sweep = 1 ]; then  # schedule variants on the shapes furthest from cuBLAS
   while read -r args; do
     printf "%-58s " "$args"; timeout 60 $g gemm $args --samples 30 | grep -E "^ratio|^check" | grep -oE "ratio:.*|FAIL.*" | tr '\n' ' '; echo
   done <<'LIST'
-128 4096 4096 --bt
-128 4096 4096 --bt --block-n 128 --split-k 1
-128 4096 4096 --bt --block-n 128 --split-k 2
-128 4096 4096 --bt --block-n 128 --split-k 8
-128 4096 4096 --bt --block-n 256 --split-k 4
-128 4096 4096 --bt --block-n 256 --split-k 8
-128 4096 4096 --bt --out f32
-8192 128256 4096 --bt
-8192 128256 4096 --bt --group-m 4
-8192 128256 4096 --bt --group-m 8
-8192 128256 4096 --bt --group-m 32
-4096 4096 4096 --bt
-4096 4096 4096 --bt --group-m 8
-4096 4096 4096 --bt --group-m 32
-2048 2048 2048 --bt --block-n 128
+4096 4096 4096 --bt --cluster 1
+4096 4096 4096 --bt --cluster 2
+4096 4096 4096 --bt --cluster 2 --group-m 32
+8192 8192 8192 --bt --cluster 1
+8192 8192 8192 --bt --cluster 2
+8192 128256 4096 --bt --cluster 1
+8192 128256 4096 --bt --cluster 2
+2048 2048 2048 --bt --cluster 1
+2048 2048 2048 --bt --cluster 2
+128 4096 4096 --bt --split-k 4 --block-n 128
 LIST
 fi

@@ -62,11 +62,17 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
 TEST(SM90_Gemm, EverySchedule) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (int bn : {128, 256})
-    for (bool persistent : {true, false}) {
-      GemmSchedule s;
-      s.block_n = bn;
-      s.persistent = persistent;
-      s.group_m = persistent ? 4 : 1;
-      check_all({{1040, 784, 528}}, s);
-    }
+    for (bool persistent : {true, false})
+      for (int cluster : {1, 2}) {
+        GemmSchedule s;
+        s.block_n = bn;
+        s.persistent = persistent;
+        s.group_m = persistent ? 4 : 1;
+        s.cluster = cluster;
+        check_all({{1040, 784, 528}, {144, 272, 80}}, s);  // odd and even numbers of M-tiles
+      }
+  GemmSchedule s;
+  s.cluster = 2;
+  s.split_k = 2;
+  check_all({{400, 512, 1024}}, s);  // split-K with clusters
 }

@@ -25,7 +25,9 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
   if (auto v = a.integer({"--split-k"})) sched.split_k = int(*v);
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
+  if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
+  if (sched.cluster < 0 || sched.cluster > 2) throw usage_error("metapipe gemm: --cluster is 1 or 2");
   if (sched.block_n != 0 && sched.block_n != 128 && sched.block_n != 256)
     throw usage_error("metapipe gemm: --block-n is 128 or 256");
   if (sched.split_k < 0 || sched.group_m < 1)
@@ -87,6 +89,7 @@ MP_REGISTER_COMMAND(
     "  --block-n N      tile width, 128 or 256\n"
     "  --split-k N      split K N ways (1: never)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
+    "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --no-persistent  one block per tile instead of one block per SM\n",
     run_gemm);
 
