@@ -215,11 +215,19 @@ class WriteBuffer {
       : total_(total_words), active_((total_words + 1) / 2), drain_(total_words - active_), bw_(bw),
         free_(total_words) {}
 
-  // Services one demand line of n words issued at `cycle`; returns the cycle it completes.
+  // Services one demand line of n words issued at `cycle`; returns the cycle it completes. Words that
+  // cannot trigger a drain or a stall are stored in bulk; the others one by one, as SCALE-Sim does.
   i64 service(i64 cycle, i64 n) {
     i64 current = cycle;
-    for (i64 e = 0; e < n; ++e) {
-      store();
+    while (n > 0) {
+      const i64 quiet = std::min(n, current < drain_end_ ? free_ - 1 : free_ - active_);
+      if (quiet > 0) {
+        store(quiet);
+        n -= quiet;
+        continue;
+      }
+      store(1);
+      --n;
       if (current < drain_end_) {
         if (free_ <= 0) current = drain_end_;
       } else if (free_ < total_ - drain_) {
@@ -243,47 +251,55 @@ class WriteBuffer {
   i64 last_cycle() const { return last_; }
 
  private:
-  void store() {
-    ++line_fill_;
-    --free_;
-    if (line_fill_ == bw_) {
-      lines_.push_back(bw_);
-      ++cached_;
-      line_fill_ = 0;
+  void store(i64 k) {
+    free_ -= k;
+    line_fill_ += k;
+    while (line_fill_ >= bw_) {
+      line_fill_ -= bw_;
+      push_line(bw_);
       if (cached_ >= 1024) append(false);
     }
   }
+  void push_line(i64 words) {
+    lines_.push_back(static_cast<std::int32_t>(words));
+    ++cached_;
+  }
   void append(bool force) {
     if (force && line_fill_ != 0) {
-      lines_.push_back(line_fill_);
-      ++cached_;
+      push_line(line_fill_);
       line_fill_ = 0;
     }
     if (cached_ == 0) return;
     cached_ = 0;
     trace_started_ = true;
   }
-  i64 visible() const { return static_cast<i64>(lines_.size()) - cached_; }
+  i64 visible() const { return base_ + static_cast<i64>(lines_.size()) - cached_; }
   i64 drain(i64 start_cycle) {
     const i64 lines_per_drain = ceil_div(drain_, bw_);
     const i64 end = std::min(drain_start_ + lines_per_drain, visible());
     const i64 n = end - drain_start_;
     MP_INTERNAL_CHECK(n > 0, "OFMAP drain with nothing to drain");
     // SCALE-Sim discounts the empty slots of the last line of the chunk only.
-    const i64 words = n * bw_ - (bw_ - lines_[static_cast<size_t>(end - 1)]);
+    const i64 words = n * bw_ - (bw_ - lines_[static_cast<size_t>(end - 1 - base_)]);
     accesses_ += words;
     if (!drained_any_) first_ = start_cycle;
     drained_any_ = true;
     last_ = start_cycle + n - 1;
     free_ += words;
     drain_start_ = end;
+    if (drain_start_ - base_ > 4096 && drain_start_ - base_ > static_cast<i64>(lines_.size()) / 2) {
+      // Drained lines are never read again: keep memory bounded by the buffer, not the layer.
+      lines_.erase(lines_.begin(), lines_.begin() + (drain_start_ - base_));
+      base_ = drain_start_;
+    }
     return start_cycle + n - 1;
   }
 
   i64 total_, active_, drain_, bw_;
   i64 free_;
   i64 line_fill_ = 0;
-  std::vector<i64> lines_;  // words per line written so far (the last `cached_` not yet drainable)
+  std::vector<std::int32_t> lines_;  // words per line not yet drained, from line `base_` on (the last `cached_`
+  i64 base_ = 0;                     // of them not yet drainable)
   i64 cached_ = 0;
   bool trace_started_ = false;
   i64 drain_start_ = 0;
