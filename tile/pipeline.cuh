@@ -110,11 +110,15 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
     ring_pos<T::stages> p;
-    auto release = [](semaphore& e) {
+    const uint32_t rank = T::cluster > 1 ? cluster_ctarank() : 0;
+    auto release = [rank](semaphore& e) {
       if constexpr (T::cluster == 1)
         arrive(e);
-      else
-        for (uint32_t c = 0; c < T::cluster; ++c) arrive_cluster(e, c);
+      else {
+        arrive(e);
+        for (uint32_t c = 0; c < T::cluster; ++c)
+          if (c != rank) arrive_cluster(e, c);
+      }
     };
     const bool signaller = threadIdx.x % warp_threads == 0;
     for (int work = cluster_id; work < nwork; work += clusters) {

@@ -73,7 +73,7 @@ __device__ inline void cluster_sync() {
 __device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(s.addr()), "r"(cta));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
 }
 
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.

@@ -5,8 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/gemm-out}"; mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=1; sweep=0; bench_args="--layout both"
-while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --sweep) sweep=1;; --bench) bench_args="$2"; shift;; esac; shift; done
+tests=1; sweep=0; bench=1; bench_args="--layout both"
+while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --sweep) sweep=1;; --no-bench) bench=0;; --bench) bench_args="$2"; shift;; esac; shift; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/card.txt"
 t0=$(date +%s)
 # Build from a copy holding only the layers the GEMM needs, so other layers' work in progress in the same
@@ -26,16 +26,16 @@ cuobjdump --dump-sass "$lib" >"$OUT/gemm.sass" 2>&1
 echo "SASS: $(grep -c HGMMA "$OUT/gemm.sass") HGMMA, $(grep -cE '\bLDL|\bSTL' "$OUT/gemm.sass") LDL/STL lines in $lib"
 cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -A1 "gemm_kernel" | grep -oE "Function [^:]*|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+|SHARED:[0-9]+" | paste - - - - - | head -8
 if [ $tests = 1 ]; then
-  for t in build-gemm/tests/tile/test_tile_sm90 build-gemm/tests/kernels/test_kernels_gemm_sm90; do
+  for t in build-gemm/tests/kernels/test_kernels_gemm_sm90; do
     timeout 120 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
     grep -B2 -A8 "Failure" "$OUT/$(basename $t).log" | head -40
   done
 fi
 timeout 60 ./build-gemm/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
-timeout 120 ./build-gemm/docs/gemm_steps/gemm_tutorial 2>&1 | tee "$OUT/tutorial.log"
+[ $bench = 1 ] && timeout 120 ./build-gemm/docs/gemm_steps/gemm_tutorial 2>&1 | tee "$OUT/tutorial.log"
 ./build-gemm/tools/metapipe/metapipe info
-timeout 120 ./build-gemm/tools/metapipe/metapipe demo
-timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
+[ $bench = 1 ] && timeout 120 ./build-gemm/tools/metapipe/metapipe demo
+[ $bench = 1 ] && timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
 if [ $sweep = 1 ]; then  # schedule variants on the shapes furthest from cuBLAS
   g=./build-gemm/tools/metapipe/metapipe
   while read -r args; do
@@ -43,13 +43,11 @@ if [ $sweep = 1 ]; then  # schedule variants on the shapes furthest from cuBLAS
   done <<'LIST'
 4096 4096 4096 --bt --cluster 1
 4096 4096 4096 --bt --cluster 2
-4096 4096 4096 --bt --cluster 2 --group-m 32
 8192 8192 8192 --bt --cluster 1
 8192 8192 8192 --bt --cluster 2
 8192 128256 4096 --bt --cluster 1
 8192 128256 4096 --bt --cluster 2
-2048 2048 2048 --bt --cluster 1
-2048 2048 2048 --bt --cluster 2
-128 4096 4096 --bt --split-k 4 --block-n 128
+4096 4096 4096 --cluster 1
+4096 4096 4096 --cluster 2
 LIST
 fi
