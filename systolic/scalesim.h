@@ -64,10 +64,10 @@ struct LayerReport {
 // Runs one layer through the compute model and the memory model (analytical mode).
 LayerReport simulate_layer(const Layer& layer, const SimConfig& cfg);
 
-// Cycle-level mode for a layer: the array really computes the layer's GEMM on random operands (checked
-// against a reference product by the caller through `max_abs_err`), and the compute cycles must equal the
-// analytical ones. Memory-side numbers are taken from the analytical memory model, which is driven by the
-// same demand stream.
+// Cycle-level mode for a layer: the PE array computes the layer's GEMM on random operands drawn from
+// `seed`; product_ok says whether every output matches a reference product (fp32 tolerance) and every MAC
+// was done, and `cycles` are the array's compute cycles (to equal analyze_gemm's). The reports themselves
+// come from simulate_layer, whose memory model is driven by the same demand stream.
 struct CycleCheck {
   std::int64_t cycles = 0;
   double max_abs_err = 0;

@@ -70,8 +70,9 @@ int run_systolic(Args& a) {
   std::vector<LayerReport> reports;
   for (const auto& L : layers) reports.push_back(simulate_layer(L, cfg));
   std::vector<CycleCheck> checks;
+  const uint64_t seed = fresh_seed();
   if (mode == "cycle") {
-    for (size_t i = 0; i < layers.size(); ++i) checks.push_back(simulate_layer_cycle_level(layers[i], cfg, 1234 + i));
+    for (size_t i = 0; i < layers.size(); ++i) checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i));
   }
   std::vector<PlotSeries> series;
   if (plot) {
@@ -116,7 +117,9 @@ int run_systolic(Args& a) {
     t.add(row);
   }
   t.print(std::cout);
-  std::cout << "\nsimulated in " << format_ms(secs * 1e3) << "\n";
+  std::cout << "\nsimulated in " << format_ms(secs * 1e3);
+  if (mode == "cycle") std::cout << " (cycle-level operands: random, seed " << seed << ")";
+  std::cout << "\n";
 
   if (outdir) {
     fs::create_directories(run_dir);
