@@ -195,6 +195,12 @@ TEST(Topology, GemmRowsMapLikeScaleSim) {
   EXPECT_EQ(C[0].gemm().M, 5 * 6);  // ceil((10-3+2)/2) x ceil((12-3+2)/2), as SCALE-Sim
   EXPECT_EQ(C[0].gemm().K, 36);
   EXPECT_EQ(C[1].gemm().M, 8 * 4);
+  // A layer whose name contains DP is depthwise: SCALE-Sim runs it as one single-channel layer per channel.
+  const auto D = parse_topology("h\nDP1, 8, 8, 3, 3, 3, 1, 1,\n", "d.csv", TopologyKind::Conv);
+  ASSERT_EQ(D.size(), 3u);
+  EXPECT_EQ(D[2].name, "DP1Channel_2");
+  EXPECT_EQ(D[2].channels, 1);
+  EXPECT_EQ(D[2].gemm().K, 9);
 }
 
 }  // namespace
