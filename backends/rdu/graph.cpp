@@ -18,12 +18,11 @@ const char* to_string(StageKind k) {
 
 double Stage::flops() const {
   if (kind != StageKind::Compute) return 0;
-  if (is_matmul()) return 2.0 * double(m) * double(k) * double(n);
-  return double(elements) * ops;
+  return (is_matmul() ? 2.0 * double(m) * double(k) * double(n) : 0.0) + double(elements) * ops;
 }
 
 int Graph::add_tensor(std::string n, int64_t bytes) {
-  tensors.push_back({std::move(n), bytes, -1, {}});
+  tensors.push_back({std::move(n), bytes, -1, {}, {}});
   return int(tensors.size()) - 1;
 }
 int Graph::add_buffer(std::string n, int64_t bytes, int depth) {

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct Access {
   int64_t wrap = 1 << 30;
   int64_t offset = 0;
   std::function<int64_t(int64_t)> base;  // optional: start byte of iteration i (overrides iter_stride/wrap)
+  std::function<int64_t(int64_t, int64_t)> row_at;  // optional: byte of row r of iteration i (gathers)
   int64_t bytes() const { return rows * row_bytes; }
 };
 
@@ -39,12 +41,16 @@ struct Input {
 // Functional mode: a stage's kernel sees its input and output slots (floats) and, for loads and stores, the
 // host copy of its tensor. It runs when the simulator fires the iteration, so wrong token ordering in the
 // simulator produces wrong values.
+// Slots also hold an opaque object per token (the IR lowering keeps run-time tiles there).
 struct StageIO {
   int64_t iter = 0;
   std::vector<const float*> in;
   std::vector<float*> out;
+  std::vector<const std::shared_ptr<void>*> in_obj;
+  std::vector<std::shared_ptr<void>*> out_obj;
   float* tensor = nullptr;  // loads and stores
   int64_t tensor_elems = 0;
+  std::vector<std::shared_ptr<void>>* tensor_objs = nullptr;  // per token, for spills of object slots
 };
 using Kernel = std::function<void(StageIO&)>;
 
@@ -56,8 +62,9 @@ struct Stage {
   std::vector<int> outputs;  // buffers
   int64_t accumulate = 1;    // iterations per output token
   // Compute work of one iteration: `elements` vector elements with `ops` ALU ops each (a chain of
-  // ceil(ops / pcu.stages) PCUs), or a matmul m x k x n (SIMD: lanes x stages MACs per PCU and cycle;
-  // systolic: the systolic model). `par` copies split the work.
+  // ceil(ops / pcu.stages) PCUs), and/or a matmul m x k x n (SIMD: lanes x stages MACs per PCU and cycle;
+  // systolic: the systolic model). `par` copies split the work. A stage with neither (ops = 0) is control
+  // only (forwarding a loop-carried result): no PCU, one cycle per iteration.
   int64_t elements = 0;
   int ops = 1;
   int64_t m = 0, k = 0, n = 0;
@@ -69,6 +76,7 @@ struct Stage {
   Kernel kernel;             // functional mode only
   double flops() const;      // per iteration
   bool is_matmul() const { return m > 0; }
+  bool is_control() const { return kind == StageKind::Compute && !is_matmul() && ops == 0; }
 };
 
 struct Buffer {
@@ -85,6 +93,7 @@ struct Tensor {
   int64_t bytes = 0;
   int64_t base = 0;          // assigned by Graph::layout() unless set
   std::vector<float> host;   // functional mode: contents
+  std::vector<std::shared_ptr<void>> objs;  // functional mode: spilled object tokens
 };
 
 struct Graph {

@@ -49,26 +49,38 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
   int64_t in_bytes = 0;
   for (auto& in : s.inputs) in_bytes = std::max(in_bytes, g.buffers[in.buffer].bytes);
   int64_t net_ii = cdiv(in_bytes, int64_t(a.link_bytes) * par);
+  if (s.is_control()) {
+    m.mode = "control";
+    m.chain = 0;
+    m.pcus = 0;
+    m.ii = 1;
+    return m;
+  }
+  m.mode = "simd";
+  m.chain = 0;
+  m.ii = 0;
+  if (s.elements > 0 && s.ops > 0) {
+    m.chain = int(cdiv(s.ops, a.pcu_stages));
+    m.ii = cdiv(s.elements, int64_t(a.pcu_lanes) * par);
+    m.latency = int64_t(m.chain) * (a.pcu_stages + a.hop_cycles);
+  }
   if (s.is_matmul()) {
     // SIMD: lanes x stages MACs per PCU and cycle; systolic (when the arch has it): the systolic model of
     // ../systolic with its fold and skew costs. The compiler picks the faster mode for the shape.
-    m.mode = "simd";
-    m.chain = 1;
-    m.ii = cdiv(s.m * s.k * s.n, int64_t(a.pcu_lanes) * a.pcu_stages * par);
-    m.latency = a.pcu_stages;
+    int64_t simd = cdiv(s.m * s.k * s.n, int64_t(a.pcu_lanes) * a.pcu_stages * par);
+    int64_t mm_ii = simd, mm_lat = a.pcu_stages;
     if (a.pcu_systolic && s.systolic_ok) {
       int64_t sys = systolic_cycles(a, s.m, s.k, cdiv(s.n, par));
-      if (sys < m.ii + m.latency) {
+      if (sys < simd + a.pcu_stages) {
         m.mode = "systolic";
-        m.ii = sys;
-        m.latency = 0;  // the systolic cycle count includes fill and drain
+        mm_ii = sys;
+        mm_lat = 0;  // the systolic cycle count includes fill and drain
       }
     }
-  } else {
-    m.mode = "simd";
-    m.chain = int(cdiv(std::max(1, s.ops), a.pcu_stages));
-    m.ii = cdiv(std::max<int64_t>(1, s.elements), int64_t(a.pcu_lanes) * par);
-    m.latency = int64_t(m.chain) * (a.pcu_stages + a.hop_cycles);
+    // the elementwise part (if any) streams through a chain behind the matmul PCU
+    m.ii = std::max(m.ii, mm_ii);
+    m.latency += mm_lat;
+    m.chain += 1;
   }
   m.ii = std::max<int64_t>({m.ii, net_ii, 1});
   m.pcus = m.chain * par;
@@ -174,7 +186,7 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     sg.name = g.name + (ncfg > 1 ? " [call " + std::to_string(c + 1) + "/" + std::to_string(ncfg) + "]" : "");
     sg.tensors = g.tensors;  // the same off-chip space (spills appended below)
     for (size_t b = 0; b < g.buffers.size(); ++b)
-      if (spill_tensor[b] >= 0) sg.tensors.push_back(Tensor{"spill:" + g.buffers[b].name, 0, -1, {}});
+      if (spill_tensor[b] >= 0) sg.tensors.push_back(Tensor{"spill:" + g.buffers[b].name, 0, -1, {}, {}});
     std::map<int, int> bmap;  // original buffer -> buffer in this config
     auto local_buffer = [&](int b) {
       auto it = bmap.find(b);
@@ -212,7 +224,10 @@ Mapping map_graph(const Arch& a, const Graph& g) {
             ld.access.row_bytes = g.buffers[ob].bytes;
             ld.access.iter_stride = g.buffers[ob].bytes;
             int64_t el = g.buffers[ob].elems();
-            ld.kernel = [el](StageIO& io) { std::copy_n(io.tensor + io.iter * el, el, io.out[0]); };
+            ld.kernel = [el](StageIO& io) {
+              std::copy_n(io.tensor + io.iter * el, el, io.out[0]);
+              if (io.iter < int64_t(io.tensor_objs->size())) *io.out_obj[0] = (*io.tensor_objs)[size_t(io.iter)];
+            };
             sg.stages.push_back(std::move(ld));
             cf.original_stage.push_back(-1);
           }
@@ -234,7 +249,7 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       for (int ob : spilled) {
         if (spill_tensor[ob] < 0) {
           spill_tensor[ob] = 1;
-          sg.tensors.push_back(Tensor{"spill:" + g.buffers[ob].name, 0, -1, {}});
+          sg.tensors.push_back(Tensor{"spill:" + g.buffers[ob].name, 0, -1, {}, {}});
         }
         const Stage& ps = g.stages[i];
         int64_t tokens = ps.iterations / ps.accumulate;
@@ -249,7 +264,11 @@ Mapping map_graph(const Arch& a, const Graph& g) {
         st.access.row_bytes = g.buffers[ob].bytes;
         st.access.iter_stride = g.buffers[ob].bytes;
         int64_t el = g.buffers[ob].elems();
-        st.kernel = [el](StageIO& io) { std::copy_n(io.in[0], el, io.tensor + io.iter * el); };
+        st.kernel = [el](StageIO& io) {
+          std::copy_n(io.in[0], el, io.tensor + io.iter * el);
+          if (int64_t(io.tensor_objs->size()) <= io.iter) io.tensor_objs->resize(size_t(io.iter + 1));
+          (*io.tensor_objs)[size_t(io.iter)] = *io.in_obj[0];
+        };
         sg.stages.push_back(std::move(st));
         cf.original_stage.push_back(-1);
       }
@@ -277,6 +296,11 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       cf.pcus += cf.stages.back().pcus;
       if (s.kind != StageKind::Compute) cf.stages.back().agcus = per_stream;
       cf.agcus += cf.stages.back().agcus;
+    }
+    if (cf.agcus > nag) {
+      out.notes.push_back("kernel call " + std::to_string(c + 1) + ": " + std::to_string(mem_stages) + " memory streams share " +
+                          std::to_string(nag) + " AGCUs");
+      cf.agcus = nag;
     }
     for (auto& b : sg.buffers) {
       cf.buffers.push_back({buffer_pmus(a, b), b.depth});

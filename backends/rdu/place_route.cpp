@@ -102,28 +102,27 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   auto sites_of = [&](UnitKind k) -> std::vector<std::pair<int, int>>& {
     return k == UnitKind::PCU ? pcu_sites : k == UnitKind::PMU ? pmu_sites : ag_sites;
   };
-  // occupancy: site index per unit; site -> unit
-  std::map<std::pair<int, int>, int> occ;
-  std::vector<int> count(3, 0);
+  // Initial placement: shuffle each kind's sites (deterministic seed), then anneal. When a configuration has
+  // more memory streams than AGCUs, streams share AGCUs round-robin and those stay where they are.
   std::mt19937_64 rng(seed);
-  for (auto& u : P.units) {
-    auto& sites = sites_of(u.kind);
-    int& c = count[int(u.kind)];
-    MP_INTERNAL_CHECK(c < int(sites.size()), "more units than sites of kind ", int(u.kind), " in configuration '", g.name, "'");
-    u.x = sites[c].first;
-    u.y = sites[c].second;
-    ++c;
-  }
-  // Initial placement: shuffle each kind's sites (deterministic seed), then anneal.
+  std::map<std::pair<int, int>, int> occ;  // site -> unit (annealed kinds only)
+  std::vector<bool> fixed(P.units.size(), false);
   for (int k = 0; k < 3; ++k) {
     std::vector<int> us;
     for (size_t i = 0; i < P.units.size(); ++i)
       if (int(P.units[i].kind) == k) us.push_back(int(i));
     auto sites = sites_of(UnitKind(k));
+    MP_INTERNAL_CHECK(k == int(UnitKind::AGCU) || us.size() <= sites.size(), "more units than sites of kind ", k,
+                      " in configuration '", g.name, "'");
     std::shuffle(sites.begin(), sites.end(), rng);
-    for (size_t i = 0; i < us.size(); ++i) P.units[us[i]].x = sites[i].first, P.units[us[i]].y = sites[i].second;
+    const bool shared = us.size() > sites.size();
+    for (size_t i = 0; i < us.size(); ++i) {
+      auto& u = P.units[size_t(us[i])];
+      u.x = sites[i % sites.size()].first, u.y = sites[i % sites.size()].second;
+      if (shared) fixed[size_t(us[i])] = true;
+      else occ[{u.x, u.y}] = us[i];
+    }
   }
-  for (size_t i = 0; i < P.units.size(); ++i) occ[{P.units[i].x, P.units[i].y}] = int(i);
 
   std::vector<std::vector<int>> nets_of(P.units.size());
   for (size_t n = 0; n < P.nets.size(); ++n) {
@@ -166,12 +165,13 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   std::vector<int> touched;
   for (int64_t it = 0; it < moves && nunits > 1; ++it) {
     int ui = int(rng() % nunits);
+    if (fixed[size_t(ui)]) continue;
     auto& sites = sites_of(P.units[ui].kind);
     auto site = sites[rng() % sites.size()];
     // restrict moves to a window around the unit as the temperature drops
     auto it_occ = occ.find(site);
     int uj = it_occ == occ.end() ? -1 : it_occ->second;
-    if (uj == ui) continue;
+    if (uj == ui || (uj >= 0 && fixed[size_t(uj)])) continue;
     touched.clear();
     for (int n : nets_of[ui]) touched.push_back(n);
     if (uj >= 0) for (int n : nets_of[uj]) touched.push_back(n);

@@ -24,7 +24,7 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
     if (opt.functional && c > 0)
       for (auto& t : cf.graph.tensors)
         for (auto& pt : R.mapping.configs[c - 1].graph.tensors)
-          if (pt.name == t.name && !pt.host.empty()) t.host = pt.host;
+          if (pt.name == t.name && (!pt.host.empty() || !pt.objs.empty())) t.host = pt.host, t.objs = pt.objs;
     SimOptions so;
     so.functional = opt.functional;
     if (opt.place) {
@@ -68,7 +68,7 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
     for (auto& t : g.tensors)
       for (auto& cf : R.mapping.configs)
         for (auto& ct : cf.graph.tensors)
-          if (ct.name == t.name && !ct.host.empty()) t.host = ct.host;  // last call that holds it wins
+          if (ct.name == t.name && (!ct.host.empty() || !ct.objs.empty())) t.host = ct.host, t.objs = ct.objs;  // last call wins
   const double T = std::max(1.0, R.cycles);
   R.seconds = R.cycles / (a.clock_ghz * 1e9);
   R.pcu_util /= T * a.pcus();

@@ -75,6 +75,7 @@ struct BufState {
   std::vector<int64_t> released;  // per consumer entry: tokens fully read
   std::vector<int64_t> done_ahead;  // tokens completed out of order (beyond avail)
   std::vector<float> data;        // functional: depth x elems
+  std::vector<std::shared_ptr<void>> objs;  // functional: one object per slot
 };
 
 class Sim {
@@ -121,6 +122,7 @@ class Sim {
       for (size_t b = 0; b < g_.buffers.size(); ++b) {
         const Buffer& buf = g_.buffers[b];
         bs_[b].data.assign(size_t(buf.depth) * buf.elems(), std::nanf(""));
+        bs_[b].objs.assign(size_t(buf.depth), nullptr);
         if (buf.initial_tokens > 0) {
           MP_INTERNAL_CHECK(b < g_.initial_data.size() && int64_t(g_.initial_data[b].size()) == buf.initial_tokens * buf.elems(),
                             "buffer '", buf.name, "' has initial tokens but no initial data");
@@ -220,13 +222,22 @@ class Sim {
     MP_USER_CHECK(bool(S.kernel), "--functional: stage '", S.name, "' has no functional kernel");
     StageIO io;
     io.iter = i;
-    for (auto& in : S.inputs) io.in.push_back(slot(in.buffer, i / in.reuse));
-    for (int b : S.outputs) io.out.push_back(slot(b, out_token(s, i, b)));
+    for (auto& in : S.inputs) {
+      int64_t tok = i / in.reuse;  // initial tokens are the first ones
+      io.in.push_back(slot(in.buffer, tok));
+      io.in_obj.push_back(&bs_[in.buffer].objs[size_t(tok % g_.buffers[in.buffer].depth)]);
+    }
+    for (int b : S.outputs) {
+      int64_t tok = out_token(s, i, b);
+      io.out.push_back(slot(b, tok));
+      io.out_obj.push_back(&bs_[b].objs[size_t(tok % g_.buffers[b].depth)]);
+    }
     if (S.tensor >= 0) {
       auto& t = g_.tensors[S.tensor];
       if (int64_t(t.host.size()) * 4 < t.bytes) t.host.resize(size_t(t.bytes / 4), std::nanf(""));
       io.tensor = t.host.data();
       io.tensor_elems = int64_t(t.host.size());
+      io.tensor_objs = &t.objs;
     }
     S.kernel(io);
   }
@@ -263,7 +274,7 @@ class Sim {
     auto& ag = ag_[T.agcu];
     bool write = S.kind == StageKind::Store;
     for (int64_t r = 0; r < A.rows; ++r) {
-      int64_t lo = base + r * A.row_stride, hi = lo + A.row_bytes;
+      int64_t lo = A.row_at ? ten.base + A.row_at(i, r) : base + r * A.row_stride, hi = lo + A.row_bytes;
       for (int64_t x = lo / bb * bb; x < hi; x += bb) {
         ag.queue.push_back({s, i, x, write, now_, false});
         ++count;
@@ -271,6 +282,8 @@ class Sim {
     }
     ag.queue.back().last_of_iter = true;
     (write ? res_.bytes_written : res_.bytes_read) += A.bytes();
+    // a gather reads its index tile while generating addresses: released once they are generated
+    if (!write && !S.inputs.empty()) push(now_ + double(count), RELEASE, s, i);
     T.bursts_left[i] = count;
     if (T.inflight++ == 0) T.inflight_since = now_;
     T.busy_until = now_ + 1;  // address generation of the next iteration can start next cycle

@@ -13,6 +13,14 @@
 #include "core/random.h"
 #include "tools/metapipe/cli.h"
 
+// Programs written in the front end (the examples registry) reach the simulator through the IR lowering.
+#if defined(MP_RDU_HAVE_IR) && __has_include("examples/registry.h")
+#include "backends/rdu/lower.h"
+#include "examples/registry.h"
+#include "examples/run.h"
+#define MP_SIM_HAVE_IR 1
+#endif
+
 namespace mp::cli {
 namespace {
 
@@ -38,6 +46,101 @@ CompareResult functional_check(const rdu::Arch& arch, const rdu::GraphProgram& p
   return worst;
 }
 
+struct SimOutcome {
+  rdu::RunResult r;
+  std::string params;  // "K=... M=..."
+  std::string check;   // functional only
+  bool ok = true;
+};
+
+bool is_arch_key(const std::string& assignment) {
+  std::string k = assignment.substr(0, assignment.find('='));
+  return k.find('.') != std::string::npos || k == "clock_ghz" || k == "program_memory";
+}
+
+#ifdef MP_SIM_HAVE_IR
+// A registry program: build, compile (tile -> fuse -> parallelize -> metapipeline), lower, simulate; with
+// `functional`, the simulated stages evaluate the IR on tiles and the outputs are checked like `metapipe run`.
+SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec, const std::vector<std::string>& sets, bool functional,
+                  uint64_t seed) {
+  SimOutcome out;
+  examples::Params params = examples::resolve(spec, sets);
+  for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
+  ir::Program p = examples::build(spec, params);
+  ir::Program c = passes::compile(p, examples::compile_options(params));
+  if (!functional) {
+    rdu::Graph g = rdu::lower(c);
+    out.r = rdu::run(arch, g);
+    return out;
+  }
+  examples::HostInputs in = examples::make_inputs(spec, params, p, seed);
+  examples::HostOutputs ref = spec.reference(params, in);
+  cpu::Memory mem = cpu::make_memory(c, in);
+  rdu::Graph g = rdu::lower(c, &mem);
+  rdu::RunOptions o;
+  o.functional = true;
+  out.r = rdu::run(arch, g, o);
+  ir::DType dt = ir::DType::f32;
+  for (auto& t : c.tensors)
+    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && ir::bytes_of(t->dtype) == 2) dt = t->dtype;
+  const double rtol = examples::tolerance(dt);
+  double worst = 0;
+  for (auto& [name, want] : ref) {
+    double scale = 0;
+    for (double w : want) scale = std::max(scale, std::fabs(w));
+    auto cmp = compare(mem.at(name).data, want, rtol, rtol * 0.1 * std::max(scale, 1e-30));
+    if (!cmp.ok && out.ok) out.check = name + ": " + cmp.summary(), out.ok = false;
+    worst = std::max(worst, cmp.max_rel_err);
+  }
+  if (out.ok) {
+    char b[64];
+    std::snprintf(b, sizeof b, "ok (max rel %.1e)", worst);
+    out.check = b;
+  }
+  return out;
+}
+#endif
+
+// A built-in stage-graph program (programs.h).
+SimOutcome sim_graph(const rdu::Arch& arch, const rdu::GraphProgram& prog, const std::vector<std::string>& sets, bool functional,
+                     uint64_t seed) {
+  SimOutcome out;
+  rdu::Params p = rdu::resolve_params(prog, sets, functional);
+  for (auto& [k, v] : p) out.params += " " + k + "=" + std::to_string(v);
+  if (functional) {
+    auto c = functional_check(arch, prog, p, seed, &out.r);
+    out.check = c.summary();
+    out.ok = c.ok;
+  } else {
+    rdu::Graph g = prog.build(p, false, seed);
+    out.r = rdu::run(arch, g);
+  }
+  return out;
+}
+
+std::string program_names() {
+  std::string names;
+#ifdef MP_SIM_HAVE_IR
+  for (auto* p : examples::programs()) names += (names.empty() ? "" : ", ") + p->name;
+#endif
+  for (auto& p : rdu::graph_programs()) names += (names.empty() ? "" : ", ") + std::string("graph:") + p.name;
+  return names;
+}
+
+// NAME: a registry program (front end -> IR -> passes -> lowering) when there is one, else a built-in
+// stage graph; graph:NAME always picks the built-in stage graph.
+SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::vector<std::string>& sets, bool functional,
+                    uint64_t seed) {
+  std::string gname = name.rfind("graph:", 0) == 0 ? name.substr(6) : name;
+#ifdef MP_SIM_HAVE_IR
+  if (gname == name)
+    for (auto* p : examples::programs())
+      if (p->name == name) return sim_ir(arch, *p, sets, functional, seed);
+#endif
+  if (auto* g = rdu::find_graph_program(gname)) return sim_graph(arch, *g, sets, functional, seed);
+  throw usage_error("unknown program '" + name + "' for metapipe sim (programs: " + program_names() + ")");
+}
+
 int run_sim(Args& a) {
   auto arch_name = a.value({"--arch"});
   auto sets = a.values({"--set"});
@@ -47,38 +150,17 @@ int run_sim(Args& a) {
   auto seed_opt = a.integer({"--seed"});
   auto pos = a.positionals();
   a.finish();
-  if (pos.size() != 1) {
-    std::string names;
-    for (auto& p : rdu::graph_programs()) names += (names.empty() ? "" : ", ") + p.name;
-    throw usage_error("metapipe sim needs one program (" + names + "); see metapipe sim --help");
-  }
-  const rdu::GraphProgram* prog = rdu::find_graph_program(pos[0]);
-  if (!prog) {
-    std::string names;
-    for (auto& p : rdu::graph_programs()) names += (names.empty() ? "" : ", ") + p.name;
-    throw usage_error("unknown program '" + pos[0] + "' for metapipe sim (programs: " + names + ")");
-  }
+  if (pos.size() != 1) throw usage_error("metapipe sim needs one program (" + program_names() + "); see metapipe sim --help");
   rdu::Arch arch = rdu::load_arch(arch_name.value_or("plasticine"));
-  // --set NAME=VALUE: program parameters first, architecture keys otherwise.
+  // --set NAME=VALUE: architecture keys (dotted, clock_ghz, program_memory) or program parameters.
   std::vector<std::string> prog_sets;
   for (auto& s : sets) {
-    auto k = s.substr(0, s.find('='));
-    if (prog->defaults.count(k)) prog_sets.push_back(s);
-    else rdu::apply_override(arch, s);
+    if (is_arch_key(s)) rdu::apply_override(arch, s);
+    else prog_sets.push_back(s);
   }
-  rdu::Params p = rdu::resolve_params(*prog, prog_sets, functional);
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed();
-  rdu::RunResult r;
-  std::string check;
-  bool ok = true;
-  if (functional) {
-    auto c = functional_check(arch, *prog, p, seed, &r);
-    check = c.summary();
-    ok = c.ok;
-  } else {
-    rdu::Graph g = prog->build(p, false, seed);
-    r = rdu::run(arch, g);
-  }
+  SimOutcome o = simulate(arch, pos[0], prog_sets, functional, seed);
+  const rdu::RunResult& r = o.r;
   if (svg) {
     std::ofstream f(*svg);
     if (!f) throw user_error("--svg: cannot write '" + *svg + "'");
@@ -87,14 +169,12 @@ int run_sim(Args& a) {
   if (json) {
     rdu::print_json(std::cout, arch, r);
   } else {
-    std::cout << "parameters:";
-    for (auto& [k, v] : p) std::cout << " " << k << "=" << v;
-    std::cout << "\n";
+    std::cout << "parameters:" << o.params << "\n";
     rdu::print_text(std::cout, arch, r);
-    if (functional) std::cout << "\nfunctional check vs naive C++ reference (seed " << seed << "): " << check << "\n";
+    if (functional) std::cout << "\nfunctional check vs naive C++ reference (seed " << seed << "): " << o.check << "\n";
     if (svg) std::cout << "placement picture: " << *svg << "\n";
   }
-  return ok ? 0 : 1;
+  return o.ok ? 0 : 1;
 }
 
 MP_REGISTER_COMMAND("sim", "simulate a program on the dataflow accelerator (Plasticine, SN40L, or an arch file)",
@@ -104,10 +184,15 @@ MP_REGISTER_COMMAND("sim", "simulate a program on the dataflow accelerator (Plas
                     "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
                     "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"
                     "DRAM model of bursts, banks, refresh and bus turnaround).\n\n"
-                    "programs: dotproduct, outerproduct, tpchq6, blackscholes, gemm, gda, kmeans, matmul (slide 51)\n\n"
+                    "programs: those of `metapipe list` (written in the front end: compiled by tile -> fuse ->\n"
+                    "parallelize -> metapipeline and lowered to the simulator's stage graph), and the built-in\n"
+                    "stage graphs of the Plasticine / Spatial benchmarks: graph:dotproduct, graph:outerproduct,\n"
+                    "graph:tpchq6, graph:blackscholes, graph:gemm, graph:gda, graph:kmeans, graph:matmul (the\n"
+                    "prefix may be left out where no front-end program has the name)\n\n"
                     "  --arch NAME|FILE  preset (plasticine, sn40l; default plasticine) or an .arch file (docs/rdu.md)\n"
-                    "  --set NAME=VALUE  a program parameter (e.g. N=4096, ts=512) or an architecture key\n"
-                    "                    (e.g. pcu.lanes=32, memory.ddr.channels=1); repeatable\n"
+                    "  --set NAME=VALUE  a program parameter (e.g. N=4096) or an architecture key (dotted names,\n"
+                    "                    clock_ghz, program_memory)\n"
+                    "                    e.g. pcu.lanes=32, memory.ddr.channels=1; repeatable\n"
                     "  --json            cycles, seconds, kernel_calls, utilization, off-chip bytes and bandwidth,\n"
                     "                    per-stage busy and stall cycles as JSON\n"
                     "  --svg FILE        the placement with routes and per-unit utilization\n"
@@ -120,6 +205,19 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
   std::vector<DemoRow> rows;
   for (const char* an : {"plasticine", "sn40l"}) {
     rdu::Arch arch = rdu::load_arch(an);
+#ifdef MP_SIM_HAVE_IR
+    for (auto* spec : examples::programs()) {  // front-end programs, functional at their default sizes
+      try {
+        SimOutcome o = sim_ir(arch, *spec, {}, true, fresh_seed());
+        rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,
+                               format_count((long long)o.r.cycles) + " cycles (" + std::to_string(o.r.kernel_calls) + " call" +
+                                   (o.r.kernel_calls > 1 ? "s" : "") + ")",
+                               o.ok});
+      } catch (const not_supported& e) {
+        rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, std::string("skipped: ") + e.what(), "-", true});
+      }
+    }
+#endif
     for (auto& prog : rdu::graph_programs()) {
       rdu::Params p = rdu::resolve_params(prog, {}, true);
       rdu::RunResult r;
@@ -131,7 +229,7 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
         measure = format_count((long long)full.cycles) + " cycles (" + format_ms(full.seconds * 1e3) + ", " +
                   std::to_string(full.kernel_calls) + " call" + (full.kernel_calls > 1 ? "s" : "") + ")";
       }
-      rows.push_back(DemoRow{prog.name, std::string("rdu:") + an, c.summary(), measure, c.ok});
+      rows.push_back(DemoRow{"graph:" + prog.name, std::string("rdu:") + an, c.summary(), measure, c.ok});
     }
   }
   return rows;

@@ -1,0 +1,342 @@
+// IR -> stage graph. Before (after the metapipeline pass, gda):
+//   %6 = fill 0
+//   %22 = metapipe i8 < 8 carry(%9 = %6) {
+//     stage s0: %11 = load_tile X[128*i8, 0]; %13 = load_tile y[..]; %15 = gather mu[%13]
+//     stage s1: %17 = zip(%11, %15)          stage s2: %19 = matmul %17^T, %17
+//     stage s3: %21 = zip(%9, %19); yield %21 }
+//   store_tile Sigma[0, 0], %22
+// After: fill (1 iteration) -> [s3 reads it once per loop run]; load X, load y (8 iterations each) ->
+// gather mu (reads y's tile) -> s1 -> s2 -> s3 (carries %9 itself) -> yield %22 (8 iterations, one token)
+// -> store Sigma (1 iteration).
+#include "backends/rdu/lower.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "ir/analysis.h"
+
+namespace mp::rdu {
+namespace {
+
+struct Loop {
+  ir::LoopVar var;
+  int64_t trip;
+};
+
+// What a graph stage's kernel needs, aligned with Stage::inputs and Stage::outputs (null: control token).
+struct SegInfo {
+  std::vector<ir::Value> ins, outs;
+};
+
+// A value produced by a graph stage: its buffer (created on first use by another stage) and token count.
+struct Src {
+  int stage = -1;
+  int buffer = -1;
+  int64_t tokens = 0;
+  int depth = 2;
+  int64_t bytes = 0;
+};
+
+std::map<int, int64_t> decompose(const std::vector<Loop>& ls, int64_t it) {
+  std::map<int, int64_t> idx;
+  for (int k = int(ls.size()) - 1; k >= 0; --k) {
+    idx[ls[size_t(k)].var->id] = it % ls[size_t(k)].trip;
+    it /= ls[size_t(k)].trip;
+  }
+  return idx;
+}
+
+cpu::TileRef tile_of(const std::shared_ptr<void>& p) { return std::static_pointer_cast<const cpu::Tile>(p); }
+
+class Lowerer {
+ public:
+  Lowerer(const ir::Program& p, cpu::Memory* mem) : p_(p), mem_(mem) {
+    g_.name = p.name;
+    for (auto& t : p.tensors) tensor_id_[t->id] = g_.add_tensor(t->name, t->bytes());
+  }
+
+  Graph run() {
+    MP_USER_CHECK(p_.metapipelined, "program '", p_.name, "' is not metapipelined: run the passes (tile, parallelize, ",
+                  "metapipeline) before simulating it");
+    for (auto& n : p_.body) {
+      std::set<int> reads, writes;
+      ir::walk({n}, [&](const ir::NodeRef& x, int) {
+        if (auto a = ir::access_of(*x)) (a->store ? writes : reads).insert(a->tensor->id);
+      });
+      // RAW through off-chip memory between top-level statements: wait for the writer's last token.
+      waits_.clear();
+      for (int t : reads)
+        for (auto& [tensor, stage] : last_writer_)
+          if (tensor == t && std::find(waits_.begin(), waits_.end(), stage) == waits_.end()) waits_.push_back(stage);
+      if (auto* m = n->as<ir::MetaPipe>()) lower_loop(*m, {}, "");
+      else if (ir::access_of(*n)) lower_segment({n}, {}, "", nullptr);
+      else lower_segment({n}, {}, "", nullptr);
+      for (int t : writes)
+        for (size_t s = 0; s < g_.stages.size(); ++s)
+          if (g_.stages[s].kind == StageKind::Store && g_.stages[s].tensor == tensor_id_.at(t)) last_writer_.push_back({t, int(s)});
+    }
+    g_.layout();
+    return std::move(g_);
+  }
+
+ private:
+  static int64_t iters(const std::vector<Loop>& loops) {
+    int64_t n = 1;
+    for (auto& l : loops) n *= l.trip;
+    return n;
+  }
+
+  // A value `v` read by graph stage `consumer`: add the input edge (and the producer's output buffer).
+  void connect(const ir::Value& v, int consumer) {
+    auto it = src_.find(v->id);
+    if (it == src_.end()) fail_internal("value %", v->id, " is read before the lowering saw its producer");
+    Src& s = it->second;
+    if (s.stage == consumer) return;
+    if (s.buffer < 0) {
+      s.buffer = g_.add_buffer("%" + std::to_string(v->id) + (v->name.empty() ? "" : " " + v->name), std::max<int64_t>(4, s.bytes),
+                               s.depth);
+      g_.stages[size_t(s.stage)].outputs.push_back(s.buffer);
+      seg_[size_t(s.stage)]->outs.push_back(v);
+    }
+    for (auto& in : g_.stages[size_t(consumer)].inputs)
+      if (in.buffer == s.buffer) return;
+    const int64_t n = g_.stages[size_t(consumer)].iterations;
+    MP_USER_CHECK(n % s.tokens == 0 && n >= s.tokens, "value %", v->id, " is produced ", s.tokens, " times but read by stage '",
+                  g_.stages[size_t(consumer)].name, "' ", n, " times");
+    g_.stages[size_t(consumer)].inputs.push_back({s.buffer, n / s.tokens});
+    seg_[size_t(consumer)]->ins.push_back(v);
+  }
+
+  int new_stage(Stage s, const std::vector<Loop>& loops) {
+    s.iterations = iters(loops);
+    int id = g_.add_stage(std::move(s));
+    seg_.push_back(std::make_shared<SegInfo>());
+    // control tokens from earlier top-level statements that wrote what this statement reads: the writer
+    // sends one token per iteration to a control stage that turns them into one "done" token
+    for (int w : waits_) {
+      auto it = done_.find(w);
+      if (it == done_.end()) {
+        int b = g_.add_buffer("written by " + g_.stages[size_t(w)].name, 4, 2);
+        g_.stages[size_t(w)].outputs.push_back(b);
+        seg_[size_t(w)]->outs.push_back(nullptr);
+        Stage c;
+        c.name = "done " + g_.stages[size_t(w)].name;
+        c.ops = 0;
+        c.iterations = g_.stages[size_t(w)].iterations;
+        c.accumulate = c.iterations;
+        c.inputs = {{b, 1}};
+        int cb = g_.add_buffer("done " + g_.stages[size_t(w)].name, 4, 1);
+        c.outputs = {cb};
+        if (mem_) c.kernel = [](StageIO& io) { *io.out_obj[0] = std::make_shared<int>(0); };
+        g_.stages.push_back(c);
+        seg_.push_back(std::make_shared<SegInfo>(SegInfo{{nullptr}, {nullptr}}));
+        it = done_.emplace(w, cb).first;
+      }
+      g_.stages[size_t(id)].inputs.push_back({it->second, g_.stages[size_t(id)].iterations});
+      seg_[size_t(id)]->ins.push_back(nullptr);
+    }
+    return id;
+  }
+
+  void lower_loop(const ir::MetaPipe& m, const std::vector<Loop>& loops, const std::string& path) {
+    MP_USER_CHECK(m.scheduled, "MetaPipe #", m.id, " is not scheduled: run the metapipeline pass first");
+    const std::string lp = path + "L" + std::to_string(m.id);
+    auto inner = loops;
+    inner.push_back({m.var, m.trip()});
+    for (auto& b : m.buffers)
+      if (b.kind == ir::BufferInfo::Kind::Stream) depth_of_[b.value->id] = b.depth;
+    for (auto& st : m.stages) {
+      std::vector<ir::NodeRef> compute;
+      auto flush = [&]() {
+        if (!compute.empty()) lower_segment(compute, inner, lp + "." + st.name, &m);
+        compute.clear();
+      };
+      for (auto& op : st.ops) {
+        if (op->as<ir::MetaPipe>()) {
+          flush();
+          lower_loop(op->cast<ir::MetaPipe>(), inner, lp + "." + st.name + "/");
+        } else if (ir::access_of(*op)) {
+          flush();
+          lower_segment({op}, inner, lp + "." + st.name, &m);
+        } else {
+          compute.push_back(op);
+        }
+      }
+      flush();
+    }
+    // Loop-carried results leave through a control stage that forwards the last iteration's `next`.
+    for (auto& c : m.carried) {
+      Stage y;
+      y.name = lp + " yield %" + std::to_string(c.result->id);
+      y.ops = 0;
+      int id = new_stage(y, inner);
+      connect(c.next, id);
+      g_.stages[size_t(id)].accumulate = m.trip();
+      src_[c.result->id] = {id, -1, iters(loops), 2, c.result->bytes()};
+      if (mem_) {
+        auto seg = seg_[size_t(id)];
+        const int64_t trip = m.trip();
+        const int next_id = c.next->id;
+        g_.stages[size_t(id)].kernel = [seg, trip, next_id](StageIO& io) {
+          if ((io.iter + 1) % trip != 0) return;  // the last iteration of each loop run is the result
+          for (size_t k = 0; k < seg->ins.size(); ++k)
+            if (seg->ins[k] && seg->ins[k]->id == next_id)
+              for (size_t o = 0; o < seg->outs.size(); ++o)
+                if (seg->outs[o]) *io.out_obj[o] = *io.in_obj[k];
+        };
+      }
+    }
+  }
+
+  // A group of nodes run by one graph stage: one off-chip access, or consecutive compute nodes.
+  void lower_segment(const std::vector<ir::NodeRef>& ops, const std::vector<Loop>& loops, const std::string& path,
+                     const ir::MetaPipe* loop) {
+    Stage s;
+    const ir::Node& first = *ops.front();
+    auto acc = ir::access_of(first);
+    const std::string at = path.empty() ? "" : path + " ";
+    if (acc) {
+      s.kind = acc->store ? StageKind::Store : StageKind::Load;
+      s.name = at + (acc->store ? "store " : "load ") + acc->tensor->name;
+      s.tensor = tensor_id_.at(acc->tensor->id);
+      s.access.rows = acc->runs;
+      s.access.row_bytes = acc->run_bytes;
+      s.access.row_stride = acc->stride_bytes;
+      const ir::Tensor t = acc->tensor;
+      std::vector<ir::Affine> offset;
+      if (auto* l = first.as<ir::LoadTile>()) offset = l->offset;
+      if (auto* st = first.as<ir::StoreTile>()) offset = st->offset;
+      if (!offset.empty()) {
+        std::vector<Loop> ls = loops;
+        s.access.base = [t, offset, ls](int64_t it) {
+          auto idx = decompose(ls, it);
+          int64_t el = 0, stride = 1;
+          for (int ax = int(t->shape.size()) - 1; ax >= 0; --ax) {
+            int64_t o = offset[size_t(ax)].constant;
+            for (auto& [var, coef] : offset[size_t(ax)].terms) o += coef * idx.at(var->id);
+            el += o * stride;
+            stride *= t->shape[size_t(ax)];
+          }
+          return el * ir::bytes_of(t->dtype);
+        };
+      } else {  // gather / scatter: rows picked at run time; spread them over the table for timing
+        int64_t rows = t->shape[0], rb = acc->run_bytes;
+        s.access.row_at = [rows, rb](int64_t it, int64_t r) {
+          uint64_t h = uint64_t(it) * 0x9E3779B97F4A7C15ull ^ uint64_t(r) * 0xC2B2AE3D27D4EB4Full;
+          h ^= h >> 29;
+          return int64_t(h % uint64_t(rows)) * rb;
+        };
+      }
+    } else {
+      s.kind = StageKind::Compute;
+      s.name = at + ir::to_string(first.kind) + (ops.size() > 1 ? "+" + std::to_string(ops.size() - 1) : "");
+      int64_t elements = 0, elem_ops = 0;
+      int par = 1, matmuls = 0;
+      for (auto& op : ops) {
+        par = std::max(par, op->par);
+        if (auto* mm = op->as<ir::MatMul>()) {
+          int64_t M = mm->out->shape[0], N = mm->out->shape[1], K = mm->a->shape[mm->transpose_a ? 0 : 1];
+          if (matmuls++ == 0) {
+            s.m = M, s.k = K, s.n = N;
+          } else {  // several matmuls in one stage: their MACs on the first one's tile shape, SIMD only
+            s.k += K * M * N / std::max<int64_t>(1, s.m * s.n);
+            s.systolic_ok = false;
+          }
+          continue;
+        }
+        ir::Work w = ir::work_of(*op);
+        elem_ops += w.elem_ops;
+        if (w.elem_ops > 0) {
+          int64_t e = op->out ? ir::num_elements(op->out->shape) : 0;
+          if (auto* r = op->as<ir::Reduce>()) e = ir::num_elements(r->in->shape);
+          elements = std::max(elements, e);
+        }
+      }
+      s.elements = elements;
+      s.ops = elements > 0 ? int((elem_ops + elements - 1) / elements) : 0;
+      s.par = par;
+    }
+    const int id = new_stage(std::move(s), loops);
+    std::set<int> produced_here;
+    std::vector<const ir::Carried*> carried_reads;
+    for (auto& op : ops) {
+      for (auto& v : ir::reads_of(*op)) {
+        if (produced_here.count(v->id)) continue;
+        const ir::Carried* c = nullptr;
+        if (loop)
+          for (auto& cc : loop->carried)
+            if (cc.arg->id == v->id) c = &cc;
+        if (c) {  // the stage that reads a carried value holds it; the initial value comes once per loop run
+          if (std::find(carried_reads.begin(), carried_reads.end(), c) == carried_reads.end()) carried_reads.push_back(c);
+          connect(c->init, id);
+          continue;
+        }
+        if (is_carried_arg(v))
+          throw not_supported("a loop-carried value (%" + std::to_string(v->id) +
+                              ") read outside the stage of its own loop that updates it, in the rdu lowering");
+        connect(v, id);
+      }
+      if (op->out) {
+        produced_here.insert(op->out->id);
+        int depth = depth_of_.count(op->out->id) ? depth_of_[op->out->id] : 2;
+        src_[op->out->id] = {id, -1, g_.stages[size_t(id)].iterations, depth, op->out->bytes()};
+      }
+    }
+    if (mem_) {
+      auto seg = seg_[size_t(id)];
+      auto state = std::make_shared<std::map<int, cpu::TileRef>>();  // carried value id -> last next
+      cpu::Memory* mem = mem_;
+      std::vector<ir::NodeRef> nodes = ops;
+      std::vector<Loop> ls = loops;
+      const int64_t trip = loops.empty() ? 1 : loops.back().trip;
+      g_.stages[size_t(id)].kernel = [seg, state, mem, nodes, ls, carried_reads, trip](StageIO& io) {
+        cpu::Env env;
+        auto idx = decompose(ls, io.iter);
+        for (auto& l : ls) env.set_loop(l.var, idx.at(l.var->id));
+        for (size_t k = 0; k < seg->ins.size(); ++k)
+          if (seg->ins[k]) {
+            MP_INTERNAL_CHECK(*io.in_obj[k] != nullptr, "functional rdu: an empty slot read for %", seg->ins[k]->id);
+            env.set(seg->ins[k], tile_of(*io.in_obj[k]));
+          }
+        for (auto* c : carried_reads) env.set(c->arg, io.iter % trip == 0 ? env.get(c->init) : state->at(c->arg->id));
+        std::map<int, cpu::TileRef> made;
+        for (auto& op : nodes) {
+          cpu::TileRef t = cpu::eval_node(*op, env, *mem);
+          if (op->out && t) env.set(op->out, t), made[op->out->id] = t;
+        }
+        for (auto* c : carried_reads) (*state)[c->arg->id] = env.get(c->next);
+        for (size_t o = 0; o < seg->outs.size(); ++o)
+          if (seg->outs[o]) *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(made.at(seg->outs[o]->id));
+          else *io.out_obj[o] = std::make_shared<int>(0);  // control token
+      };
+    }
+  }
+
+  bool is_carried_arg(const ir::Value& v) const {
+    bool found = false;
+    ir::walk(p_.body, [&](const ir::NodeRef& n, int) {
+      if (auto* m = n->as<ir::MetaPipe>())
+        for (auto& c : m->carried) found = found || c.arg->id == v->id;
+    });
+    return found;
+  }
+
+  const ir::Program& p_;
+  cpu::Memory* mem_;
+  Graph g_;
+  std::vector<std::shared_ptr<SegInfo>> seg_;
+  std::map<int, int> tensor_id_;
+  std::map<int, Src> src_;
+  std::map<int, int> depth_of_;
+  std::vector<std::pair<int, int>> last_writer_;  // (tensor id, store stage)
+  std::vector<int> waits_;
+  std::map<int, int> done_;  // writer stage -> its "done" buffer
+};
+
+}  // namespace
+
+Graph lower(const ir::Program& p, cpu::Memory* mem) { return Lowerer(p, mem).run(); }
+
+}  // namespace mp::rdu
