@@ -29,23 +29,25 @@ ir::Program build_flash(const Params& p) {
   METAPIPE(cdiv(S, BR), [&]() {
     auto q = LOAD_TILE(Q, {BR, D});
     auto m0 = FILL({BR, 1}, -inf), l0 = FILL({BR, 1}, 0.0), o0 = FILL({BR, D}, 0.0);
-    auto st = METAPIPE_FOLD(cdiv(S, BC), {m0, l0, o0}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
-      auto k = LOAD_TILE(K, {BC, D});
-      auto v = LOAD_TILE(V, {BC, D});
-      auto qk = MAT_MUL(q, k, transpose_b);  // [BR, BC]; index(0) = query row, index(1) = key row
-      auto sc = MAP(qk, [&](Expr x) { return causal ? select(index(1) <= index(0), x * scale, -inf) : x * scale; });
-      auto mx = MAX(sc, 1);
-      auto m_new = ZIP(s[0], mx, [](Expr a, Expr c) { return max(a, c); });
-      auto alpha = ZIP(s[0], m_new, [](Expr a, Expr c) { return exp(a - c); });
-      auto pr = ZIP(sc, m_new, [](Expr x, Expr m) { return exp(x - m); });
-      auto l_new = ZIP(s[1], alpha, SUM(pr, 1), [](Expr l, Expr a, Expr r) { return l * a + r; });
-      auto kept = MAP(pr, [&](Expr x) {
-        return p_drop > 0 ? select(uniform(seed) >= p_drop, x / (1 - p_drop), 0.0) : x;
-      });
-      auto pv = MAT_MUL(kept, v);
-      auto o_new = ZIP(s[2], alpha, pv, [](Expr o, Expr a, Expr x) { return o * a + x; });
-      return {m_new, l_new, o_new};
-    });
+    auto st =
+        METAPIPE_FOLD(cdiv(S, BC), {m0, l0, o0}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
+          auto k = LOAD_TILE(K, {BC, D});
+          auto v = LOAD_TILE(V, {BC, D});
+          auto qk = MAT_MUL(q, k, transpose_b);  // [BR, BC]; index(0) = query row, index(1) = key row
+          auto sc = MAP(
+              qk, [&](Expr x) { return causal ? select(index(1) <= index(0), x * scale, -inf) : x * scale; });
+          auto mx = MAX(sc, 1);
+          auto m_new = ZIP(s[0], mx, [](Expr a, Expr c) { return max(a, c); });
+          auto alpha = ZIP(s[0], m_new, [](Expr a, Expr c) { return exp(a - c); });
+          auto pr = ZIP(sc, m_new, [](Expr x, Expr m) { return exp(x - m); });
+          auto l_new = ZIP(s[1], alpha, SUM(pr, 1), [](Expr l, Expr a, Expr r) { return l * a + r; });
+          auto kept = MAP(pr, [&](Expr x) {
+            return p_drop > 0 ? select(uniform(seed) >= p_drop, x / (1 - p_drop), 0.0) : x;
+          });
+          auto pv = MAT_MUL(kept, v);
+          auto o_new = ZIP(s[2], alpha, pv, [](Expr o, Expr a, Expr x) { return o * a + x; });
+          return {m_new, l_new, o_new};
+        });
     auto o = ZIP(st[2], st[1], [](Expr x, Expr l) { return x / l; });
     STORE_TILE(O, o);
   });

@@ -18,14 +18,15 @@ ir::Program build_gda(const Params& p) {
   auto Mu = b.input("mu", {2, C});            // class means
   auto Sigma = b.output("Sigma", {C, C});
   auto zero = FILL({C, C}, 0.0);
-  auto sigma = METAPIPE_FOLD(cdiv(R, TR), {zero}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
-    auto x = LOAD_TILE(X, {TR, C});
-    auto y = LOAD_TILE(Y, {TR, 1});
-    auto mu = GATHER(Mu, y);                                        // the class mean of each row
-    auto d = ZIP(x, mu, [](Expr a, Expr m) { return a - m; });      // subtract
-    auto outer = MAT_MUL(d, d, transpose_a);                        // sum of the rows' outer products
-    return {ZIP(acc[0], outer, [](Expr s, Expr o) { return s + o; })};  // accumulate
-  });
+  auto sigma =
+      METAPIPE_FOLD(cdiv(R, TR), {zero}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
+        auto x = LOAD_TILE(X, {TR, C});
+        auto y = LOAD_TILE(Y, {TR, 1});
+        auto mu = GATHER(Mu, y);                                            // the class mean of each row
+        auto d = ZIP(x, mu, [](Expr a, Expr m) { return a - m; });          // subtract
+        auto outer = MAT_MUL(d, d, transpose_a);                            // sum of the rows' outer products
+        return {ZIP(acc[0], outer, [](Expr s, Expr o) { return s + o; })};  // accumulate
+      });
   STORE_TILE(Sigma, sigma[0]);
   return b.finish();
 }
@@ -48,12 +49,13 @@ HostOutputs reference_gda(const Params& p, const HostInputs& in) {
 }
 
 ProgramSpec gda_spec() {
-  return {"gda",
-          "Gaussian discriminant analysis covariance (slide 50): slice, subtract mean, outer product, accumulate",
-          {{"R", "1024", "rows (samples)"}, {"C", "32", "columns (features)"}, {"TR", "128", "rows per tile"}},
-          build_gda,
-          reference_gda,
-          prepare_gda};
+  return {
+      "gda",
+      "Gaussian discriminant analysis covariance (slide 50): slice, subtract mean, outer product, accumulate",
+      {{"R", "1024", "rows (samples)"}, {"C", "32", "columns (features)"}, {"TR", "128", "rows per tile"}},
+      build_gda,
+      reference_gda,
+      prepare_gda};
 }
 MP_REGISTER_PROGRAM(gda_spec);
 

@@ -19,16 +19,31 @@ struct Dims {
   int64_t T, P0, S, d, H, HKV, G, Dh, F, TT, TQ, TK;
   double eps, theta;
   explicit Dims(const Params& p)
-      : T(p.i("T")), P0(p.i("P0")), S(0), d(0), H(p.i("H")), HKV(p.i("HKV")), G(0), Dh(p.i("Dh")), F(p.i("F")),
-        TT(p.i("TT")), TQ(p.i("TQ")), TK(p.i("TK")), eps(p.f("eps")), theta(p.f("theta")) {
-    MP_USER_CHECK(T >= 1 && P0 >= 0 && H >= 1 && HKV >= 1 && Dh >= 2 && F >= 1, "llama_decoder: sizes must be positive");
-    MP_USER_CHECK(H % HKV == 0, "llama_decoder: H=", H, " query heads must be a multiple of HKV=", HKV, " kv heads");
+      : T(p.i("T")),
+        P0(p.i("P0")),
+        S(0),
+        d(0),
+        H(p.i("H")),
+        HKV(p.i("HKV")),
+        G(0),
+        Dh(p.i("Dh")),
+        F(p.i("F")),
+        TT(p.i("TT")),
+        TQ(p.i("TQ")),
+        TK(p.i("TK")),
+        eps(p.f("eps")),
+        theta(p.f("theta")) {
+    MP_USER_CHECK(T >= 1 && P0 >= 0 && H >= 1 && HKV >= 1 && Dh >= 2 && F >= 1,
+                  "llama_decoder: sizes must be positive");
+    MP_USER_CHECK(H % HKV == 0, "llama_decoder: H=", H, " query heads must be a multiple of HKV=", HKV,
+                  " kv heads");
     MP_USER_CHECK(Dh % 2 == 0, "llama_decoder: Dh=", Dh, " must be even (RoPE rotates pairs)");
     S = P0 + T;
     d = H * Dh;
     G = H / HKV;
-    MP_USER_CHECK(TT >= 1 && TT <= T && TQ >= 1 && TQ <= T && TK >= 1 && TK <= S, "llama_decoder: tiles TT=", TT,
-                  ", TQ=", TQ, " must be in [1, T=", T, "] and TK=", TK, " in [1, S=", S, "]");
+    MP_USER_CHECK(TT >= 1 && TT <= T && TQ >= 1 && TQ <= T && TK >= 1 && TK <= S,
+                  "llama_decoder: tiles TT=", TT, ", TQ=", TQ, " must be in [1, T=", T, "] and TK=", TK,
+                  " in [1, S=", S, "]");
   }
 };
 
@@ -70,8 +85,10 @@ ir::Program build_llama(const Params& p) {
     auto pos = LOAD_TILE(Pos, {z.TT, 1});
     auto h = rms_norm(x, wn1, z.d, z.eps);
     auto q = MAT_MUL(h, wq), k = MAT_MUL(h, wk), v = MAT_MUL(h, wv);
-    auto qr = ZIP(q, MAT_MUL(q, rq), pos, [&](Expr a, Expr r, Expr ps) { return rope(a, r, ps, z.Dh, z.theta); });
-    auto kr = ZIP(k, MAT_MUL(k, rk), pos, [&](Expr a, Expr r, Expr ps) { return rope(a, r, ps, z.Dh, z.theta); });
+    auto qr =
+        ZIP(q, MAT_MUL(q, rq), pos, [&](Expr a, Expr r, Expr ps) { return rope(a, r, ps, z.Dh, z.theta); });
+    auto kr =
+        ZIP(k, MAT_MUL(k, rk), pos, [&](Expr a, Expr r, Expr ps) { return rope(a, r, ps, z.Dh, z.theta); });
     STORE_TILE(Qr, qr);
     SCATTER(Kc, pos, kr);
     SCATTER(Vc, pos, v);
@@ -84,20 +101,21 @@ ir::Program build_llama(const Params& p) {
         ir::Affine qcol = g * (z.G * z.Dh) + r * z.Dh;
         auto q = LOAD_TILE(Qr, {z.TQ, z.Dh}, at(i * z.TQ, qcol));
         auto m0 = FILL({z.TQ, 1}, -inf), l0 = FILL({z.TQ, 1}, 0.0), o0 = FILL({z.TQ, z.Dh}, 0.0);
-        auto st = METAPIPE_FOLD(cdiv(z.S, z.TK), {m0, l0, o0}, [&](Idx j, const std::vector<Value>& s) -> std::vector<Value> {
-          auto k = LOAD_TILE(Kc, {z.TK, z.Dh}, at(j * z.TK, g * z.Dh));
-          auto v = LOAD_TILE(Vc, {z.TK, z.Dh}, at(j * z.TK, g * z.Dh));
-          // index(0): token t (position P0 + t); index(1): key position
-          auto sc = MAP(MAT_MUL(q, k, transpose_b), [&](Expr x) {
-            return select(index(1) <= index(0) + double(z.P0), x * scale, -inf);
-          });
-          auto m_new = ZIP(s[0], MAX(sc, 1), [](Expr a, Expr c) { return max(a, c); });
-          auto alpha = ZIP(s[0], m_new, [](Expr a, Expr c) { return exp(a - c); });
-          auto pr = ZIP(sc, m_new, [](Expr x, Expr m) { return exp(x - m); });
-          auto l_new = ZIP(s[1], alpha, SUM(pr, 1), [](Expr l, Expr a, Expr rs) { return l * a + rs; });
-          auto o_new = ZIP(s[2], alpha, MAT_MUL(pr, v), [](Expr o, Expr a, Expr x) { return o * a + x; });
-          return {m_new, l_new, o_new};
-        });
+        auto st = METAPIPE_FOLD(
+            cdiv(z.S, z.TK), {m0, l0, o0}, [&](Idx j, const std::vector<Value>& s) -> std::vector<Value> {
+              auto k = LOAD_TILE(Kc, {z.TK, z.Dh}, at(j * z.TK, g * z.Dh));
+              auto v = LOAD_TILE(Vc, {z.TK, z.Dh}, at(j * z.TK, g * z.Dh));
+              // index(0): token t (position P0 + t); index(1): key position
+              auto sc = MAP(MAT_MUL(q, k, transpose_b), [&](Expr x) {
+                return select(index(1) <= index(0) + double(z.P0), x * scale, -inf);
+              });
+              auto m_new = ZIP(s[0], MAX(sc, 1), [](Expr a, Expr c) { return max(a, c); });
+              auto alpha = ZIP(s[0], m_new, [](Expr a, Expr c) { return exp(a - c); });
+              auto pr = ZIP(sc, m_new, [](Expr x, Expr m) { return exp(x - m); });
+              auto l_new = ZIP(s[1], alpha, SUM(pr, 1), [](Expr l, Expr a, Expr rs) { return l * a + rs; });
+              auto o_new = ZIP(s[2], alpha, MAT_MUL(pr, v), [](Expr o, Expr a, Expr x) { return o * a + x; });
+              return {m_new, l_new, o_new};
+            });
         STORE_TILE(Attn, ZIP(st[2], st[1], [](Expr o, Expr l) { return o / l; }), at(i * z.TQ, qcol));
       });
     });
@@ -169,9 +187,11 @@ HostOutputs reference_llama(const Params& p, const HostInputs& in) {
   Mat v = matmul(h, in.at("Wv"), z.T, z.d, kvw);
   rope_ref(q, z.T, qw, z.Dh, z.P0, z.theta);
   rope_ref(k, z.T, kvw, z.Dh, z.P0, z.theta);
-  Mat kc(in.at("k_cache").begin(), in.at("k_cache").end()), vc(in.at("v_cache").begin(), in.at("v_cache").end());
+  Mat kc(in.at("k_cache").begin(), in.at("k_cache").end()),
+      vc(in.at("v_cache").begin(), in.at("v_cache").end());
   for (int64_t t = 0; t < z.T; ++t)
-    for (int64_t c = 0; c < kvw; ++c) kc[(z.P0 + t) * kvw + c] = k[t * kvw + c], vc[(z.P0 + t) * kvw + c] = v[t * kvw + c];
+    for (int64_t c = 0; c < kvw; ++c)
+      kc[(z.P0 + t) * kvw + c] = k[t * kvw + c], vc[(z.P0 + t) * kvw + c] = v[t * kvw + c];
   Mat attn(size_t(z.T * qw), 0.0), sc(static_cast<size_t>(z.S));
   for (int64_t hd = 0; hd < z.H; ++hd) {
     int64_t g = hd / z.G;
@@ -202,7 +222,8 @@ HostOutputs reference_llama(const Params& p, const HostInputs& in) {
 
 ProgramSpec llama_spec() {
   return {"llama_decoder",
-          "one Llama decoder layer: RMSNorm, QKV, RoPE, causal GQA over a KV cache, O proj, SwiGLU MLP, residuals",
+          "one Llama decoder layer: RMSNorm, QKV, RoPE, causal GQA over a KV cache, O proj, SwiGLU MLP, "
+          "residuals",
           {{"T", "16", "new tokens"},
            {"P0", "48", "positions already in the KV cache"},
            {"H", "4", "query heads"},

@@ -49,7 +49,8 @@ int64_t Params::i(const std::string& name) const {
   const std::string& v = s(name);
   int64_t x = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  MP_USER_CHECK(ec == std::errc() && p == v.data() + v.size(), "parameter ", name, "=", v, " must be an integer");
+  MP_USER_CHECK(ec == std::errc() && p == v.data() + v.size(), "parameter ", name, "=", v,
+                " must be an integer");
   return x;
 }
 double Params::f(const std::string& name) const {
@@ -92,8 +93,10 @@ Params resolve(const ProgramSpec& spec, const std::vector<std::string>& sets) {
     const std::string& d = q.def;
     bool is_int = !d.empty() && d.find_first_not_of("-0123456789") == std::string::npos;
     bool is_num = !d.empty() && d.find_first_not_of("-0123456789.e") == std::string::npos;
-    if (is_int) (void)p.i(q.name);
-    else if (is_num) (void)p.f(q.name);
+    if (is_int)
+      (void)p.i(q.name);
+    else if (is_num)
+      (void)p.f(q.name);
   }
   for (auto& q : compile_params()) (void)p.i(q.name);
   return p;

@@ -17,7 +17,7 @@ namespace mp::examples {
 
 struct Param {
   std::string name;
-  std::string def;   // default value, as text ("256", "0.1", "f32")
+  std::string def;  // default value, as text ("256", "0.1", "f32")
   std::string help;
 };
 
@@ -25,13 +25,13 @@ struct Param {
 class Params {
  public:
   std::map<std::string, std::string> values;
-  int64_t i(const std::string& name) const;      // user_error when malformed
+  int64_t i(const std::string& name) const;  // user_error when malformed
   double f(const std::string& name) const;
   const std::string& s(const std::string& name) const;
   ir::DType dtype(const std::string& name = "dtype") const;
 };
 
-using HostInputs = std::map<std::string, std::vector<float>>;   // by tensor name
+using HostInputs = std::map<std::string, std::vector<float>>;    // by tensor name
 using HostOutputs = std::map<std::string, std::vector<double>>;  // expected output / inout contents
 
 struct ProgramSpec {
@@ -46,7 +46,7 @@ struct ProgramSpec {
 };
 
 void register_program(ProgramSpec spec);
-std::vector<const ProgramSpec*> programs();          // sorted by name
+std::vector<const ProgramSpec*> programs();                // sorted by name
 const ProgramSpec& find_program(const std::string& name);  // user_error listing the programs
 
 // Compile parameters every program accepts through --set: mask, depth, budget_kib, row_tile, fuse, lanes.

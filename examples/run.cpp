@@ -31,8 +31,8 @@ HostInputs make_inputs(const ProgramSpec& spec, const Params& params, const ir::
   return in;
 }
 
-CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref, CpuMode mode,
-                    double rtol) {
+CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref,
+                    CpuMode mode, double rtol) {
   CpuRun r;
   r.target = mode == CpuMode::Interpreter ? "cpu" : "cpu:metapipe";
   r.rtol = rtol;

@@ -32,8 +32,8 @@ double tolerance(ir::DType dt);
 // Fresh random inputs (seeded), reference outputs, the compiled program run in the given mode.
 CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, uint64_t seed);
 // The same, reusing an already compiled program and its inputs and reference.
-CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref, CpuMode mode,
-                    double rtol);
+CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref,
+                    CpuMode mode, double rtol);
 HostInputs make_inputs(const ProgramSpec& spec, const Params& params, const ir::Program& p, uint64_t seed);
 
 }  // namespace mp::examples

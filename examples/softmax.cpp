@@ -37,12 +37,13 @@ HostOutputs reference_softmax(const Params& p, const HostInputs& in) {
 }
 
 ProgramSpec softmax_spec() {
-  return {"softmax",
-          "row softmax as Map(exp) -> Reduce(+) -> Zip(/) (slide 48), tiled and metapipelined by the compiler",
-          {{"R", "256", "rows"}, {"C", "128", "columns (softmax axis)"}, {"dtype", "f32", "f32 or bf16"}},
-          build_softmax,
-          reference_softmax,
-          nullptr};
+  return {
+      "softmax",
+      "row softmax as Map(exp) -> Reduce(+) -> Zip(/) (slide 48), tiled and metapipelined by the compiler",
+      {{"R", "256", "rows"}, {"C", "128", "columns (softmax axis)"}, {"dtype", "f32", "f32 or bf16"}},
+      build_softmax,
+      reference_softmax,
+      nullptr};
 }
 MP_REGISTER_PROGRAM(softmax_spec);
 

@@ -14,7 +14,8 @@ ProgramBuilder::ProgramBuilder(std::string name) : prev_(g_current) {
 ProgramBuilder::~ProgramBuilder() { g_current = prev_; }
 
 ProgramBuilder& ProgramBuilder::current() {
-  if (!g_current) fail_user("a pattern (LOAD_TILE, MAP, METAPIPE, ...) was used with no ProgramBuilder active");
+  if (!g_current)
+    fail_user("a pattern (LOAD_TILE, MAP, METAPIPE, ...) was used with no ProgramBuilder active");
   return *g_current;
 }
 
@@ -40,29 +41,32 @@ ir::Program ProgramBuilder::finish() {
 
 void ProgramBuilder::emit(ir::NodeRef n) { scopes_.back()->push_back(std::move(n)); }
 
-std::vector<ir::Affine> ProgramBuilder::implicit_offsets(const Tensor& t, const Shape& tile, const char* what) {
+std::vector<ir::Affine> ProgramBuilder::implicit_offsets(const Tensor& t, const Shape& tile,
+                                                         const char* what) {
   std::vector<int> split;
   for (size_t a = 0; a < tile.size() && a < t->shape.size(); ++a)
     if (tile[a] < t->shape[a]) split.push_back(int(a));
   std::vector<ir::Affine> off(t->shape.size());
-  MP_USER_CHECK(split.size() <= loops_.size(), what, " of '", t->name, "' ", ir::to_string(t->shape), " with tile ",
-                ir::to_string(tile), " splits ", split.size(), " axes but only ", loops_.size(),
-                " METAPIPE loops enclose it; add loops or give offsets with at(...)");
+  MP_USER_CHECK(split.size() <= loops_.size(), what, " of '", t->name, "' ", ir::to_string(t->shape),
+                " with tile ", ir::to_string(tile), " splits ", split.size(), " axes but only ",
+                loops_.size(), " METAPIPE loops enclose it; add loops or give offsets with at(...)");
   size_t first = loops_.size() - split.size();
   for (size_t j = 0; j < split.size(); ++j) {
     int a = split[j];
     const auto& var = loops_[first + j];
     int64_t tiles_floor = t->shape[a] / tile[a], tiles_ceil = cdiv(t->shape[a], tile[a]);
     MP_USER_CHECK(var->trip == tiles_floor || var->trip == tiles_ceil, what, " of '", t->name, "' axis ", a,
-                  " (extent ", t->shape[a], ", tile ", tile[a], ": ", tiles_ceil, " tiles) is bound to METAPIPE ",
-                  var->name, " of ", var->trip, " iterations; make them match or give offsets with at(...)");
+                  " (extent ", t->shape[a], ", tile ", tile[a], ": ", tiles_ceil,
+                  " tiles) is bound to METAPIPE ", var->name, " of ", var->trip,
+                  " iterations; make them match or give offsets with at(...)");
     off[a] = ir::Affine::var(var, tile[a]);
   }
   return off;
 }
 
 void ProgramBuilder::metapipe(int64_t trip, const std::function<void(Idx)>& body) {
-  MP_USER_CHECK(trip >= 1, "METAPIPE(", trip, ", ...): the trip count must be >= 1 (tile larger than the extent?)");
+  MP_USER_CHECK(trip >= 1, "METAPIPE(", trip,
+                ", ...): the trip count must be >= 1 (tile larger than the extent?)");
   auto m = p_.new_node<ir::MetaPipe>();
   m->var = p_.new_loop_var(trip);
   m->stages.push_back({"body", {}, {}});
@@ -122,8 +126,9 @@ std::vector<Value> ProgramBuilder::metapipe_fold(
   return results;
 }
 
-std::vector<Value> METAPIPE_FOLD(int64_t trip, const std::vector<Value>& init,
-                                 const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body) {
+std::vector<Value> METAPIPE_FOLD(
+    int64_t trip, const std::vector<Value>& init,
+    const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body) {
   return ProgramBuilder::current().metapipe_fold(trip, init, body);
 }
 
@@ -171,7 +176,8 @@ void STORE(const Tensor& t, const Value& v) {
   detail::store_tile(t, v, o);
 }
 
-template <class N> static Value emit_out(std::shared_ptr<N> n) {
+template <class N>
+static Value emit_out(std::shared_ptr<N> n) {
   ProgramBuilder::current().emit(n);
   return n->out;
 }
@@ -192,8 +198,8 @@ Value MAP(const Value& v, const std::function<Expr(Expr)>& f) {
   return emit_out(ir::make_map(ProgramBuilder::current().program(), v, f(Expr::arg(0)), result_dtype(v)));
 }
 Value ZIP(const Value& a, const Value& b, const std::function<Expr(Expr, Expr)>& f) {
-  return emit_out(
-      ir::make_zip(ProgramBuilder::current().program(), {a, b}, f(Expr::arg(0), Expr::arg(1)), result_dtype(a)));
+  return emit_out(ir::make_zip(ProgramBuilder::current().program(), {a, b}, f(Expr::arg(0), Expr::arg(1)),
+                               result_dtype(a)));
 }
 Value ZIP(const Value& a, const Value& b, const Value& c, const std::function<Expr(Expr, Expr, Expr)>& f) {
   return emit_out(ir::make_zip(ProgramBuilder::current().program(), {a, b, c},

@@ -65,7 +65,10 @@ inline constexpr DepthTag depth{};
 struct At {
   std::vector<ir::Affine> offset;
 };
-template <class... T> At at(T... offsets) { return At{{ir::Affine(offsets)...}}; }
+template <class... T>
+At at(T... offsets) {
+  return At{{ir::Affine(offsets)...}};
+}
 struct Named {
   std::string name;
 };
@@ -102,8 +105,9 @@ class ProgramBuilder {
   void emit(ir::NodeRef n);
   std::vector<ir::Affine> implicit_offsets(const Tensor& t, const Shape& tile, const char* what);
   void metapipe(int64_t trip, const std::function<void(Idx)>& body);
-  std::vector<Value> metapipe_fold(int64_t trip, const std::vector<Value>& init,
-                                   const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body);
+  std::vector<Value> metapipe_fold(
+      int64_t trip, const std::vector<Value>& init,
+      const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body);
 
  private:
   ir::Program p_;
@@ -114,7 +118,8 @@ class ProgramBuilder {
 };
 
 // METAPIPE(n, body): body is [&]() {...} or [&](Idx i) {...}.
-template <class F> void METAPIPE(int64_t trip, F&& body) {
+template <class F>
+void METAPIPE(int64_t trip, F&& body) {
   if constexpr (std::is_invocable_v<F, Idx>)
     ProgramBuilder::current().metapipe(trip, [&](Idx i) { body(i); });
   else
@@ -122,8 +127,9 @@ template <class F> void METAPIPE(int64_t trip, F&& body) {
 }
 // METAPIPE_FOLD(n, {init...}, [&](Idx i, const std::vector<Value>& state) { ...; return next; }):
 // a metapipeline with loop-carried values (accumulators, running statistics); returns the final values.
-std::vector<Value> METAPIPE_FOLD(int64_t trip, const std::vector<Value>& init,
-                                 const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body);
+std::vector<Value> METAPIPE_FOLD(
+    int64_t trip, const std::vector<Value>& init,
+    const std::function<std::vector<Value>(Idx, const std::vector<Value>&)>& body);
 
 namespace detail {
 struct TileOpts {
@@ -144,17 +150,20 @@ void store_tile(const Tensor& t, const Value& v, const TileOpts& o);
 Value buffer(const Value& v, const TileOpts& o);
 }  // namespace detail
 
-template <class... O> Value LOAD_TILE(const Tensor& t, const Shape& tile, const O&... opts) {
+template <class... O>
+Value LOAD_TILE(const Tensor& t, const Shape& tile, const O&... opts) {
   detail::TileOpts o;
   (o.apply(opts), ...);
   return detail::load_tile(t, tile, o);
 }
-template <class... O> void STORE_TILE(const Tensor& t, const Value& v, const O&... opts) {
+template <class... O>
+void STORE_TILE(const Tensor& t, const Value& v, const O&... opts) {
   detail::TileOpts o;
   (o.apply(opts), ...);
   detail::store_tile(t, v, o);
 }
-template <class... O> Value BUFFER(const Value& v, const O&... opts) {
+template <class... O>
+Value BUFFER(const Value& v, const O&... opts) {
   detail::TileOpts o;
   (o.apply(opts), ...);
   return detail::buffer(v, o);
@@ -176,7 +185,8 @@ Value ZIP(const std::vector<Value>& ins, const std::function<Expr(const std::vec
 Value FILL(const Shape& shape, const Expr& f, DType dt = DType::f32);
 
 Value REDUCE(const Value& v, int axis, Combiner c);
-// Any associative combiner with its identity: REDUCE(v, 1, [](Expr acc, Expr x) { return max(acc, x); }, -inf).
+// Any associative combiner with its identity: REDUCE(v, 1, [](Expr acc, Expr x) { return max(acc, x); },
+// -inf).
 Value REDUCE(const Value& v, int axis, const std::function<Expr(Expr, Expr)>& combine, double identity);
 inline Value SUM(const Value& v, int axis) { return REDUCE(v, axis, Combiner::Add); }
 inline Value MAX(const Value& v, int axis) { return REDUCE(v, axis, Combiner::Max); }

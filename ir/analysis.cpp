@@ -61,9 +61,15 @@ Work work_of(const Node& n) {
     return w;
   }
   switch (n.kind) {
-    case NodeKind::Fill: w.elem_ops = num_elements(n.out->shape) * n.cast<Fill>().f.op_count(); break;
-    case NodeKind::Map: w.elem_ops = num_elements(n.out->shape) * n.cast<Map>().f.op_count(); break;
-    case NodeKind::Zip: w.elem_ops = num_elements(n.out->shape) * n.cast<Zip>().f.op_count(); break;
+    case NodeKind::Fill:
+      w.elem_ops = num_elements(n.out->shape) * n.cast<Fill>().f.op_count();
+      break;
+    case NodeKind::Map:
+      w.elem_ops = num_elements(n.out->shape) * n.cast<Map>().f.op_count();
+      break;
+    case NodeKind::Zip:
+      w.elem_ops = num_elements(n.out->shape) * n.cast<Zip>().f.op_count();
+      break;
     case NodeKind::Reduce: {
       auto& r = n.cast<Reduce>();
       w.elem_ops = num_elements(r.in->shape) * (1 + (r.pre ? r.pre->op_count() : 0));

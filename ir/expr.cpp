@@ -72,7 +72,8 @@ Expr Expr::random(uint64_t seed) {
   return Expr(std::shared_ptr<const ExprNode>(std::move(n)));
 }
 Expr Expr::make(ExprOp op, std::vector<Expr> kids) {
-  MP_INTERNAL_CHECK(int(kids.size()) == arity(op), "expression ", to_string(op), " takes ", arity(op), " operands");
+  MP_INTERNAL_CHECK(int(kids.size()) == arity(op), "expression ", to_string(op), " takes ", arity(op),
+                    " operands");
   auto n = std::make_shared<ExprNode>();
   n->op = op;
   for (auto& k : kids) n->kids.push_back(k.ptr());
@@ -103,15 +104,24 @@ static void print_expr(const ExprNode& n, std::string& o) {
     case ExprOp::Random:
       o += "rand(" + std::to_string(n.seed) + ")";
       return;
-    case ExprOp::Add: return bin(" + ");
-    case ExprOp::Sub: return bin(" - ");
-    case ExprOp::Mul: return bin(" * ");
-    case ExprOp::Div: return bin(" / ");
-    case ExprOp::Mod: return bin(" % ");
-    case ExprOp::Lt: return bin(" < ");
-    case ExprOp::Le: return bin(" <= ");
-    case ExprOp::Eq: return bin(" == ");
-    case ExprOp::And: return bin(" && ");
+    case ExprOp::Add:
+      return bin(" + ");
+    case ExprOp::Sub:
+      return bin(" - ");
+    case ExprOp::Mul:
+      return bin(" * ");
+    case ExprOp::Div:
+      return bin(" / ");
+    case ExprOp::Mod:
+      return bin(" % ");
+    case ExprOp::Lt:
+      return bin(" < ");
+    case ExprOp::Le:
+      return bin(" <= ");
+    case ExprOp::Eq:
+      return bin(" == ");
+    case ExprOp::And:
+      return bin(" && ");
     default: {
       std::string name = to_string(n.op);
       for (auto& c : name) c = char(std::tolower(c));
@@ -156,7 +166,8 @@ int64_t Expr::op_count() const {
   return std::max<int64_t>(c, 1);
 }
 
-static std::shared_ptr<const ExprNode> subst(const std::shared_ptr<const ExprNode>& n, const std::vector<Expr>& s) {
+static std::shared_ptr<const ExprNode> subst(const std::shared_ptr<const ExprNode>& n,
+                                             const std::vector<Expr>& s) {
   if (n->op == ExprOp::Arg) {
     MP_INTERNAL_CHECK(n->index < int(s.size()), "substitute: arg ", n->index, " has no replacement");
     return s[n->index].ptr();
@@ -228,23 +239,57 @@ double ExprEval::operator()(std::span<const double> args, std::span<const int64_
   int sp = 0;
   for (const auto& in : code_) {
     switch (in.op) {
-      case ExprOp::Const: st[sp++] = in.value; break;
-      case ExprOp::Arg: st[sp++] = args[in.index]; break;
-      case ExprOp::Index: st[sp++] = in.index < int(index.size()) ? double(index[in.index]) : 0.0; break;
-      case ExprOp::Random: st[sp++] = random_uniform(in.seed, index); break;
-      case ExprOp::Neg: st[sp - 1] = -st[sp - 1]; break;
-      case ExprOp::Exp: st[sp - 1] = std::exp(st[sp - 1]); break;
-      case ExprOp::Log: st[sp - 1] = std::log(st[sp - 1]); break;
-      case ExprOp::Sqrt: st[sp - 1] = std::sqrt(st[sp - 1]); break;
-      case ExprOp::Rsqrt: st[sp - 1] = 1.0 / std::sqrt(st[sp - 1]); break;
-      case ExprOp::Recip: st[sp - 1] = 1.0 / st[sp - 1]; break;
-      case ExprOp::Abs: st[sp - 1] = std::fabs(st[sp - 1]); break;
-      case ExprOp::Tanh: st[sp - 1] = std::tanh(st[sp - 1]); break;
-      case ExprOp::Sigmoid: st[sp - 1] = 1.0 / (1.0 + std::exp(-st[sp - 1])); break;
-      case ExprOp::Silu: st[sp - 1] = st[sp - 1] / (1.0 + std::exp(-st[sp - 1])); break;
-      case ExprOp::Cos: st[sp - 1] = std::cos(st[sp - 1]); break;
-      case ExprOp::Sin: st[sp - 1] = std::sin(st[sp - 1]); break;
-      case ExprOp::Floor: st[sp - 1] = std::floor(st[sp - 1]); break;
+      case ExprOp::Const:
+        st[sp++] = in.value;
+        break;
+      case ExprOp::Arg:
+        st[sp++] = args[in.index];
+        break;
+      case ExprOp::Index:
+        st[sp++] = in.index < int(index.size()) ? double(index[in.index]) : 0.0;
+        break;
+      case ExprOp::Random:
+        st[sp++] = random_uniform(in.seed, index);
+        break;
+      case ExprOp::Neg:
+        st[sp - 1] = -st[sp - 1];
+        break;
+      case ExprOp::Exp:
+        st[sp - 1] = std::exp(st[sp - 1]);
+        break;
+      case ExprOp::Log:
+        st[sp - 1] = std::log(st[sp - 1]);
+        break;
+      case ExprOp::Sqrt:
+        st[sp - 1] = std::sqrt(st[sp - 1]);
+        break;
+      case ExprOp::Rsqrt:
+        st[sp - 1] = 1.0 / std::sqrt(st[sp - 1]);
+        break;
+      case ExprOp::Recip:
+        st[sp - 1] = 1.0 / st[sp - 1];
+        break;
+      case ExprOp::Abs:
+        st[sp - 1] = std::fabs(st[sp - 1]);
+        break;
+      case ExprOp::Tanh:
+        st[sp - 1] = std::tanh(st[sp - 1]);
+        break;
+      case ExprOp::Sigmoid:
+        st[sp - 1] = 1.0 / (1.0 + std::exp(-st[sp - 1]));
+        break;
+      case ExprOp::Silu:
+        st[sp - 1] = st[sp - 1] / (1.0 + std::exp(-st[sp - 1]));
+        break;
+      case ExprOp::Cos:
+        st[sp - 1] = std::cos(st[sp - 1]);
+        break;
+      case ExprOp::Sin:
+        st[sp - 1] = std::sin(st[sp - 1]);
+        break;
+      case ExprOp::Floor:
+        st[sp - 1] = std::floor(st[sp - 1]);
+        break;
       case ExprOp::Select:
         sp -= 2;
         st[sp - 1] = st[sp - 1] != 0 ? st[sp] : st[sp + 1];
@@ -252,19 +297,44 @@ double ExprEval::operator()(std::span<const double> args, std::span<const int64_
       default: {
         double b = st[--sp], &a = st[sp - 1];
         switch (in.op) {
-          case ExprOp::Add: a = a + b; break;
-          case ExprOp::Sub: a = a - b; break;
-          case ExprOp::Mul: a = a * b; break;
-          case ExprOp::Div: a = a / b; break;
-          case ExprOp::Max: a = std::max(a, b); break;
-          case ExprOp::Min: a = std::min(a, b); break;
-          case ExprOp::Pow: a = std::pow(a, b); break;
-          case ExprOp::Mod: a = a - b * std::floor(a / b); break;
-          case ExprOp::Lt: a = a < b; break;
-          case ExprOp::Le: a = a <= b; break;
-          case ExprOp::Eq: a = a == b; break;
-          case ExprOp::And: a = (a != 0) && (b != 0); break;
-          default: fail_internal("ExprEval: unhandled op ", to_string(in.op));
+          case ExprOp::Add:
+            a = a + b;
+            break;
+          case ExprOp::Sub:
+            a = a - b;
+            break;
+          case ExprOp::Mul:
+            a = a * b;
+            break;
+          case ExprOp::Div:
+            a = a / b;
+            break;
+          case ExprOp::Max:
+            a = std::max(a, b);
+            break;
+          case ExprOp::Min:
+            a = std::min(a, b);
+            break;
+          case ExprOp::Pow:
+            a = std::pow(a, b);
+            break;
+          case ExprOp::Mod:
+            a = a - b * std::floor(a / b);
+            break;
+          case ExprOp::Lt:
+            a = a < b;
+            break;
+          case ExprOp::Le:
+            a = a <= b;
+            break;
+          case ExprOp::Eq:
+            a = a == b;
+            break;
+          case ExprOp::And:
+            a = (a != 0) && (b != 0);
+            break;
+          default:
+            fail_internal("ExprEval: unhandled op ", to_string(in.op));
         }
       }
     }

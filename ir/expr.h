@@ -11,10 +11,12 @@
 
 namespace mp::ir {
 
-#define MP_FOR_EACH_EXPR_OP(X)                                                                          \
+// clang-format off
+#define MP_FOR_EACH_EXPR_OP(X)                                                                             \
   X(Const) X(Arg) X(Index) X(Neg) X(Exp) X(Log) X(Sqrt) X(Rsqrt) X(Recip) X(Abs) X(Tanh) X(Sigmoid) X(Silu) \
-  X(Cos) X(Sin) X(Floor) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min) X(Pow) X(Mod) X(Lt) X(Le) X(Eq) X(And) \
+  X(Cos) X(Sin) X(Floor) X(Add) X(Sub) X(Mul) X(Div) X(Max) X(Min) X(Pow) X(Mod) X(Lt) X(Le) X(Eq) X(And)  \
   X(Select) X(Random)
+// clang-format on
 
 enum class ExprOp {
 #define MP_EXPR_ENUM(n) n,
@@ -48,9 +50,9 @@ class Expr {
   static Expr make(ExprOp op, std::vector<Expr> kids);
 
   std::string str() const;
-  int max_arg() const;            // highest arg(i) used, -1 when none
-  int max_index_axis() const;     // highest index(axis) used, -1 when none
-  int64_t op_count() const;       // arithmetic operations per element (for work estimates)
+  int max_arg() const;         // highest arg(i) used, -1 when none
+  int max_index_axis() const;  // highest index(axis) used, -1 when none
+  int64_t op_count() const;    // arithmetic operations per element (for work estimates)
   // Replace arg(i) by subs[i] (used by fusion to compose element functions).
   Expr substitute(const std::vector<Expr>& subs) const;
 

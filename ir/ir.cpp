@@ -9,10 +9,14 @@ namespace mp::ir {
 
 const char* to_string(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
+    case DType::f32:
+      return "f32";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
   }
   return "?";
 }
@@ -26,10 +30,14 @@ DType parse_dtype(const std::string& s) {
 }
 const char* to_string(TensorRole r) {
   switch (r) {
-    case TensorRole::Input: return "input";
-    case TensorRole::Output: return "output";
-    case TensorRole::InOut: return "inout";
-    case TensorRole::Temp: return "temp";
+    case TensorRole::Input:
+      return "input";
+    case TensorRole::Output:
+      return "output";
+    case TensorRole::InOut:
+      return "inout";
+    case TensorRole::Temp:
+      return "temp";
   }
   return "?";
 }
@@ -55,11 +63,16 @@ const char* to_string(NodeKind k) {
 }
 const char* to_string(Combiner c) {
   switch (c) {
-    case Combiner::Add: return "add";
-    case Combiner::Max: return "max";
-    case Combiner::Min: return "min";
-    case Combiner::Mul: return "mul";
-    case Combiner::Custom: return "custom";
+    case Combiner::Add:
+      return "add";
+    case Combiner::Max:
+      return "max";
+    case Combiner::Min:
+      return "min";
+    case Combiner::Mul:
+      return "mul";
+    case Combiner::Custom:
+      return "custom";
   }
   return "?";
 }
@@ -144,7 +157,12 @@ Work Work::scaled(int64_t k) const {
 // MetaPipe
 
 MetaPipe::MetaPipe(const MetaPipe& o)
-    : Node(o), var(o.var), masked(o.masked), carried(o.carried), stages(o.stages), buffers(o.buffers),
+    : Node(o),
+      var(o.var),
+      masked(o.masked),
+      carried(o.carried),
+      stages(o.stages),
+      buffers(o.buffers),
       scheduled(o.scheduled) {
   for (auto& s : stages)
     for (auto& n : s.ops) n = n->clone();
@@ -201,8 +219,10 @@ LoopVar Program::new_loop_var(int64_t trip, std::string nm) {
   return v;
 }
 Tensor Program::add_tensor(std::string nm, Shape shape, DType dt, TensorRole role) {
-  for (auto& t : tensors) MP_USER_CHECK(t->name != nm, "program '", name, "': tensor '", nm, "' declared twice");
-  for (auto d : shape) MP_USER_CHECK(d > 0, "tensor '", nm, "' has shape ", to_string(shape), ": every extent must be > 0");
+  for (auto& t : tensors)
+    MP_USER_CHECK(t->name != nm, "program '", name, "': tensor '", nm, "' declared twice");
+  for (auto d : shape)
+    MP_USER_CHECK(d > 0, "tensor '", nm, "' has shape ", to_string(shape), ": every extent must be > 0");
   auto t = std::make_shared<TensorInfo>();
   t->id = next_id++;
   t->name = std::move(nm);
@@ -218,10 +238,10 @@ Tensor Program::add_tensor(std::string nm, Shape shape, DType dt, TensorRole rol
 
 std::shared_ptr<Fill> make_fill(Program& p, Shape shape, DType dt, Expr f, std::vector<Affine> origin) {
   auto n = p.new_node<Fill>();
-  MP_USER_CHECK(f.max_arg() < 0, n->where(), ": a Fill's function may use only index(axis) and constants, not ",
-                f.str());
-  MP_USER_CHECK(f.max_index_axis() < int(shape.size()), n->where(), ": function ", f.str(), " uses an axis beyond rank ",
-                shape.size());
+  MP_USER_CHECK(f.max_arg() < 0, n->where(),
+                ": a Fill's function may use only index(axis) and constants, not ", f.str());
+  MP_USER_CHECK(f.max_index_axis() < int(shape.size()), n->where(), ": function ", f.str(),
+                " uses an axis beyond rank ", shape.size());
   n->f = std::move(f);
   n->out = p.new_value(std::move(shape), dt, std::move(origin));
   return n;
@@ -238,8 +258,8 @@ static void check_tile(const Node& n, const Tensor& t, const Shape& tile, const 
     MP_USER_CHECK(tile[a] > 0 && tile[a] <= t->shape[a], n.where(), ": ", what, " of '", t->name, "' ",
                   to_string(t->shape), ": tile ", to_string(tile), " axis ", a, " extent ", tile[a],
                   " must be in [1, ", t->shape[a], "]");
-    MP_USER_CHECK(offset[a].min_value() >= 0, n.where(), ": ", what, " of '", t->name, "' axis ", a, " offset ",
-                  offset[a].str(), " can be negative");
+    MP_USER_CHECK(offset[a].min_value() >= 0, n.where(), ": ", what, " of '", t->name, "' axis ", a,
+                  " offset ", offset[a].str(), " can be negative");
   }
 }
 
@@ -247,8 +267,8 @@ std::shared_ptr<LoadTile> make_load(Program& p, const Tensor& src, Shape tile, s
                                     bool masked, int row_par) {
   auto n = p.new_node<LoadTile>();
   check_tile(*n, src, tile, offset, "LOAD_TILE");
-  MP_USER_CHECK(row_par >= 1 && row_par <= tile[0], n->where(), ": row_par=", row_par, " must be in [1, ", tile[0],
-                "] (the tile's rows)");
+  MP_USER_CHECK(row_par >= 1 && row_par <= tile[0], n->where(), ": row_par=", row_par, " must be in [1, ",
+                tile[0], "] (the tile's rows)");
   n->src = src;
   n->offset = offset;
   n->masked = masked;
@@ -257,8 +277,8 @@ std::shared_ptr<LoadTile> make_load(Program& p, const Tensor& src, Shape tile, s
   return n;
 }
 
-std::shared_ptr<StoreTile> make_store(Program& p, const Tensor& dst, const Value& in, std::vector<Affine> offset,
-                                      bool masked) {
+std::shared_ptr<StoreTile> make_store(Program& p, const Tensor& dst, const Value& in,
+                                      std::vector<Affine> offset, bool masked) {
   auto n = p.new_node<StoreTile>();
   MP_USER_CHECK(dst->role != TensorRole::Input, n->where(), ": STORE_TILE into '", dst->name,
                 "', an input tensor; declare it as an output (or inout)");
@@ -272,7 +292,8 @@ std::shared_ptr<StoreTile> make_store(Program& p, const Tensor& dst, const Value
 
 std::shared_ptr<Map> make_map(Program& p, const Value& in, Expr f, DType dt) {
   auto n = p.new_node<Map>();
-  MP_USER_CHECK(f.max_arg() <= 0, n->where(), ": a Map's function takes one argument, ", f.str(), " uses more");
+  MP_USER_CHECK(f.max_arg() <= 0, n->where(), ": a Map's function takes one argument, ", f.str(),
+                " uses more");
   MP_USER_CHECK(f.max_index_axis() < int(in->shape.size()), n->where(), ": function ", f.str(),
                 " uses an axis beyond rank ", in->shape.size());
   n->in = in;
@@ -286,8 +307,8 @@ Shape broadcast_shapes(const std::vector<Value>& ins, const std::string& where) 
   size_t rank = ins[0]->shape.size();
   Shape out(rank, 1);
   for (size_t i = 0; i < ins.size(); ++i) {
-    MP_USER_CHECK(ins[i]->shape.size() == rank, where, ": operand ", i, " has shape ", to_string(ins[i]->shape),
-                  " but operand 0 has ", to_string(ins[0]->shape),
+    MP_USER_CHECK(ins[i]->shape.size() == rank, where, ": operand ", i, " has shape ",
+                  to_string(ins[i]->shape), " but operand 0 has ", to_string(ins[0]->shape),
                   "; give them the same rank (Reduce keeps the reduced axis with extent 1)");
     for (size_t a = 0; a < rank; ++a) {
       int64_t d = ins[i]->shape[a];
@@ -304,8 +325,8 @@ Shape broadcast_shapes(const std::vector<Value>& ins, const std::string& where) 
 std::shared_ptr<Zip> make_zip(Program& p, std::vector<Value> ins, Expr f, DType dt) {
   auto n = p.new_node<Zip>();
   Shape out = broadcast_shapes(ins, n->where());
-  MP_USER_CHECK(f.max_arg() < int(ins.size()), n->where(), ": function ", f.str(), " uses argument ", f.max_arg(),
-                " but the Zip has ", ins.size(), " operands");
+  MP_USER_CHECK(f.max_arg() < int(ins.size()), n->where(), ": function ", f.str(), " uses argument ",
+                f.max_arg(), " but the Zip has ", ins.size(), " operands");
   MP_USER_CHECK(f.max_index_axis() < int(out.size()), n->where(), ": function ", f.str(),
                 " uses an axis beyond rank ", out.size());
   std::vector<Affine> origin(out.size());
@@ -321,8 +342,8 @@ std::shared_ptr<Zip> make_zip(Program& p, std::vector<Value> ins, Expr f, DType 
   return n;
 }
 
-std::shared_ptr<Reduce> make_reduce(Program& p, const Value& in, int axis, Combiner c, std::optional<Expr> custom,
-                                    double identity) {
+std::shared_ptr<Reduce> make_reduce(Program& p, const Value& in, int axis, Combiner c,
+                                    std::optional<Expr> custom, double identity) {
   auto n = p.new_node<Reduce>();
   int rank = int(in->shape.size());
   MP_USER_CHECK(axis >= 0 && axis < rank, n->where(), ": Reduce over axis ", axis, " of a value of shape ",
@@ -333,11 +354,20 @@ std::shared_ptr<Reduce> make_reduce(Program& p, const Value& in, int axis, Combi
   n->combiner = c;
   n->custom = std::move(custom);
   switch (c) {
-    case Combiner::Add: identity = 0; break;
-    case Combiner::Mul: identity = 1; break;
-    case Combiner::Max: identity = -INFINITY; break;
-    case Combiner::Min: identity = INFINITY; break;
-    case Combiner::Custom: break;
+    case Combiner::Add:
+      identity = 0;
+      break;
+    case Combiner::Mul:
+      identity = 1;
+      break;
+    case Combiner::Max:
+      identity = -INFINITY;
+      break;
+    case Combiner::Min:
+      identity = INFINITY;
+      break;
+    case Combiner::Custom:
+      break;
   }
   n->identity = identity;
   Shape s = in->shape;
@@ -380,7 +410,8 @@ std::shared_ptr<Gather> make_gather(Program& p, const Tensor& table, const Value
   return n;
 }
 
-std::shared_ptr<Scatter> make_scatter(Program& p, const Tensor& table, const Value& index, const Value& rows) {
+std::shared_ptr<Scatter> make_scatter(Program& p, const Tensor& table, const Value& index,
+                                      const Value& rows) {
   auto n = p.new_node<Scatter>();
   MP_USER_CHECK(table->role != TensorRole::Input, n->where(), ": SCATTER into '", table->name,
                 "', an input tensor; declare it as an output (or inout)");
@@ -389,9 +420,10 @@ std::shared_ptr<Scatter> make_scatter(Program& p, const Tensor& table, const Val
                 ": the index must be [n] or [n, 1], got ", to_string(index->shape));
   MP_USER_CHECK(table->shape.size() == 2 && rows->shape.size() == 2 && rows->shape[1] == table->shape[1] &&
                     rows->shape[0] == index->shape[0],
-                n->where(), ": shape mismatch: rows ", to_string(rows->shape), " with index ", to_string(index->shape),
-                " into table '", table->name, "' ", to_string(table->shape), "; rows must be [n, ",
-                table->shape.size() == 2 ? table->shape[1] : 0, "] with n index entries");
+                n->where(), ": shape mismatch: rows ", to_string(rows->shape), " with index ",
+                to_string(index->shape), " into table '", table->name, "' ", to_string(table->shape),
+                "; rows must be [n, ", table->shape.size() == 2 ? table->shape[1] : 0,
+                "] with n index entries");
   n->table = table;
   n->index = index;
   n->rows = rows;

@@ -84,8 +84,10 @@ using Value = std::shared_ptr<const ValueInfo>;
 // Nodes. The list below is expanded for the enum, the printer, the verifier, the interpreter and the
 // checked downcast, so adding a node makes the compiler point at every place to update.
 
+// clang-format off
 #define MP_FOR_EACH_NODE(X) \
   X(Fill) X(LoadTile) X(StoreTile) X(Map) X(Zip) X(Reduce) X(MatMul) X(Gather) X(Scatter) X(Buffer) X(MetaPipe)
+// clang-format on
 
 enum class NodeKind {
 #define MP_NODE_ENUM(n) n,
@@ -104,24 +106,32 @@ struct Node {
   explicit Node(NodeKind k) : kind(k) {}
   virtual ~Node() = default;
   const NodeKind kind;
-  int id = 0;    // unique within a Program; printed as #id in messages ("MatMul #7")
-  Value out;     // the result, or null (StoreTile, Scatter; MetaPipe results are in MetaPipe::carried)
-  int par = 1;   // parallel units (PCUs) the op is spread over; set by the parallelize pass
-  int lanes = 1; // SIMD lanes per unit; set by the parallelize pass
+  int id = 0;     // unique within a Program; printed as #id in messages ("MatMul #7")
+  Value out;      // the result, or null (StoreTile, Scatter; MetaPipe results are in MetaPipe::carried)
+  int par = 1;    // parallel units (PCUs) the op is spread over; set by the parallelize pass
+  int lanes = 1;  // SIMD lanes per unit; set by the parallelize pass
 
   virtual std::vector<Value> operands() const = 0;  // on-chip values read (MetaPipe: carried inits)
   virtual NodeRef clone() const = 0;                // deep copy (values are shared: they are immutable)
   std::string where() const;                        // "MatMul #7" for messages
 
-  template <class T> T* as() { return kind == T::kKind ? static_cast<T*>(this) : nullptr; }
-  template <class T> const T* as() const { return kind == T::kKind ? static_cast<const T*>(this) : nullptr; }
-  template <class T> T& cast();  // internal_error if the kind differs
-  template <class T> const T& cast() const;
+  template <class T>
+  T* as() {
+    return kind == T::kKind ? static_cast<T*>(this) : nullptr;
+  }
+  template <class T>
+  const T* as() const {
+    return kind == T::kKind ? static_cast<const T*>(this) : nullptr;
+  }
+  template <class T>
+  T& cast();  // internal_error if the kind differs
+  template <class T>
+  const T& cast() const;
 };
 
-#define MP_NODE_BOILERPLATE(Name)                                      \
-  static constexpr NodeKind kKind = NodeKind::Name;                   \
-  Name() : Node(kKind) {}                                              \
+#define MP_NODE_BOILERPLATE(Name)                   \
+  static constexpr NodeKind kKind = NodeKind::Name; \
+  Name() : Node(kKind) {}                           \
   NodeRef clone() const override { return std::make_shared<Name>(*this); }
 
 // A tile filled from an element function of its global indices (no args): constants, masks, tables.
@@ -223,16 +233,16 @@ struct Buffer : Node {
 struct OffChipAccess {
   Tensor tensor;
   bool store = false;
-  int64_t bytes = 0;          // per iteration
+  int64_t bytes = 0;  // per iteration
   enum class Pattern { Contiguous, Strided, Random } pattern = Pattern::Contiguous;
-  int64_t run_bytes = 0;      // contiguous bytes per burst (a row of the tile, or one gathered row)
-  int64_t runs = 0;           // bursts per iteration
-  int64_t stride_bytes = 0;   // distance between bursts (Strided)
-  int row_par = 1;            // parallel streams asked for (LoadTile::row_par)
+  int64_t run_bytes = 0;     // contiguous bytes per burst (a row of the tile, or one gathered row)
+  int64_t runs = 0;          // bursts per iteration
+  int64_t stride_bytes = 0;  // distance between bursts (Strided)
+  int row_par = 1;           // parallel streams asked for (LoadTile::row_par)
 };
 struct Work {
-  double flops = 0;          // multiply-adds count 2 (MatMul 2*M*N*K)
-  int64_t elem_ops = 0;      // elementwise operations (Map / Zip / Reduce / Fill)
+  double flops = 0;      // multiply-adds count 2 (MatMul 2*M*N*K)
+  int64_t elem_ops = 0;  // elementwise operations (Map / Zip / Reduce / Fill)
   int64_t load_bytes = 0, store_bytes = 0;
   std::vector<OffChipAccess> accesses;
   Work& operator+=(const Work& o);
@@ -243,7 +253,7 @@ struct Work {
 struct Stage {
   std::string name;  // "s0", "s1", ... (or "body" before metapipelining)
   std::vector<NodeRef> ops;
-  Work work;         // per iteration of the enclosing loop, including nested loops' full runs
+  Work work;  // per iteration of the enclosing loop, including nested loops' full runs
 };
 
 // On-chip storage of a metapipeline: Stream buffers carry a value from its producer stage to the
@@ -253,10 +263,10 @@ struct BufferInfo {
   enum class Kind { Stream, State } kind = Kind::Stream;
   std::string name;  // "b0", ...
   Value value;
-  int producer = 0;             // stage index
-  std::vector<int> consumers;   // stage indices (> producer for Stream)
+  int producer = 0;            // stage index
+  std::vector<int> consumers;  // stage indices (> producer for Stream)
   int depth = 2;
-  int64_t slot_bytes = 0;       // one tile
+  int64_t slot_bytes = 0;  // one tile
   int64_t bytes() const { return slot_bytes * depth; }
 };
 
@@ -287,17 +297,20 @@ struct MetaPipe : Node {
   std::vector<std::pair<int, int>> edges() const;
 };
 
-template <class T> T& Node::cast() {
+template <class T>
+T& Node::cast() {
   if (kind != T::kKind) fail_internal("node ", where(), " is not a ", to_string(T::kKind));
   return static_cast<T&>(*this);
 }
-template <class T> const T& Node::cast() const {
+template <class T>
+const T& Node::cast() const {
   if (kind != T::kKind) fail_internal("node ", where(), " is not a ", to_string(T::kKind));
   return static_cast<const T&>(*this);
 }
 
 // Call f(node, depth) for every node in program order, entering MetaPipe bodies.
-template <class F> void walk(const std::vector<NodeRef>& nodes, F&& f, int depth = 0) {
+template <class F>
+void walk(const std::vector<NodeRef>& nodes, F&& f, int depth = 0) {
   for (const auto& n : nodes) {
     f(n, depth);
     if (auto* m = n->as<MetaPipe>())
@@ -317,8 +330,8 @@ struct Program {
 
   // What has been done to it; the verifier checks the matching invariants.
   bool tiled = false, fused = false, parallelized = false, metapipelined = false;
-  bool masking = false;                 // non-dividing tiles may be masked
-  int64_t onchip_budget = 8ll << 20;    // bytes of on-chip memory (PMU / SRAM) the program may use
+  bool masking = false;               // non-dividing tiles may be masked
+  int64_t onchip_budget = 8ll << 20;  // bytes of on-chip memory (PMU / SRAM) the program may use
 
   int next_id = 1;  // ids for values, nodes, loop vars and tensors
 
@@ -329,7 +342,8 @@ struct Program {
   Value new_value(Shape shape, DType dt, std::vector<Affine> origin, std::string name = "");
   LoopVar new_loop_var(int64_t trip, std::string name = "");
   Tensor add_tensor(std::string name, Shape shape, DType dt, TensorRole role);
-  template <class T> std::shared_ptr<T> new_node() {
+  template <class T>
+  std::shared_ptr<T> new_node() {
     auto n = std::make_shared<T>();
     n->id = next_id++;
     return n;
@@ -341,8 +355,8 @@ struct Program {
 std::shared_ptr<Fill> make_fill(Program& p, Shape shape, DType dt, Expr f, std::vector<Affine> origin = {});
 std::shared_ptr<LoadTile> make_load(Program& p, const Tensor& src, Shape tile, std::vector<Affine> offset,
                                     bool masked, int row_par = 1);
-std::shared_ptr<StoreTile> make_store(Program& p, const Tensor& dst, const Value& in, std::vector<Affine> offset,
-                                      bool masked);
+std::shared_ptr<StoreTile> make_store(Program& p, const Tensor& dst, const Value& in,
+                                      std::vector<Affine> offset, bool masked);
 std::shared_ptr<Map> make_map(Program& p, const Value& in, Expr f, DType out_dt);
 std::shared_ptr<Zip> make_zip(Program& p, std::vector<Value> ins, Expr f, DType out_dt);
 std::shared_ptr<Reduce> make_reduce(Program& p, const Value& in, int axis, Combiner c,

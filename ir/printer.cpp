@@ -68,7 +68,8 @@ static void print_node(const Node& n, std::ostream& os, int ind) {
     }
     case NodeKind::Map: {
       auto& m = n.cast<Map>();
-      os << pad << res << "map(x = " << value_name(m.in) << ") " << m.f.str() << ty << par_attrs(n) << tag << "\n";
+      os << pad << res << "map(x = " << value_name(m.in) << ") " << m.f.str() << ty << par_attrs(n) << tag
+         << "\n";
       break;
     }
     case NodeKind::Zip: {
@@ -91,20 +92,20 @@ static void print_node(const Node& n, std::ostream& os, int ind) {
     }
     case NodeKind::MatMul: {
       auto& m = n.cast<MatMul>();
-      os << pad << res << "matmul " << value_name(m.a) << (m.transpose_a ? "^T" : "") << ", " << value_name(m.b)
-         << (m.transpose_b ? "^T" : "") << ty << par_attrs(n) << tag << "\n";
+      os << pad << res << "matmul " << value_name(m.a) << (m.transpose_a ? "^T" : "") << ", "
+         << value_name(m.b) << (m.transpose_b ? "^T" : "") << ty << par_attrs(n) << tag << "\n";
       break;
     }
     case NodeKind::Gather: {
       auto& g = n.cast<Gather>();
-      os << pad << res << "gather " << g.table->name << "[" << value_name(g.index) << "]" << ty << par_attrs(n) << tag
-         << "\n";
+      os << pad << res << "gather " << g.table->name << "[" << value_name(g.index) << "]" << ty
+         << par_attrs(n) << tag << "\n";
       break;
     }
     case NodeKind::Scatter: {
       auto& s = n.cast<Scatter>();
-      os << pad << "scatter " << s.table->name << "[" << value_name(s.index) << "], " << value_name(s.rows) << " : "
-         << type_of(s.rows) << par_attrs(n) << tag << "\n";
+      os << pad << "scatter " << s.table->name << "[" << value_name(s.index) << "], " << value_name(s.rows)
+         << " : " << type_of(s.rows) << par_attrs(n) << tag << "\n";
       break;
     }
     case NodeKind::Buffer: {
@@ -185,11 +186,11 @@ std::string print(const Program& p) {
   if (p.fused) done += " fused";
   if (p.parallelized) done += " parallelized";
   if (p.metapipelined) done += " metapipelined";
-  os << (done.empty() ? "" : " [" + done.substr(1) + "]") << " on-chip budget " << human_bytes(p.onchip_budget)
-     << (p.masking ? ", masking" : "") << "\n";
+  os << (done.empty() ? "" : " [" + done.substr(1) + "]") << " on-chip budget "
+     << human_bytes(p.onchip_budget) << (p.masking ? ", masking" : "") << "\n";
   for (auto& t : p.tensors)
-    os << "  tensor " << t->name << " : " << to_string(t->dtype) << to_string(t->shape) << " " << to_string(t->role)
-       << "\n";
+    os << "  tensor " << t->name << " : " << to_string(t->dtype) << to_string(t->shape) << " "
+       << to_string(t->role) << "\n";
   print_list(p.body, os, 1);
   return os.str();
 }

@@ -8,7 +8,7 @@
 namespace mp::ir {
 
 std::string print(const Program& p);
-std::string print(const Node& n);  // one node (a MetaPipe with its body)
+std::string print(const Node& n);        // one node (a MetaPipe with its body)
 std::string value_name(const Value& v);  // "%7" or "%7:a_tile"
 
 }  // namespace mp::ir

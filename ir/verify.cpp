@@ -18,8 +18,8 @@ std::string kib(int64_t b) {
 
 struct Verifier {
   const Program& p;
-  std::vector<std::set<int>> scopes;     // value ids visible
-  std::vector<const MetaPipe*> loops;    // enclosing loops
+  std::vector<std::set<int>> scopes;   // value ids visible
+  std::vector<const MetaPipe*> loops;  // enclosing loops
 
   bool defined(const Value& v) const {
     for (auto& s : scopes)
@@ -39,24 +39,28 @@ struct Verifier {
 
   // Bounds of a tile access: every tile must start inside the tensor; a tile that runs past the end is
   // allowed only when masked, and only as the last tile of a non-dividing loop.
-  void check_bounds(const Node& n, const Tensor& t, const Shape& tile, const std::vector<Affine>& off, bool masked,
-                    const char* what) {
+  void check_bounds(const Node& n, const Tensor& t, const Shape& tile, const std::vector<Affine>& off,
+                    bool masked, const char* what) {
     for (size_t a = 0; a < tile.size(); ++a) {
       int64_t start = off[a].max_value(), end = start + tile[a], dim = t->shape[a];
       if (!masked && dim % tile[a] != 0 && !off[a].is_const())
-        fail_user(n.where(), " (", what, " of ", t->name, "): tile ", tile[a], " does not divide dimension ", dim, " of ", t->name,
-                  " (axis ", a, "); choose a tile size that divides ", dim,
+        fail_user(n.where(), " (", what, " of ", t->name, "): tile ", tile[a], " does not divide dimension ",
+                  dim, " of ", t->name, " (axis ", a, "); choose a tile size that divides ", dim,
                   " or enable masking (--set mask=1, TileOptions::masking) so the last tile is cut short");
       if (end <= dim) continue;
-      MP_USER_CHECK(start < dim, n.where(), " (", what, " of ", t->name, ") reaches ", t->name, " axis ", a, " offset ", off[a].str(),
-                    " up to ", start, " (tile ", tile[a], "), out of bounds of ", t->name, to_string(t->shape),
-                    "; reduce the loop trip count to ", (dim + tile[a] - 1) / tile[a], " or fix the offset");
+      MP_USER_CHECK(start < dim, n.where(), " (", what, " of ", t->name, ") reaches ", t->name, " axis ", a,
+                    " offset ", off[a].str(), " up to ", start, " (tile ", tile[a], "), out of bounds of ",
+                    t->name, to_string(t->shape), "; reduce the loop trip count to ",
+                    (dim + tile[a] - 1) / tile[a], " or fix the offset");
       if (!masked) {
-        MP_USER_CHECK(dim % tile[a] == 0, n.where(), " (", what, " of ", t->name, "): tile ", tile[a], " does not divide dimension ",
-                      dim, " of ", t->name, " (axis ", a, "); choose a tile size that divides ", dim,
-                      " or enable masking (--set mask=1, TileOptions::masking) so the last tile is cut short");
-        fail_user(n.where(), " (", what, "): out of bounds: it writes past the end of ", t->name, to_string(t->shape), " on axis ", a,
-                  " (up to ", end, " > ", dim, "); fix the offset ", off[a].str(), " or the tile");
+        MP_USER_CHECK(
+            dim % tile[a] == 0, n.where(), " (", what, " of ", t->name, "): tile ", tile[a],
+            " does not divide dimension ", dim, " of ", t->name, " (axis ", a,
+            "); choose a tile size that divides ", dim,
+            " or enable masking (--set mask=1, TileOptions::masking) so the last tile is cut short");
+        fail_user(n.where(), " (", what, "): out of bounds: it writes past the end of ", t->name,
+                  to_string(t->shape), " on axis ", a, " (up to ", end, " > ", dim, "); fix the offset ",
+                  off[a].str(), " or the tile");
       }
     }
   }
@@ -69,7 +73,8 @@ struct Verifier {
     if (p.tiled && n.out && n.kind != NodeKind::MetaPipe)
       MP_USER_CHECK(n.out->bytes() <= p.onchip_budget, n.where(), " produces ", to_string(n.out->dtype),
                     to_string(n.out->shape), " = ", kib(n.out->bytes()), ", more than the on-chip budget of ",
-                    kib(p.onchip_budget), "; tile it smaller (or raise the budget with --set budget_kib=...)");
+                    kib(p.onchip_budget),
+                    "; tile it smaller (or raise the budget with --set budget_kib=...)");
     switch (n.kind) {
       case NodeKind::LoadTile: {
         auto& l = n.cast<LoadTile>();
@@ -88,11 +93,15 @@ struct Verifier {
         int64_t bytes = b.in->bytes() * b.depth;
         MP_USER_CHECK(bytes <= p.onchip_budget, "BUFFER ", n.where(), " holds ", b.depth, " x ",
                       kib(b.in->bytes()), " = ", kib(bytes), ", more than the on-chip budget of ",
-                      kib(p.onchip_budget), "; use smaller tiles, a smaller depth, or raise the budget (--set budget_kib=...)");
+                      kib(p.onchip_budget),
+                      "; use smaller tiles, a smaller depth, or raise the budget (--set budget_kib=...)");
         break;
       }
-      case NodeKind::MetaPipe: metapipe(n.cast<MetaPipe>()); break;
-      default: break;
+      case NodeKind::MetaPipe:
+        metapipe(n.cast<MetaPipe>());
+        break;
+      default:
+        break;
     }
     if (n.out) define(n.out);
   }
@@ -100,14 +109,15 @@ struct Verifier {
   void metapipe(const MetaPipe& m) {
     MP_USER_CHECK(m.trip() >= 1, m.where(), ": METAPIPE trip count must be >= 1, got ", m.trip());
     MP_INTERNAL_CHECK(!m.stages.empty(), m.where(), " has no stages");
-    MP_INTERNAL_CHECK(!p.metapipelined || m.scheduled, m.where(), " is not scheduled after the metapipeline pass");
+    MP_INTERNAL_CHECK(!p.metapipelined || m.scheduled, m.where(),
+                      " is not scheduled after the metapipeline pass");
     loops.push_back(&m);
     scopes.emplace_back();
     for (auto& c : m.carried) {
       MP_INTERNAL_CHECK(c.init && c.arg && c.next && c.result, m.where(), ": incomplete loop-carried value");
       MP_USER_CHECK(c.init->shape == c.arg->shape && c.next->shape == c.arg->shape, m.where(),
-                    ": loop-carried value ", c.arg->id, " changes shape from ", to_string(c.init->shape), " to ",
-                    to_string(c.next->shape), "; the body must yield the same shape it receives");
+                    ": loop-carried value ", c.arg->id, " changes shape from ", to_string(c.init->shape),
+                    " to ", to_string(c.next->shape), "; the body must yield the same shape it receives");
       define(c.arg);
     }
     std::map<int, int> stage_of;  // value id -> defining stage
@@ -118,16 +128,18 @@ struct Verifier {
         if (auto* inner = op->as<MetaPipe>())
           for (auto& c : inner->carried) stage_of[c.result->id] = int(s);
       }
-    for (auto& c : m.carried) MP_USER_CHECK(defined(c.next), m.where(), ": yielded value ", c.next->id, " is not defined in the body");
+    for (auto& c : m.carried)
+      MP_USER_CHECK(defined(c.next), m.where(), ": yielded value ", c.next->id,
+                    " is not defined in the body");
     if (m.scheduled) {
       // Every value used in a later stage than its producer must travel through a Stream buffer.
       std::set<std::pair<int, int>> buffered;
       for (auto& b : m.buffers) {
-        MP_INTERNAL_CHECK(b.producer >= 0 && b.producer < int(m.stages.size()), m.where(), ": buffer ", b.name,
-                          " has a bad producer stage");
+        MP_INTERNAL_CHECK(b.producer >= 0 && b.producer < int(m.stages.size()), m.where(), ": buffer ",
+                          b.name, " has a bad producer stage");
         for (int c : b.consumers) {
-          MP_INTERNAL_CHECK(b.kind == BufferInfo::Kind::State || c > b.producer, m.where(), ": buffer ", b.name,
-                            " flows backwards (", b.producer, " -> ", c, ")");
+          MP_INTERNAL_CHECK(b.kind == BufferInfo::Kind::State || c > b.producer, m.where(), ": buffer ",
+                            b.name, " flows backwards (", b.producer, " -> ", c, ")");
           buffered.insert({b.value->id, c});
         }
       }
@@ -167,7 +179,8 @@ void verify(const Program& p) {
         int64_t bytes = buffer_bytes(*m);
         MP_USER_CHECK(bytes <= p.onchip_budget, "the buffers of ", m->where(), " need ", kib(bytes),
                       ", more than the on-chip budget of ", kib(p.onchip_budget),
-                      "; use smaller tiles or buffer depth (--set depth=1), or raise the budget (--set budget_kib=...)");
+                      "; use smaller tiles or buffer depth (--set depth=1), or raise the budget (--set "
+                      "budget_kib=...)");
       }
     (void)total;
   }

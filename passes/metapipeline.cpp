@@ -37,13 +37,19 @@ enum class Cls { Load, MatMul, Elem, Store, Loop, Buffer };
 Cls classify(const Node& n) {
   switch (n.kind) {
     case NodeKind::LoadTile:
-    case NodeKind::Gather: return Cls::Load;
-    case NodeKind::MatMul: return Cls::MatMul;
+    case NodeKind::Gather:
+      return Cls::Load;
+    case NodeKind::MatMul:
+      return Cls::MatMul;
     case NodeKind::StoreTile:
-    case NodeKind::Scatter: return Cls::Store;
-    case NodeKind::MetaPipe: return Cls::Loop;
-    case NodeKind::Buffer: return Cls::Buffer;
-    default: return Cls::Elem;
+    case NodeKind::Scatter:
+      return Cls::Store;
+    case NodeKind::MetaPipe:
+      return Cls::Loop;
+    case NodeKind::Buffer:
+      return Cls::Buffer;
+    default:
+      return Cls::Elem;
   }
 }
 
@@ -81,8 +87,8 @@ void schedule(MetaPipe& m, const MetapipelineOptions& opt) {
   // 1. Greedy stage assignment.
   std::vector<int> stage_of_op(ops.size(), 0);
   int cur = 0;
-  bool cur_empty = true, cur_has_load = false, cur_has_compute = false, cur_has_mm = false, cur_has_store = false,
-       cur_closed = false;
+  bool cur_empty = true, cur_has_load = false, cur_has_compute = false, cur_has_mm = false,
+       cur_has_store = false, cur_closed = false;
   auto open_new = [&] {
     if (!cur_empty) ++cur;
     cur_empty = true;

@@ -16,8 +16,9 @@ ir::Program compile(const ir::Program& input, const CompileOptions& opt, std::ve
   if (!all && opt.dump != "none") {
     bool known = false;
     for (auto& n : pass_names()) known = known || opt.dump == "after-" + n;
-    MP_USER_CHECK(known, "unknown --dump-ir value '", opt.dump,
-                  "' (expected none, after-all, after-tile, after-fuse, after-parallelize or after-metapipeline)");
+    MP_USER_CHECK(
+        known, "unknown --dump-ir value '", opt.dump,
+        "' (expected none, after-all, after-tile, after-fuse, after-parallelize or after-metapipeline)");
   }
   auto t = std::chrono::steady_clock::now();
   auto after = [&](const std::string& name, const ir::Program& p) {

@@ -75,7 +75,8 @@ struct RowTiler {
     MP_USER_CHECK(v->shape.size() >= 1, why.where(), ": a scalar cannot be split into row tiles");
     if (R == 0) R = v->shape[0];
     MP_USER_CHECK(v->shape[0] == R, "tile: ", why.where(), " mixes row extents ", R, " and ", v->shape[0],
-                  " along axis 0; whole-tensor programs are split along one row axis (tile it explicitly with METAPIPE)");
+                  " along axis 0; whole-tensor programs are split along one row axis (tile it explicitly "
+                  "with METAPIPE)");
     row.insert(v->id);
   }
 
@@ -93,17 +94,22 @@ struct RowTiler {
       }
       if (!n.out || !row.count(n.out->id)) continue;
       switch (n.kind) {
-        case NodeKind::Map: mark(n.cast<Map>().in, n); break;
-        case NodeKind::Buffer: mark(n.cast<Buffer>().in, n); break;
+        case NodeKind::Map:
+          mark(n.cast<Map>().in, n);
+          break;
+        case NodeKind::Buffer:
+          mark(n.cast<Buffer>().in, n);
+          break;
         case NodeKind::Zip:
           for (auto& v : n.cast<Zip>().ins)
             if (v->shape[0] == n.out->shape[0] && n.out->shape[0] > 1) mark(v, n);
           break;
         case NodeKind::Reduce:
           if (n.cast<Reduce>().axis == 0)
-            throw not_supported("tiling " + n.where() +
-                                ": a Reduce over the row axis 0 of a whole-tensor program; write the accumulation "
-                                "with METAPIPE_FOLD over row tiles");
+            throw not_supported(
+                "tiling " + n.where() +
+                ": a Reduce over the row axis 0 of a whole-tensor program; write the accumulation "
+                "with METAPIPE_FOLD over row tiles");
           mark(n.cast<Reduce>().in, n);
           break;
         case NodeKind::MatMul: {
@@ -112,17 +118,22 @@ struct RowTiler {
           mark(m.a, n);
           break;
         }
-        case NodeKind::Gather: mark(n.cast<Gather>().index, n); break;
+        case NodeKind::Gather:
+          mark(n.cast<Gather>().index, n);
+          break;
         case NodeKind::LoadTile:
-        case NodeKind::Fill: break;
-        default: throw not_supported("tiling a whole-tensor " + n.where());
+        case NodeKind::Fill:
+          break;
+        default:
+          throw not_supported("tiling a whole-tensor " + n.where());
       }
     }
     // A row value may only feed nodes that keep rows (not, say, the right operand of a MatMul).
     for (auto& n : in.body) {
       if (auto* m = n->as<MatMul>()) {
         if (row.count(m->b->id))
-          fail_user("tile: ", n->where(), " multiplies by a value split into row tiles as its right operand; ",
+          fail_user("tile: ", n->where(),
+                    " multiplies by a value split into row tiles as its right operand; ",
                     "tile this program explicitly with METAPIPE");
       }
     }
@@ -141,9 +152,11 @@ struct RowTiler {
     if (T == 0) {
       T = choose_row_tile(R, row_bytes, fixed, opt, q.onchip_budget, q.masking);
     } else {
-      MP_USER_CHECK(T >= 1 && T <= R, "tile: row_tile=", T, " must be in [1, ", R, "] (the rows of ", first_row_node->where(), ")");
+      MP_USER_CHECK(T >= 1 && T <= R, "tile: row_tile=", T, " must be in [1, ", R, "] (the rows of ",
+                    first_row_node->where(), ")");
       MP_USER_CHECK(R % T == 0 || q.masking, "tile: row tile ", T, " does not divide the ", R, " rows of ",
-                    first_row_node->where(), "; choose a divisor of ", R, " or enable masking (--set mask=1)");
+                    first_row_node->where(), "; choose a divisor of ", R,
+                    " or enable masking (--set mask=1)");
     }
     auto loop = q.new_node<MetaPipe>();
     loop->var = q.new_loop_var((R + T - 1) / T);
@@ -159,12 +172,14 @@ struct RowTiler {
     Affine row_off = Affine::var(loop->var, T);
     // Nodes without rows depend only on nodes without rows: they run once, before the loop.
     for (auto& n : in.body) {
-      bool is_row = (n->out && row.count(n->out->id)) || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
+      bool is_row =
+          (n->out && row.count(n->out->id)) || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
       if (!is_row) out.push_back(n->clone());
     }
     out.push_back(loop);
     for (auto& n : in.body) {
-      bool is_row = (n->out && row.count(n->out->id)) || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
+      bool is_row =
+          (n->out && row.count(n->out->id)) || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
       if (!is_row) continue;
       NodeRef nn;
       switch (n->kind) {
@@ -232,7 +247,8 @@ struct RowTiler {
           nn = make_buffer(q, V(b.in), b.depth);
           break;
         }
-        default: throw not_supported("tiling a whole-tensor " + n->where());
+        default:
+          throw not_supported("tiling a whole-tensor " + n->where());
       }
       nn->id = n->id;  // the same node, tiled: keep its number for messages and dumps
       nn->par = n->par, nn->lanes = n->lanes;
@@ -253,7 +269,8 @@ ir::Program tile(const ir::Program& p, const TileOptions& opt) {
   bool whole = !q.body.empty();
   for (auto& n : q.body) whole = whole && n->kind != NodeKind::MetaPipe;
   bool has_store = false;
-  for (auto& n : q.body) has_store = has_store || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
+  for (auto& n : q.body)
+    has_store = has_store || n->kind == NodeKind::StoreTile || n->kind == NodeKind::Scatter;
   if (whole && has_store) {
     RowTiler rt{p, q, opt, {}, 0, nullptr};
     rt.analyze();

@@ -19,7 +19,9 @@ namespace mp::cpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+double ms_since(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
 
 struct Abort {
   std::atomic<bool> flag{false};
@@ -85,7 +87,8 @@ struct Runner {
   std::map<std::string, LoopStats> loops;
   std::vector<std::string> order;  // first-seen order of stage names
 
-  void add_stage(const std::string& key, const std::string& ops, int64_t iters, double busy, double win, double wout) {
+  void add_stage(const std::string& key, const std::string& ops, int64_t iters, double busy, double win,
+                 double wout) {
     std::lock_guard lk(stats_mu);
     auto [it, fresh] = stages.try_emplace(key);
     if (fresh) order.push_back(key);

@@ -11,15 +11,15 @@
 namespace mp::cpu {
 
 struct StageStats {
-  std::string name;   // "L3.s1", nested "L3.s2/L9.s0"
-  std::string ops;    // short description of the stage's nodes ("load_tile, matmul")
+  std::string name;  // "L3.s1", nested "L3.s2/L9.s0"
+  std::string ops;   // short description of the stage's nodes ("load_tile, matmul")
   int64_t iterations = 0;
   double busy_ms = 0;      // running its nodes
   double wait_in_ms = 0;   // stalled: input buffers empty
   double wait_out_ms = 0;  // stalled: output buffers full
 };
 struct LoopStats {
-  std::string name;        // "L3"
+  std::string name;  // "L3"
   int stages = 0;
   int64_t invocations = 0;
   double wall_ms = 0;      // summed over invocations

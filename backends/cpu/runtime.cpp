@@ -84,7 +84,8 @@ std::vector<int64_t> strides(const ir::Shape& s) {
 }
 
 // Visit every multi-index of shape in row-major order: f(flat, idx).
-template <class F> void for_each_index(const ir::Shape& shape, F&& f) {
+template <class F>
+void for_each_index(const ir::Shape& shape, F&& f) {
   int64_t n = ir::num_elements(shape);
   std::vector<int64_t> idx(shape.size(), 0);
   for (int64_t flat = 0; flat < n; ++flat) {
@@ -97,8 +98,8 @@ template <class F> void for_each_index(const ir::Shape& shape, F&& f) {
 }
 
 // The part of a tile at `start` that lies inside `dims` (masked tiles are cut; unmasked ones must fit).
-ir::Shape clipped(const ir::Node& n, const ir::Shape& tile, const std::vector<int64_t>& start, const ir::Shape& dims,
-                  bool masked, const std::string& tensor) {
+ir::Shape clipped(const ir::Node& n, const ir::Shape& tile, const std::vector<int64_t>& start,
+                  const ir::Shape& dims, bool masked, const std::string& tensor) {
   ir::Shape s = tile;
   for (size_t a = 0; a < s.size(); ++a) {
     int64_t room = dims[a] - start[a];
@@ -207,10 +208,18 @@ TileRef reduce(const ir::Reduce& r, const Env& env) {
     }
     double& a = acc[o];
     switch (r.combiner) {
-      case ir::Combiner::Add: a += x; break;
-      case ir::Combiner::Mul: a *= x; break;
-      case ir::Combiner::Max: a = std::max(a, x); break;
-      case ir::Combiner::Min: a = std::min(a, x); break;
+      case ir::Combiner::Add:
+        a += x;
+        break;
+      case ir::Combiner::Mul:
+        a *= x;
+        break;
+      case ir::Combiner::Max:
+        a = std::max(a, x);
+        break;
+      case ir::Combiner::Min:
+        a = std::min(a, x);
+        break;
       case ir::Combiner::Custom: {
         double args[2] = {a, x};
         a = (*comb)(args, gidx);
@@ -233,8 +242,12 @@ TileRef matmul(const ir::MatMul& m, const Env& env) {
   t->shape = {M, N};
   t->origin = {a->origin[m.transpose_a ? 1 : 0], b->origin[m.transpose_b ? 0 : 1]};
   t->data.assign(size_t(M * N), 0.f);
-  auto A = [&](int64_t i, int64_t k) { return double(m.transpose_a ? a->data[k * M + i] : a->data[i * K + k]); };
-  auto B = [&](int64_t k, int64_t j) { return double(m.transpose_b ? b->data[j * K + k] : b->data[k * N + j]); };
+  auto A = [&](int64_t i, int64_t k) {
+    return double(m.transpose_a ? a->data[k * M + i] : a->data[i * K + k]);
+  };
+  auto B = [&](int64_t k, int64_t j) {
+    return double(m.transpose_b ? b->data[j * K + k] : b->data[k * N + j]);
+  };
   std::vector<double> row(static_cast<size_t>(N));
   for (int64_t i = 0; i < M; ++i) {
     std::fill(row.begin(), row.end(), 0.0);
@@ -290,9 +303,13 @@ void scatter(const ir::Scatter& s, const Env& env, Memory& mem) {
 
 TileRef eval_node(const ir::Node& n, const Env& env, Memory& mem) {
   switch (n.kind) {
-    case ir::NodeKind::Fill: return elementwise(n, {}, {}, n.cast<ir::Fill>().f, env);
-    case ir::NodeKind::LoadTile: return load(n.cast<ir::LoadTile>(), env, mem);
-    case ir::NodeKind::StoreTile: store(n.cast<ir::StoreTile>(), env, mem); return nullptr;
+    case ir::NodeKind::Fill:
+      return elementwise(n, {}, {}, n.cast<ir::Fill>().f, env);
+    case ir::NodeKind::LoadTile:
+      return load(n.cast<ir::LoadTile>(), env, mem);
+    case ir::NodeKind::StoreTile:
+      store(n.cast<ir::StoreTile>(), env, mem);
+      return nullptr;
     case ir::NodeKind::Map: {
       auto& m = n.cast<ir::Map>();
       return elementwise(n, {env.get(m.in)}, {m.in}, m.f, env);
@@ -303,12 +320,19 @@ TileRef eval_node(const ir::Node& n, const Env& env, Memory& mem) {
       for (auto& v : z.ins) ins.push_back(env.get(v));
       return elementwise(n, ins, z.ins, z.f, env);
     }
-    case ir::NodeKind::Reduce: return reduce(n.cast<ir::Reduce>(), env);
-    case ir::NodeKind::MatMul: return matmul(n.cast<ir::MatMul>(), env);
-    case ir::NodeKind::Gather: return gather(n.cast<ir::Gather>(), env, mem);
-    case ir::NodeKind::Scatter: scatter(n.cast<ir::Scatter>(), env, mem); return nullptr;
-    case ir::NodeKind::Buffer: return env.get(n.cast<ir::Buffer>().in);
-    case ir::NodeKind::MetaPipe: fail_internal("eval_node: a MetaPipe is run by the interpreter or executor");
+    case ir::NodeKind::Reduce:
+      return reduce(n.cast<ir::Reduce>(), env);
+    case ir::NodeKind::MatMul:
+      return matmul(n.cast<ir::MatMul>(), env);
+    case ir::NodeKind::Gather:
+      return gather(n.cast<ir::Gather>(), env, mem);
+    case ir::NodeKind::Scatter:
+      scatter(n.cast<ir::Scatter>(), env, mem);
+      return nullptr;
+    case ir::NodeKind::Buffer:
+      return env.get(n.cast<ir::Buffer>().in);
+    case ir::NodeKind::MetaPipe:
+      fail_internal("eval_node: a MetaPipe is run by the interpreter or executor");
   }
   fail_internal("eval_node: unknown node kind");
 }

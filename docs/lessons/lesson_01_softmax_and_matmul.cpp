@@ -20,7 +20,7 @@ ir::Program softmax(int64_t R, int64_t C) {
   auto X = b.input("X", {R, C});
   auto Y = b.output("Y", {R, C});
   auto e = MAP(LOAD(X), [](Expr v) { return exp(v); });              // Map(exp)
-  auto s = REDUCE(e, /*axis=*/1, Combiner::Add);                      // Reduce(+)
+  auto s = REDUCE(e, /*axis=*/1, Combiner::Add);                     // Reduce(+)
   auto y = ZIP(e, s, [](Expr num, Expr den) { return num / den; });  // Zip(/)
   STORE(Y, y);
   return b.finish();

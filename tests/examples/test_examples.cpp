@@ -2,10 +2,10 @@
 // executor, at default sizes, at sizes their tiles do not divide (masked), and in bf16; the registry's
 // parameter errors; the CLI commands list / compile / run.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
-#include <sys/wait.h>
 
 #include "examples/run.h"
 
@@ -130,6 +130,7 @@ TEST(ExamplesCli, BadProgramsAreOneLineErrors) {
 TEST(ExamplesCli, CompileDumpsAfterEachPass) {
   auto r = cli("compile softmax --set R=64 --set C=16 --dump-ir=after-all");
   EXPECT_EQ(r.status, 0) << r.out;
-  for (auto* s : {"IR after tile", "IR after fuse", "IR after parallelize", "IR after metapipeline", "graph s0->s1"})
+  for (auto* s :
+       {"IR after tile", "IR after fuse", "IR after parallelize", "IR after metapipeline", "graph s0->s1"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
 }

@@ -55,10 +55,11 @@ TEST(Front, FoldCarriesValues) {
   ProgramBuilder b("fold");
   auto X = b.input("X", {64, 8});
   auto S = b.output("S", {1, 8});
-  auto r = METAPIPE_FOLD(4, {FILL({1, 8}, 0.0)}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
-    auto x = LOAD_TILE(X, {16, 8});
-    return {ZIP(acc[0], SUM(x, 0), [](Expr a, Expr s) { return a + s; })};
-  });
+  auto r =
+      METAPIPE_FOLD(4, {FILL({1, 8}, 0.0)}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
+        auto x = LOAD_TILE(X, {16, 8});
+        return {ZIP(acc[0], SUM(x, 0), [](Expr a, Expr s) { return a + s; })};
+      });
   STORE_TILE(S, r[0]);
   ir::Program p = b.finish();
   ir::verify(p);

@@ -11,14 +11,14 @@
 using namespace mp;
 using namespace mp::ir;
 
-#define EXPECT_USER_ERROR(stmt, substr)                                               \
-  do {                                                                                \
-    try {                                                                             \
-      stmt;                                                                           \
-      ADD_FAILURE() << "expected a user_error containing: " << substr;                \
-    } catch (const mp::user_error& e) {                                               \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what();   \
-    }                                                                                 \
+#define EXPECT_USER_ERROR(stmt, substr)                                             \
+  do {                                                                              \
+    try {                                                                           \
+      stmt;                                                                         \
+      ADD_FAILURE() << "expected a user_error containing: " << substr;              \
+    } catch (const mp::user_error& e) {                                             \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what(); \
+    }                                                                               \
   } while (0)
 
 TEST(Expr, PrintsAndEvaluates) {
@@ -73,7 +73,8 @@ TEST(Factories, ReduceOverMissingAxis) {
   Program p;
   auto X = p.add_tensor("X", {8, 16}, DType::f32, TensorRole::Input);
   auto x = make_load(p, X, {8, 16}, {0, 0}, false);
-  EXPECT_USER_ERROR(make_reduce(p, x->out, 2, Combiner::Add), "Reduce over axis 2 of a value of shape [8, 16]");
+  EXPECT_USER_ERROR(make_reduce(p, x->out, 2, Combiner::Add),
+                    "Reduce over axis 2 of a value of shape [8, 16]");
   EXPECT_USER_ERROR(make_reduce(p, x->out, 2, Combiner::Add), "pick an existing axis");
 }
 

@@ -15,14 +15,14 @@ using namespace mp::front;
 
 namespace {
 
-#define EXPECT_USER_ERROR(stmt, substr)                                               \
-  do {                                                                                \
-    try {                                                                             \
-      stmt;                                                                           \
-      ADD_FAILURE() << "expected a user_error containing: " << substr;                \
-    } catch (const mp::user_error& e) {                                               \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what();   \
-    }                                                                                 \
+#define EXPECT_USER_ERROR(stmt, substr)                                             \
+  do {                                                                              \
+    try {                                                                           \
+      stmt;                                                                         \
+      ADD_FAILURE() << "expected a user_error containing: " << substr;              \
+    } catch (const mp::user_error& e) {                                             \
+      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what(); \
+    }                                                                               \
   } while (0)
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
@@ -56,11 +56,12 @@ ir::Program gda(int64_t R, int64_t C, int64_t TR) {
   auto Y = b.input("y", {R, 1}, DType::i32);
   auto Mu = b.input("mu", {2, C});
   auto S = b.output("Sigma", {C, C});
-  auto r = METAPIPE_FOLD(cdiv(R, TR), {FILL({C, C}, 0.0)}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
-    auto x = LOAD_TILE(X, {TR, C});
-    auto d = ZIP(x, GATHER(Mu, LOAD_TILE(Y, {TR, 1})), [](Expr a, Expr m) { return a - m; });
-    return {ZIP(acc[0], MAT_MUL(d, d, transpose_a), [](Expr s, Expr o) { return s + o; })};
-  });
+  auto r = METAPIPE_FOLD(
+      cdiv(R, TR), {FILL({C, C}, 0.0)}, [&](Idx, const std::vector<Value>& acc) -> std::vector<Value> {
+        auto x = LOAD_TILE(X, {TR, C});
+        auto d = ZIP(x, GATHER(Mu, LOAD_TILE(Y, {TR, 1})), [](Expr a, Expr m) { return a - m; });
+        return {ZIP(acc[0], MAT_MUL(d, d, transpose_a), [](Expr s, Expr o) { return s + o; })};
+      });
   STORE_TILE(S, r[0]);
   return b.finish();
 }
@@ -88,7 +89,8 @@ TEST(Tile, ChoosesATileThatFitsAndDivides) {
 }
 
 TEST(Tile, NonDividingRowTileNeedsMasking) {
-  EXPECT_USER_ERROR(passes::tile(softmax(100, 8), {.row_tile = 16}), "row tile 16 does not divide the 100 rows");
+  EXPECT_USER_ERROR(passes::tile(softmax(100, 8), {.row_tile = 16}),
+                    "row tile 16 does not divide the 100 rows");
   EXPECT_USER_ERROR(passes::tile(softmax(100, 8), {.row_tile = 16}), "enable masking (--set mask=1)");
   auto p = passes::tile(softmax(100, 8), {.row_tile = 16, .masking = true});
   std::string s = ir::print(p);
@@ -167,7 +169,7 @@ TEST(Metapipeline, Slide51InnerLoopHasThreeStagesAndDoubleBuffers) {
   EXPECT_TRUE(has(s, "s1 -> s2 depth=2 (32.0 KiB)")) << s;  // c, 64 x 64 f32, twice
   EXPECT_TRUE(has(s, "graph s0->s1 s1->s2")) << s;
   auto& outer = p.body[0]->cast<ir::MetaPipe>();
-  EXPECT_EQ(outer.stages.size(), 2u);  // load A strip | the inner metapipeline
+  EXPECT_EQ(outer.stages.size(), 2u);   // load A strip | the inner metapipeline
   ASSERT_EQ(outer.buffers.size(), 1u);  // the A strip crosses into the nested loop's stage
   auto& inner = outer.stages[1].ops[0]->cast<ir::MetaPipe>();
   EXPECT_EQ(inner.stages.size(), 3u);

@@ -31,9 +31,9 @@ int run_compile(Args& a) {
   auto bufs = ir::all_buffers(p);
   for (auto& b : bufs) bytes += b.buffer->bytes();
   auto w = ir::program_work(p);
-  std::cout << "buffers: " << bufs.size() << " (" << bytes / 1024.0 << " KiB in all); work: "
-            << (long long)w.flops << " flops, " << w.elem_ops << " element ops, " << w.load_bytes
-            << " bytes loaded, " << w.store_bytes << " bytes stored\n";
+  std::cout << "buffers: " << bufs.size() << " (" << bytes / 1024.0
+            << " KiB in all); work: " << (long long)w.flops << " flops, " << w.elem_ops << " element ops, "
+            << w.load_bytes << " bytes loaded, " << w.store_bytes << " bytes stored\n";
   return 0;
 }
 

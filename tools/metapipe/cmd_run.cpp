@@ -39,13 +39,17 @@ int run_run(Args& a) {
   a.finish();
   if (pos.size() != 1) throw usage_error("expected one program name (see metapipe list)");
   std::vector<examples::CpuMode> modes;
-  if (target == "cpu") modes = {examples::CpuMode::Interpreter, examples::CpuMode::Executor};
-  else if (target == "cpu:interp") modes = {examples::CpuMode::Interpreter};
-  else if (target == "cpu:metapipe") modes = {examples::CpuMode::Executor};
+  if (target == "cpu")
+    modes = {examples::CpuMode::Interpreter, examples::CpuMode::Executor};
+  else if (target == "cpu:interp")
+    modes = {examples::CpuMode::Interpreter};
+  else if (target == "cpu:metapipe")
+    modes = {examples::CpuMode::Executor};
   else
-    throw usage_error("unknown --target '" + target +
-                      "' for run (cpu = interpreter and metapipelined executor, cpu:interp, cpu:metapipe; the "
-                      "simulated accelerator is metapipe sim)");
+    throw usage_error(
+        "unknown --target '" + target +
+        "' for run (cpu = interpreter and metapipelined executor, cpu:interp, cpu:metapipe; the "
+        "simulated accelerator is metapipe sim)");
   const auto& spec = examples::find_program(pos[0]);
   auto params = examples::resolve(spec, sets);
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed() % 1000000;
@@ -57,12 +61,14 @@ int run_run(Args& a) {
   if (json) {
     std::cout << "{\"program\": " << jstr(spec.name) << ", \"params\": {";
     bool first = true;
-    for (auto& [k, v] : params.values) std::cout << (first ? "" : ", ") << jstr(k) << ": " << jstr(v), first = false;
+    for (auto& [k, v] : params.values)
+      std::cout << (first ? "" : ", ") << jstr(k) << ": " << jstr(v), first = false;
     std::cout << "}, \"seed\": " << seed << ", \"runs\": [";
     for (size_t i = 0; i < runs.size(); ++i) {
       auto& r = runs[i];
-      std::cout << (i ? ", " : "") << "{\"target\": " << jstr(r.target) << ", \"ok\": " << (r.ok ? "true" : "false")
-                << ", \"ms\": " << jnum(r.ms) << ", \"rtol\": " << jnum(r.rtol) << ", \"checks\": [";
+      std::cout << (i ? ", " : "") << "{\"target\": " << jstr(r.target)
+                << ", \"ok\": " << (r.ok ? "true" : "false") << ", \"ms\": " << jnum(r.ms)
+                << ", \"rtol\": " << jnum(r.rtol) << ", \"checks\": [";
       for (size_t k = 0; k < r.checks.size(); ++k)
         std::cout << (k ? ", " : "") << "{\"tensor\": " << jstr(r.checks[k].tensor)
                   << ", \"ok\": " << (r.checks[k].cmp.ok ? "true" : "false")
@@ -75,16 +81,16 @@ int run_run(Args& a) {
           auto& s = r.report->stages[k];
           std::cout << (k ? ", " : "") << "{\"name\": " << jstr(s.name) << ", \"nodes\": " << jstr(s.ops)
                     << ", \"iterations\": " << s.iterations << ", \"busy_ms\": " << jnum(s.busy_ms)
-                    << ", \"stall_in_ms\": " << jnum(s.wait_in_ms) << ", \"stall_out_ms\": " << jnum(s.wait_out_ms)
-                    << "}";
+                    << ", \"stall_in_ms\": " << jnum(s.wait_in_ms)
+                    << ", \"stall_out_ms\": " << jnum(s.wait_out_ms) << "}";
         }
         std::cout << "], \"loops\": [";
         for (size_t k = 0; k < r.report->loops.size(); ++k) {
           auto& l = r.report->loops[k];
           std::cout << (k ? ", " : "") << "{\"name\": " << jstr(l.name) << ", \"stages\": " << l.stages
                     << ", \"runs\": " << l.invocations << ", \"wall_ms\": " << jnum(l.wall_ms)
-                    << ", \"busy_sum_ms\": " << jnum(l.busy_sum_ms) << ", \"overlap_ms\": " << jnum(l.overlap_ms)
-                    << "}";
+                    << ", \"busy_sum_ms\": " << jnum(l.busy_sum_ms)
+                    << ", \"overlap_ms\": " << jnum(l.overlap_ms) << "}";
         }
         std::cout << "]";
       }
@@ -94,11 +100,13 @@ int run_run(Args& a) {
   } else {
     std::cout << "metapipe run " << spec.name << " (";
     bool first = true;
-    for (auto& p : spec.params) std::cout << (first ? "" : ", ") << p.name << "=" << params.s(p.name), first = false;
+    for (auto& p : spec.params)
+      std::cout << (first ? "" : ", ") << p.name << "=" << params.s(p.name), first = false;
     std::cout << ") seed " << seed << "\n\n";
     Table t({"target", "check vs naive C++ reference", "time"});
     for (auto& r : runs)
-      t.add({r.target == "cpu" ? "cpu (interpreter)" : "cpu:metapipe (executor)", r.summary(), format_ms(r.ms)});
+      t.add({r.target == "cpu" ? "cpu (interpreter)" : "cpu:metapipe (executor)", r.summary(),
+             format_ms(r.ms)});
     t.print(std::cout);
     for (auto& r : runs)
       if (r.report) std::cout << "\nper-stage report of the metapipelined executor:\n" << r.report->format();
@@ -107,19 +115,20 @@ int run_run(Args& a) {
   return ok ? 0 : 1;
 }
 
-MP_REGISTER_COMMAND("run", "run an example program on the CPU and check it against its reference",
-                    "usage: metapipe run PROGRAM [--target cpu|cpu:interp|cpu:metapipe] [--set NAME=VALUE ...]\n"
-                    "                    [--seed N] [--json]\n\n"
-                    "Compiles PROGRAM (see metapipe list), runs it on fresh random inputs with the reference\n"
-                    "interpreter and the metapipelined executor (stages on threads over bounded N-buffers),\n"
-                    "checks every output against the program's naive C++ reference (fp32: 1e-5 relative,\n"
-                    "bf16: 1e-2) and prints the checks, timings and the executor's per-stage busy / stall\n"
-                    "report. Exits 0 only when every check passes.\n\n"
-                    "  --target T        cpu (both, default), cpu:interp, cpu:metapipe\n"
-                    "  --set NAME=VALUE  a program or compile parameter (repeatable)\n"
-                    "  --seed N          input seed (default: fresh, printed)\n"
-                    "  --json            machine-readable output\n",
-                    run_run);
+MP_REGISTER_COMMAND(
+    "run", "run an example program on the CPU and check it against its reference",
+    "usage: metapipe run PROGRAM [--target cpu|cpu:interp|cpu:metapipe] [--set NAME=VALUE ...]\n"
+    "                    [--seed N] [--json]\n\n"
+    "Compiles PROGRAM (see metapipe list), runs it on fresh random inputs with the reference\n"
+    "interpreter and the metapipelined executor (stages on threads over bounded N-buffers),\n"
+    "checks every output against the program's naive C++ reference (fp32: 1e-5 relative,\n"
+    "bf16: 1e-2) and prints the checks, timings and the executor's per-stage busy / stall\n"
+    "report. Exits 0 only when every check passes.\n\n"
+    "  --target T        cpu (both, default), cpu:interp, cpu:metapipe\n"
+    "  --set NAME=VALUE  a program or compile parameter (repeatable)\n"
+    "  --seed N          input seed (default: fresh, printed)\n"
+    "  --json            machine-readable output\n",
+    run_run);
 
 // Demo rows: every example program through the interpreter and the executor (small sizes with --quick).
 std::vector<DemoRow> example_rows(const DemoContext& ctx) {
