@@ -21,7 +21,7 @@ struct GemmSchedule {
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
   int block_n = 0;         // 0: chosen from the shape; else 128 or 256
-  int cluster = 0;         // 0: chosen from the shape; 1: no cluster; 2: block pairs share B (TMA multicast)
+  int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
 };
 
 // Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).

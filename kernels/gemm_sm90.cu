@@ -200,7 +200,9 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   }
   splits = std::max(1, std::min(splits, k_iters));
   int cluster = s.cluster;
-  if (cluster == 0) cluster = tm >= 2 ? 2 : 1;  // a pair needs two M-tiles to share B
+  // Block pairs sharing B (multicast) measured no faster than single blocks on the H200 (see
+  // bench/RESULTS.md), so they are opt-in.
+  if (cluster == 0) cluster = 1;
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
   return {bn, splits, tiles, cluster};
 }

@@ -26,7 +26,7 @@ cuobjdump --dump-sass "$lib" >"$OUT/gemm.sass" 2>&1
 echo "SASS: $(grep -c HGMMA "$OUT/gemm.sass") HGMMA, $(grep -cE '\bLDL|\bSTL' "$OUT/gemm.sass") LDL/STL lines in $lib"
 cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -A1 "gemm_kernel" | grep -oE "Function [^:]*|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+|SHARED:[0-9]+" | paste - - - - - | head -8
 if [ $tests = 1 ]; then
-  for t in build-gemm/tests/kernels/test_kernels_gemm_sm90; do
+  for t in build-gemm/tests/tile/test_tile_sm90 build-gemm/tests/kernels/test_kernels_gemm_sm90; do
     timeout 120 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
     grep -B2 -A8 "Failure" "$OUT/$(basename $t).log" | head -40
   done
