@@ -36,18 +36,14 @@ timeout 60 ./build-gemm/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
 ./build-gemm/tools/metapipe/metapipe info
 [ $bench = 1 ] && timeout 120 ./build-gemm/tools/metapipe/metapipe demo
 [ $bench = 1 ] && timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
-if [ $sweep = 1 ]; then  # schedule variants on the shapes furthest from cuBLAS
+if [ $sweep = 1 ]; then  # schedule variants and repeats (run-to-run spread)
   g=./build-gemm/tools/metapipe/metapipe
   while read -r args; do
     printf "%-58s " "$args"; timeout 60 $g gemm $args --samples 30 | grep -E "^ratio|^check" | grep -oE "ratio:.*|FAIL.*" | tr '\n' ' '; echo
   done <<'LIST'
-4096 4096 4096 --bt --cluster 1
+4096 4096 4096 --bt
+4096 4096 4096 --bt
 4096 4096 4096 --bt --cluster 2
-8192 8192 8192 --bt --cluster 1
 8192 8192 8192 --bt --cluster 2
-8192 128256 4096 --bt --cluster 1
-8192 128256 4096 --bt --cluster 2
-4096 4096 4096 --cluster 1
-4096 4096 4096 --cluster 2
 LIST
 fi
