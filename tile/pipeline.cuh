@@ -175,8 +175,13 @@ cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_bl
   if (nwork == 0) return cudaSuccess;
   int blocks = max_blocks > 0 ? max_blocks : resident;
   blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
-  cfg.gridDim = dim3(blocks);
-  return cudaLaunchKernelEx(&cfg, kernel<K>, g);
+  if constexpr (T::cluster == 1) {  // a plain launch: no cluster scheduling constraints at all
+    kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
+    return cudaGetLastError();
+  } else {
+    cfg.gridDim = dim3(blocks);
+    return cudaLaunchKernelEx(&cfg, kernel<K>, g);
+  }
 }
 
 }  // namespace mp::tile::pc

@@ -43,7 +43,7 @@ if [ $sweep = 1 ]; then  # schedule variants and repeats (run-to-run spread)
   done <<'LIST'
 4096 4096 4096 --bt
 4096 4096 4096 --bt
-4096 4096 4096 --bt --cluster 2
-8192 8192 8192 --bt --cluster 2
+4096 4096 4096 --bt --no-persistent
+8192 8192 8192 --bt
 LIST
 fi
