@@ -152,6 +152,25 @@ void schedule(MetaPipe& m, const MetapipelineOptions& opt) {
   int nstages = ops.empty() ? 1 : stage_of_op.back() + 1;
   std::vector<Stage> stages(static_cast<size_t>(nstages));
   for (size_t i = 0; i < ops.size(); ++i) stages[size_t(stage_of_op[i])].ops.push_back(ops[i]);
+  // A Fill (a constant tile) moves to the stage of its first reader: constants are generated where they
+  // are used instead of streaming through a buffer.
+  std::vector<long> moved_in(stages.size(), 0);
+  for (size_t st = 0; st < stages.size(); ++st)
+    for (size_t k = 0; k < stages[st].ops.size();) {
+      NodeRef n = stages[st].ops[k];
+      size_t first = stages.size();
+      if (n->kind == NodeKind::Fill)
+        for (size_t t = st; t < stages.size() && first == stages.size(); ++t)
+          for (auto& user : stages[t].ops)
+            for (auto& v : reads_of(*user))
+              if (v->id == n->out->id) first = t;
+      if (first == stages.size() || first == st) {
+        ++k;
+        continue;
+      }
+      stages[st].ops.erase(stages[st].ops.begin() + long(k));
+      stages[first].ops.insert(stages[first].ops.begin() + moved_in[first]++, n);
+    }
   std::erase_if(stages, [](const Stage& s) { return s.ops.empty(); });
   if (stages.empty()) stages.push_back({});
   for (size_t s = 0; s < stages.size(); ++s) {
