@@ -116,3 +116,23 @@ TEST(Cpu, Bf16RoundingOnStore) {
   EXPECT_EQ(cpu::round_to(ir::DType::bf16, x), 1.0f);
   EXPECT_EQ(cpu::round_to(ir::DType::bf16, 1.0f + 3.0f / 256), 1.0f + 4.0f / 256);
 }
+
+TEST(Cpu, WholeTensorMatMulIsRowTiledWithTheWeightLoadedOnce) {
+  ProgramBuilder b("mlp");
+  auto X = b.input("X", {96, 24});
+  auto W = b.input("W", {24, 40});
+  auto Y = b.output("Y", {96, 40});
+  STORE(Y, MAP(MAT_MUL(LOAD(X), LOAD(W)), [](Expr v) { return silu(v); }));
+  auto p = compiled(b.finish());
+  ASSERT_EQ(p.body.size(), 2u);  // load W, then the loop over row tiles of X
+  EXPECT_EQ(p.body[0]->kind, ir::NodeKind::LoadTile);
+  auto in = cpu::random_inputs(p, 9);
+  auto mem = cpu::make_memory(p, in);
+  cpu::execute(p, mem);
+  for (int i = 0; i < 96; ++i)
+    for (int j = 0; j < 40; ++j) {
+      double acc = 0;
+      for (int k = 0; k < 24; ++k) acc += double(in["X"][i * 24 + k]) * in["W"][k * 40 + j];
+      ASSERT_NEAR(mem.at("Y").data[i * 40 + j], acc / (1 + std::exp(-acc)), 1e-5);
+    }
+}
