@@ -139,6 +139,31 @@ static void collect(const MetaPipe& m, const std::string& path, std::vector<Buff
     if (auto* inner = n->as<MetaPipe>()) collect(*inner, here, out);
 }
 
+static void collect_stages(const MetaPipe& m, const std::string& prefix, int64_t outer, int depth,
+                           std::vector<StageRef>& out) {
+  std::string loop = prefix + "L" + std::to_string(m.id);
+  int64_t iters = outer * m.trip();
+  for (size_t s = 0; s < m.stages.size(); ++s) {
+    StageRef r;
+    r.path = loop + "." + m.stages[s].name;
+    r.pipe = &m;
+    r.index = int(s);
+    r.iterations = iters;
+    r.depth = depth;
+    for (auto& n : m.stages[s].ops) r.holds_loop = r.holds_loop || n->kind == NodeKind::MetaPipe;
+    out.push_back(r);
+    for (auto& n : m.stages[s].ops)
+      if (auto* inner = n->as<MetaPipe>()) collect_stages(*inner, r.path + "/", iters, depth + 1, out);
+  }
+}
+
+std::vector<StageRef> all_stages(const Program& p) {
+  std::vector<StageRef> out;
+  for (auto& n : p.body)
+    if (auto* m = n->as<MetaPipe>()) collect_stages(*m, "", 1, 0, out);
+  return out;
+}
+
 std::vector<BufferRef> all_buffers(const Program& p) {
   std::vector<BufferRef> out;
   for (auto& n : p.body)

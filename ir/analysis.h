@@ -26,6 +26,18 @@ struct BufferRef {
 };
 std::vector<BufferRef> all_buffers(const Program& p);
 
+// Every stage of the program, outer loops first, with how often it fires in one run of the program
+// (its loop's trip times the trips of all enclosing loops): what a simulator schedules.
+struct StageRef {
+  std::string path;            // "L4.s1/L8.s0": loop ids and stage names from the outside in
+  const MetaPipe* pipe = nullptr;
+  int index = 0;               // into pipe->stages
+  int64_t iterations = 0;      // total firings
+  int depth = 0;               // 0: a top-level loop's stage
+  bool holds_loop = false;     // the stage runs a nested METAPIPE
+};
+std::vector<StageRef> all_stages(const Program& p);
+
 // Values a node reads: its operands, and for a MetaPipe also every value its body (nested loops
 // included) reads from outside the loop. This is what crosses into a stage that holds the node.
 std::vector<Value> reads_of(const Node& n);

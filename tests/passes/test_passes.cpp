@@ -177,6 +177,18 @@ TEST(Metapipeline, Slide51InnerLoopHasThreeStagesAndDoubleBuffers) {
   EXPECT_EQ(inner.stages[1].work.flops, 2.0 * 64 * 64 * 32);
 }
 
+TEST(Metapipeline, AllStagesWithTheirFiringCounts) {
+  auto p = passes::metapipeline(passes::tile(slide51(128, 96, 32, 64, 32), {}), {});
+  auto stages = ir::all_stages(p);
+  ASSERT_EQ(stages.size(), 5u);  // outer: load A, inner loop; inner: load B, matmul, store
+  EXPECT_EQ(stages[0].iterations, 2);
+  EXPECT_TRUE(stages[1].holds_loop);
+  EXPECT_EQ(stages[2].iterations, 2 * 3);
+  EXPECT_EQ(stages[2].depth, 1);
+  EXPECT_NE(stages[3].path.find(".s1/L"), std::string::npos) << stages[3].path;
+  EXPECT_EQ(stages[3].pipe->stages[stages[3].index].ops[0]->kind, ir::NodeKind::MatMul);
+}
+
 TEST(Metapipeline, GdaIsFourStagesWithStateBuffer) {
   auto p = passes::metapipeline(passes::tile(gda(256, 8, 32), {}), {});
   ir::verify(p);
