@@ -88,6 +88,16 @@ TEST(Tile, ChoosesATileThatFitsAndDivides) {
   EXPECT_EQ(96 % m.stages[0].ops[0]->out->shape[0], 0);
 }
 
+TEST(Tile, ChosenTileRespectsTheBudget) {
+  // Rows of 1024 f32: x, exp(x) and the quotient are 4 KiB per row each, double buffered.
+  auto p = passes::tile(softmax(256, 1024), {.onchip_budget = 64 * 1024});
+  ir::verify(p);
+  auto& m = p.body.back()->cast<ir::MetaPipe>();
+  int64_t T = m.stages[0].ops[0]->out->shape[0];
+  EXPECT_LE(T * 3 * 4096 * 2, 64 * 1024) << ir::print(p);
+  EXPECT_EQ(256 % T, 0);
+}
+
 TEST(Tile, NonDividingRowTileNeedsMasking) {
   EXPECT_USER_ERROR(passes::tile(softmax(100, 8), {.row_tile = 16}),
                     "row tile 16 does not divide the 100 rows");

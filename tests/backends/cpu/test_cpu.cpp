@@ -72,7 +72,14 @@ TEST(Cpu, ThreeStagePipelineOverlaps) {
   auto p = passes::compile(b.finish(), o);
   auto in = cpu::random_inputs(p, 1);
   auto mem = cpu::make_memory(p, in);
-  auto rep = cpu::execute(p, mem);
+  // Overlap needs two stage threads inside their work at the same moment; on a loaded machine one run
+  // may be scheduled stage after stage, so give it a few runs.
+  cpu::ExecReport rep;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    mem = cpu::make_memory(p, in);
+    rep = cpu::execute(p, mem);
+    if (!rep.loops.empty() && rep.loops[0].overlap_ms > 0) break;
+  }
   ASSERT_EQ(rep.loops.size(), 1u);
   EXPECT_GE(rep.loops[0].stages, 3);
   EXPECT_GT(rep.loops[0].overlap_ms, 0.0) << rep.format();
@@ -135,4 +142,18 @@ TEST(Cpu, WholeTensorMatMulIsRowTiledWithTheWeightLoadedOnce) {
       for (int k = 0; k < 24; ++k) acc += double(in["X"][i * 24 + k]) * in["W"][k * 40 + j];
       ASSERT_NEAR(mem.at("Y").data[i * 40 + j], acc / (1 + std::exp(-acc)), 1e-5);
     }
+}
+
+TEST(Cpu, CustomAssociativeCombiner) {
+  ProgramBuilder b("custom");
+  auto X = b.input("X", {40, 12});
+  auto A = b.output("A", {40, 1});
+  auto B = b.output("B", {40, 1});
+  auto x = LOAD(X);
+  STORE(A, REDUCE(x, 1, [](Expr acc, Expr v) { return max(acc, abs(v)); }, 0.0));  // max |x|
+  STORE(B, MAX(MAP(x, [](Expr v) { return abs(v); }), 1));
+  auto p = compiled(b.finish());
+  auto mem = cpu::make_memory(p, cpu::random_inputs(p, 4));
+  cpu::execute(p, mem);
+  EXPECT_EQ(mem.at("A").data, mem.at("B").data);
 }
