@@ -84,6 +84,7 @@ struct Buffer {
   int64_t bytes = 0;         // one token
   int depth = 2;             // N of the N-buffer
   int64_t initial_tokens = 0;  // tokens present before the start (loop-carried values)
+  bool control = false;      // carries only ordering (a kernel-call boundary already provides it)
   int64_t elems() const { return bytes / 4; }
 };
 

@@ -71,8 +71,7 @@ class Lowerer {
         for (auto& [tensor, stage] : last_writer_)
           if (tensor == t && std::find(waits_.begin(), waits_.end(), stage) == waits_.end()) waits_.push_back(stage);
       if (auto* m = n->as<ir::MetaPipe>()) lower_loop(*m, {}, "");
-      else if (ir::access_of(*n)) lower_segment({n}, {}, "", nullptr);
-      else lower_segment({n}, {}, "", nullptr);
+      else lower_segment({n}, {}, "");
       for (int t : writes)
         for (size_t s = 0; s < g_.stages.size(); ++s)
           if (g_.stages[s].kind == StageKind::Store && g_.stages[s].tensor == tensor_id_.at(t)) last_writer_.push_back({t, int(s)});
@@ -119,6 +118,7 @@ class Lowerer {
       auto it = done_.find(w);
       if (it == done_.end()) {
         int b = g_.add_buffer("written by " + g_.stages[size_t(w)].name, 4, 2);
+        g_.buffers[size_t(b)].control = true;
         g_.stages[size_t(w)].outputs.push_back(b);
         seg_[size_t(w)]->outs.push_back(nullptr);
         Stage c;
@@ -128,6 +128,7 @@ class Lowerer {
         c.accumulate = c.iterations;
         c.inputs = {{b, 1}};
         int cb = g_.add_buffer("done " + g_.stages[size_t(w)].name, 4, 1);
+        g_.buffers[size_t(cb)].control = true;
         c.outputs = {cb};
         if (mem_) c.kernel = [](StageIO& io) { *io.out_obj[0] = std::make_shared<int>(0); };
         g_.stages.push_back(c);
@@ -147,10 +148,35 @@ class Lowerer {
     inner.push_back({m.var, m.trip()});
     for (auto& b : m.buffers)
       if (b.kind == ir::BufferInfo::Kind::Stream) depth_of_[b.value->id] = b.depth;
+    // Each carried value enters the body through a control stage: iteration t forwards `init` when t is the
+    // first iteration of a loop run, else the `next` of iteration t - 1 (a buffer with one initial token),
+    // so every reader of `arg`, nested loops included, gets it as an ordinary token stream.
+    std::vector<int> carry_stage;
+    for (auto& c : m.carried) {
+      Stage cs;
+      cs.name = lp + " carry %" + std::to_string(c.arg->id);
+      cs.ops = 0;
+      int id = new_stage(cs, inner);
+      connect(c.init, id);
+      src_[c.arg->id] = {id, -1, iters(inner), 2, c.arg->bytes()};
+      carry_stage.push_back(id);
+      if (mem_) {
+        auto seg = seg_[size_t(id)];
+        const int64_t trip = m.trip();
+        const int init_id = c.init->id;
+        g_.stages[size_t(id)].kernel = [seg, trip, init_id](StageIO& io) {
+          bool first = io.iter % trip == 0;
+          for (size_t k = 0; k < seg->ins.size(); ++k)
+            if (seg->ins[k] && (seg->ins[k]->id == init_id) == first)
+              for (size_t o = 0; o < seg->outs.size(); ++o)
+                if (seg->outs[o]) *io.out_obj[o] = *io.in_obj[k];
+        };
+      }
+    }
     for (auto& st : m.stages) {
       std::vector<ir::NodeRef> compute;
       auto flush = [&]() {
-        if (!compute.empty()) lower_segment(compute, inner, lp + "." + st.name, &m);
+        if (!compute.empty()) lower_segment(compute, inner, lp + "." + st.name);
         compute.clear();
       };
       for (auto& op : st.ops) {
@@ -159,12 +185,26 @@ class Lowerer {
           lower_loop(op->cast<ir::MetaPipe>(), inner, lp + "." + st.name + "/");
         } else if (ir::access_of(*op)) {
           flush();
-          lower_segment({op}, inner, lp + "." + st.name, &m);
+          lower_segment({op}, inner, lp + "." + st.name);
         } else {
           compute.push_back(op);
         }
       }
       flush();
+    }
+    for (size_t k = 0; k < m.carried.size(); ++k) {
+      const ir::Carried& c = m.carried[k];
+      auto it = src_.find(c.next->id);
+      MP_INTERNAL_CHECK(it != src_.end(), "carried next %", c.next->id, " has no producer");
+      int producer = it->second.stage, cs = carry_stage[k];
+      int b = g_.add_buffer("%" + std::to_string(c.next->id) + " (loop-carried)", std::max<int64_t>(4, c.next->bytes()), 2);
+      g_.buffers[size_t(b)].initial_tokens = 1;
+      g_.initial_data.resize(g_.buffers.size());
+      g_.initial_data[size_t(b)].assign(size_t(g_.buffers[size_t(b)].elems()), 0.f);
+      g_.stages[size_t(producer)].outputs.push_back(b);
+      seg_[size_t(producer)]->outs.push_back(c.next);
+      g_.stages[size_t(cs)].inputs.push_back({b, 1});
+      seg_[size_t(cs)]->ins.push_back(c.next);
     }
     // Loop-carried results leave through a control stage that forwards the last iteration's `next`.
     for (auto& c : m.carried) {
@@ -191,8 +231,7 @@ class Lowerer {
   }
 
   // A group of nodes run by one graph stage: one off-chip access, or consecutive compute nodes.
-  void lower_segment(const std::vector<ir::NodeRef>& ops, const std::vector<Loop>& loops, const std::string& path,
-                     const ir::MetaPipe* loop) {
+  void lower_segment(const std::vector<ir::NodeRef>& ops, const std::vector<Loop>& loops, const std::string& path) {
     Stage s;
     const ir::Node& first = *ops.front();
     auto acc = ir::access_of(first);
@@ -260,22 +299,9 @@ class Lowerer {
     }
     const int id = new_stage(std::move(s), loops);
     std::set<int> produced_here;
-    std::vector<const ir::Carried*> carried_reads;
     for (auto& op : ops) {
       for (auto& v : ir::reads_of(*op)) {
         if (produced_here.count(v->id)) continue;
-        const ir::Carried* c = nullptr;
-        if (loop)
-          for (auto& cc : loop->carried)
-            if (cc.arg->id == v->id) c = &cc;
-        if (c) {  // the stage that reads a carried value holds it; the initial value comes once per loop run
-          if (std::find(carried_reads.begin(), carried_reads.end(), c) == carried_reads.end()) carried_reads.push_back(c);
-          connect(c->init, id);
-          continue;
-        }
-        if (is_carried_arg(v))
-          throw not_supported("a loop-carried value (%" + std::to_string(v->id) +
-                              ") read outside the stage of its own loop that updates it, in the rdu lowering");
         connect(v, id);
       }
       if (op->out) {
@@ -286,12 +312,10 @@ class Lowerer {
     }
     if (mem_) {
       auto seg = seg_[size_t(id)];
-      auto state = std::make_shared<std::map<int, cpu::TileRef>>();  // carried value id -> last next
       cpu::Memory* mem = mem_;
       std::vector<ir::NodeRef> nodes = ops;
       std::vector<Loop> ls = loops;
-      const int64_t trip = loops.empty() ? 1 : loops.back().trip;
-      g_.stages[size_t(id)].kernel = [seg, state, mem, nodes, ls, carried_reads, trip](StageIO& io) {
+      g_.stages[size_t(id)].kernel = [seg, mem, nodes, ls](StageIO& io) {
         cpu::Env env;
         auto idx = decompose(ls, io.iter);
         for (auto& l : ls) env.set_loop(l.var, idx.at(l.var->id));
@@ -300,27 +324,16 @@ class Lowerer {
             MP_INTERNAL_CHECK(*io.in_obj[k] != nullptr, "functional rdu: an empty slot read for %", seg->ins[k]->id);
             env.set(seg->ins[k], tile_of(*io.in_obj[k]));
           }
-        for (auto* c : carried_reads) env.set(c->arg, io.iter % trip == 0 ? env.get(c->init) : state->at(c->arg->id));
         std::map<int, cpu::TileRef> made;
         for (auto& op : nodes) {
           cpu::TileRef t = cpu::eval_node(*op, env, *mem);
           if (op->out && t) env.set(op->out, t), made[op->out->id] = t;
         }
-        for (auto* c : carried_reads) (*state)[c->arg->id] = env.get(c->next);
         for (size_t o = 0; o < seg->outs.size(); ++o)
-          if (seg->outs[o]) *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(made.at(seg->outs[o]->id));
+          if (seg->outs[o]) *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(env.get(seg->outs[o]));
           else *io.out_obj[o] = std::make_shared<int>(0);  // control token
       };
     }
-  }
-
-  bool is_carried_arg(const ir::Value& v) const {
-    bool found = false;
-    ir::walk(p_.body, [&](const ir::NodeRef& n, int) {
-      if (auto* m = n->as<ir::MetaPipe>())
-        for (auto& c : m->carried) found = found || c.arg->id == v->id;
-    });
-    return found;
   }
 
   const ir::Program& p_;

@@ -30,6 +30,7 @@ int64_t systolic_cycles(const Arch& a, int64_t m, int64_t k, int64_t n) {
 }
 
 int buffer_pmus(const Arch& a, const Buffer& b) {
+  if (b.control) return 0;  // ordering tokens travel on the control network, no scratchpad
   int64_t total = b.bytes * b.depth;
   return int(std::max<int64_t>(1, cdiv(total, a.pmu_bytes())));
 }
@@ -120,6 +121,33 @@ Mapping map_graph(const Arch& a, const Graph& g) {
 
   // Greedy packing in graph order (stages are listed producers first by construction of every builder).
   std::vector<int> cfg_of(g.stages.size(), -1);
+  std::vector<int> group_end(g.stages.size(), -1);  // back edges: consumer -> latest producer
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    int p = g.producer_of(int(b));
+    for (int c : g.consumers_of(int(b)))
+      if (p > c) group_end[size_t(c)] = std::max(group_end[size_t(c)], p);
+  }
+  // A loop-carried cycle that does not fit the chip even alone gets less parallelism, widest stages first.
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    if (group_end[i] <= int(i)) continue;
+    auto group_pcus = [&]() {
+      int n = 0;
+      for (int k = int(i); k <= group_end[i]; ++k) n += map_stage(a, g, g.stages[size_t(k)], par[size_t(k)]).pcus;
+      return n;
+    };
+    bool lowered = false;
+    while (group_pcus() > npcu) {
+      int widest = -1;
+      for (int k = int(i); k <= group_end[i]; ++k)
+        if (par[size_t(k)] > 1 && (widest < 0 || par[size_t(k)] > par[size_t(widest)])) widest = k;
+      if (widest < 0) break;
+      par[size_t(widest)] = std::max(1, par[size_t(widest)] / 2);
+      lowered = true;
+    }
+    if (lowered)
+      out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name + "' had its parallelism lowered to fit " +
+                          std::to_string(npcu) + " PCUs");
+  }
   struct Use {
     int pcus = 0, pmus = 0, agcus = 0;
   };
@@ -136,7 +164,7 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       for (int o : s.outputs) u.pmus += buffer_pmus(a, g.buffers[o]);
       for (auto& in : s.inputs) {
         int p = g.producer_of(in.buffer);
-        if (p >= 0 && cfg_of[p] != cfg) {
+        if (p >= 0 && cfg_of[p] >= 0 && cfg_of[p] != cfg && !g.buffers[in.buffer].control) {
           u.pmus += buffer_pmus(a, g.buffers[in.buffer]);
           u.agcus += 1;
         }
@@ -145,6 +173,30 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     };
     int cfg = int(uses.size()) - 1;
     Use u = need_for(cfg);
+    // A loop-carried cycle (stage i reads what a later stage writes) must stay in one configuration: when
+    // the whole cycle does not fit what is left, start a new configuration here.
+    if (group_end[i] > int(i) && (uses[cfg].pcus || uses[cfg].pmus || uses[cfg].agcus)) {
+      Use grp;
+      for (int k = int(i); k <= group_end[i]; ++k) {
+        grp.pcus += map_stage(a, g, g.stages[size_t(k)], par[size_t(k)]).pcus;
+        grp.agcus += g.stages[size_t(k)].kind == StageKind::Compute ? 0 : 1;
+        for (int o : g.stages[size_t(k)].outputs) grp.pmus += buffer_pmus(a, g.buffers[size_t(o)]);
+        for (auto& in : g.stages[size_t(k)].inputs) {
+          int p = g.producer_of(in.buffer);
+          if (p >= 0 && cfg_of[p] >= 0 && cfg_of[p] != cfg && !g.buffers[in.buffer].control)
+            grp.pmus += buffer_pmus(a, g.buffers[in.buffer]), grp.agcus += 1;
+        }
+      }
+      const Use& cur = uses[cfg];
+      if (cur.pcus + grp.pcus > npcu || cur.pmus + grp.pmus > npmu || cur.agcus + grp.agcus > nag) {
+        why.back() = "the loop-carried cycle from stage '" + s.name + "' to stage '" + g.stages[size_t(group_end[i])].name +
+                     "' does not fit what is left of the configuration";
+        uses.push_back({});
+        why.push_back("");
+        cfg = int(uses.size()) - 1;
+        u = need_for(cfg);
+      }
+    }
     Use& cur = uses[cfg];
     std::string short_of;
     if (cur.pcus + u.pcus > npcu) short_of = "PCUs (" + std::to_string(cur.pcus + u.pcus) + " > " + std::to_string(npcu) + ")";
@@ -206,6 +258,15 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       Stage s = g.stages[i];
       s.par = par[i];
       for (auto& in : s.inputs) {
+        // ordering tokens from an earlier kernel call: that call has finished, so they are all there
+        if (int p = g.producer_of(in.buffer); g.buffers[in.buffer].control && p >= 0 && cfg_of[p] < c) {
+          int64_t need = s.iterations / in.reuse;
+          sg.buffers.push_back(Buffer{"ready: " + g.buffers[in.buffer].name, 4, int(std::max<int64_t>(1, need)), need, true});
+          sg.initial_data.resize(sg.buffers.size());
+          sg.initial_data.back().assign(size_t(need), 0.f);
+          in.buffer = int(sg.buffers.size()) - 1;
+          continue;
+        }
         int p = g.producer_of(in.buffer);
         if (p >= 0 && cfg_of[p] < c) {
           // Spill load: the producer's configuration stored every token off chip.
@@ -239,7 +300,7 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       std::vector<int> spilled;
       for (auto& o : s.outputs) {
         bool later = false;
-        for (int cons : g.consumers_of(o)) later = later || cfg_of[cons] > c;
+        for (int cons : g.consumers_of(o)) later = later || (cfg_of[cons] > c && !g.buffers[o].control);
         int orig = o;
         o = local_buffer(o);
         if (later) spilled.push_back(orig);

@@ -81,12 +81,14 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
       // a store stream: at most what the memory takes and the buffer's PMUs deliver, shared by its AGCUs
       if (agcu) d = std::min({d * copies, mem_bpc, double(a.link_bytes) * cfg.buffers[in.buffer].pmus}) / copies;
       auto& bu = buf_units[in.buffer];
+      if (bu.empty()) continue;  // control tokens
       for (int c = 0; c < copies; ++c) P.nets.push_back({bu[c % bu.size()], stage_heads[s][c], d, int(s), {}});
     }
     for (int b : S.outputs) {
       double d = double(g.buffers[b].bytes) / double(S.accumulate) / ii / copies;
       if (agcu) d = std::min({d * copies, mem_bpc, double(a.link_bytes) * cfg.buffers[b].pmus}) / copies;
       auto& bu = buf_units[b];
+      if (bu.empty()) continue;
       for (int c = 0; c < copies; ++c) P.nets.push_back({stage_tails[s][c], bu[c % bu.size()], d, int(s), {}});
     }
   }
