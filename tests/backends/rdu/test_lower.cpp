@@ -1,0 +1,95 @@
+// Programs written in the front end, compiled by the passes and lowered to the simulator's stage graph:
+// functional simulation equals each program's naive reference on both presets, and the lowered slide-51
+// matmul simulates exactly like the hand-built graph of the same metapipeline.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "backends/rdu/lower.h"
+#include "backends/rdu/programs.h"
+#include "backends/rdu/rdu.h"
+#include "core/compare.h"
+#include "core/error.h"
+#include "core/random.h"
+#include "examples/registry.h"
+#include "examples/run.h"
+
+using namespace mp;
+
+namespace {
+
+void check_program(const rdu::Arch& arch, const examples::ProgramSpec& spec, uint64_t seed) {
+  examples::Params params = examples::resolve(spec, {});
+  ir::Program p = examples::build(spec, params);
+  ir::Program c = passes::compile(p, examples::compile_options(params));
+  examples::HostInputs in = examples::make_inputs(spec, params, p, seed);
+  examples::HostOutputs ref = spec.reference(params, in);
+  cpu::Memory mem = cpu::make_memory(c, in);  // outputs poisoned with NaN
+  rdu::Graph g = rdu::lower(c, &mem);
+  rdu::RunOptions o;
+  o.functional = true;
+  auto r = rdu::run(arch, g, o);
+  EXPECT_GT(r.cycles, 0);
+  EXPECT_GE(r.cycles, r.compute_roof_cycles) << spec.name;
+  EXPECT_GE(r.cycles, r.memory_roof_cycles) << spec.name;
+  ir::DType dt = ir::DType::f32;
+  for (auto& t : c.tensors)
+    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && ir::bytes_of(t->dtype) == 2) dt = t->dtype;
+  const double rtol = examples::tolerance(dt);
+  for (auto& [name, want] : ref) {
+    double scale = 0;
+    for (double w : want) scale = std::max(scale, std::fabs(w));
+    auto cmp = compare(mem.at(name).data, want, rtol, rtol * 0.1 * std::max(scale, 1e-30));
+    EXPECT_TRUE(cmp.ok) << spec.name << " on " << arch.name << " (seed " << seed << "): " << name << ": " << cmp.summary();
+  }
+}
+
+}  // namespace
+
+TEST(RduLower, EveryRegistryProgramMatchesItsReferenceOnBothPresets) {
+  const uint64_t seed = fresh_seed();
+  for (const char* an : {"plasticine", "sn40l"}) {
+    rdu::Arch arch = rdu::load_arch(an);
+    for (auto* spec : examples::programs()) check_program(arch, *spec, seed);
+  }
+}
+
+TEST(RduLower, TheLoweredSlide51MatmulSimulatesLikeTheHandBuiltGraph) {
+  rdu::Arch arch = rdu::load_arch("plasticine");
+  const auto& spec = examples::find_program("matmul");
+  examples::Params params = examples::resolve(spec, {"M=256", "N=256", "K=256", "MM=64", "NN=32"});
+  ir::Program c = passes::compile(examples::build(spec, params), examples::compile_options(params));
+  rdu::Graph lowered = rdu::lower(c);
+  auto a = rdu::run(arch, lowered);
+  const rdu::GraphProgram* gp = rdu::find_graph_program("matmul");
+  rdu::Graph built = gp->build(rdu::resolve_params(*gp, {"M=256", "N=256", "K=256", "MM=64", "NN=32", "row_par=4"}, false), false, 1);
+  auto b = rdu::run(arch, built);
+  EXPECT_EQ(a.bytes_read, b.bytes_read);
+  EXPECT_EQ(a.bytes_written, b.bytes_written);
+  EXPECT_NEAR(a.cycles, b.cycles, 0.02 * b.cycles);
+}
+
+TEST(RduLower, LlamaDecoderIsOneKernelCallOnSn40lAndSeveralOnPlasticine) {
+  // slide 57: the SN40L fuses a whole decoder layer into one kernel call; the 64-PCU Plasticine cannot
+  const auto& spec = examples::find_program("llama_decoder");
+  examples::Params params = examples::resolve(spec, {});
+  ir::Program c = passes::compile(examples::build(spec, params), examples::compile_options(params));
+  rdu::Graph g1 = rdu::lower(c);
+  EXPECT_EQ(rdu::run(rdu::load_arch("sn40l"), g1).kernel_calls, 1);
+  rdu::Graph g2 = rdu::lower(c);
+  auto r = rdu::run(rdu::load_arch("plasticine"), g2);
+  EXPECT_GT(r.kernel_calls, 1);
+  EXPECT_FALSE(r.split_reasons.empty());
+}
+
+TEST(RduLower, ProgramsMustBeMetapipelinedFirst) {
+  const auto& spec = examples::find_program("softmax");
+  examples::Params params = examples::resolve(spec, {});
+  ir::Program p = examples::build(spec, params);
+  try {
+    rdu::lower(p);
+    FAIL();
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not metapipelined"), std::string::npos) << e.what();
+  }
+}
