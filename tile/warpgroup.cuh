@@ -3,6 +3,7 @@
 // Each warp of the warpgroup holds a 16-row slice of the 64 x N accumulator as an rt_fl<16, N>.
 #pragma once
 #include "tile/types.cuh"
+#include "tile/warp.cuh"
 
 namespace mp::tile::warpgroup {
 
@@ -103,6 +104,56 @@ __device__ inline void mma_AB(rt_fl<16, N>& acc, const SA& a, const SB& b, bool 
 template <int N, class SA, class SB>
 __device__ inline void mma_ABt(rt_fl<16, N>& acc, const SA& a, const SB& b, bool accumulate) {
   detail::mma<N, major::k>(acc, a, b, accumulate);
+}
+
+// ---- register tiles at warpgroup scope ----
+// A warpgroup's register tile is four warps' tiles stacked: warp w of the group holds rows
+// [w * RT::rows, (w + 1) * RT::rows) of a (4 * RT::rows)-row tile (the wgmma accumulator is rt_fl<16, N>
+// per warp: a 64 x N tile per warpgroup). Element-wise ops, row reductions and row broadcasts act on each
+// warp's rows and are the warp-scope ones; loads and stores address the whole stacked tile.
+using warp::abs;
+using warp::add;
+using warp::add_row;
+using warp::copy;
+using warp::div;
+using warp::div_row;
+using warp::exp;
+using warp::exp2;
+using warp::fill;
+using warp::log;
+using warp::max;
+using warp::min;
+using warp::mul;
+using warp::mul_row;
+using warp::neg;
+using warp::relu;
+using warp::row_max;
+using warp::row_sum;
+using warp::sub;
+using warp::sub_row;
+using warp::zero;
+
+__device__ inline int warpid() { return (threadIdx.x / warp_threads) % warpgroup_warps; }
+
+template <reg_tile RT, shared_tile ST>
+__device__ inline void load(RT& dst, const ST& src, int r0 = 0, int c0 = 0) {
+  static_assert(4 * RT::rows <= ST::rows,
+                "warpgroup::load: the shared tile has fewer rows than 4 warps' tiles");
+  warp::load(dst, src, r0 + RT::rows * warpid(), c0);
+}
+template <shared_tile ST, reg_tile RT>
+__device__ inline void store(ST& dst, const RT& src, int r0 = 0, int c0 = 0) {
+  static_assert(4 * RT::rows <= ST::rows,
+                "warpgroup::store: the shared tile has fewer rows than 4 warps' tiles");
+  warp::store(dst, src, r0 + RT::rows * warpid(), c0);
+}
+template <reg_tile RT, global_layout GL>
+__device__ inline void load(RT& dst, const GL& g, int row, int col, int d = 0, int b = 0) {
+  warp::load(dst, g, row + RT::rows * warpid(), col, d, b);
+}
+template <global_layout GL, reg_tile RT>
+__device__ inline void store(const GL& g, const RT& src, int row, int col, int d = 0, int b = 0) {
+  warp::store(g, src, row + RT::rows * warpid(), col, d, b);
 }
 
 }  // namespace mp::tile::warpgroup

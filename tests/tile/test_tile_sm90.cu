@@ -164,7 +164,13 @@ __global__ void wgmma_kernel(const __grid_constant__ CUtensorMap ma, const __gri
   warpgroup::mma_async_wait<0>();
   warpgroup::fence_accumulator(acc);
   gl<float, 1, 1, 64, N> gc(c, 1, 1, 64, N);
-  warp::store(gc, acc, 16 * (threadIdx.x / 32), 0);
+  // Round trip through a shared tile at warpgroup scope, then out to global memory.
+  auto& cs = *reinterpret_cast<st_fl<64, N>*>(base + sizeof(st_bf<64, 64>) + sizeof(b_tile));
+  rt_fl<16, N> back;
+  warpgroup::store(cs, acc);
+  __syncthreads();
+  warpgroup::load(back, cs);
+  warpgroup::store(gc, back, 0, 0);
 }
 
 template <int N, bool BT>
@@ -182,7 +188,7 @@ void check_wgmma() {
   auto ma = make_tma_map<st_bf<64, 64>>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(da.p), 1, 1, 64, 64));
   auto mb = BT ? make_tma_map<b_tile>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(db.p), 1, 1, N, 64))
                : make_tma_map<b_tile>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(db.p), 1, 1, 64, N));
-  const int smem = 2048 + sizeof(st_bf<64, 64>) + sizeof(b_tile);
+  const int smem = 2048 + sizeof(st_bf<64, 64>) + sizeof(b_tile) + sizeof(st_fl<64, N>);
   cudaFuncSetAttribute(wgmma_kernel<N, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   wgmma_kernel<N, BT><<<1, 128, smem>>>(ma, mb, dc.p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
