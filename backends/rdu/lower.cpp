@@ -48,6 +48,31 @@ std::map<int, int64_t> decompose(const std::vector<Loop>& ls, int64_t it) {
   return idx;
 }
 
+// ALU ops per element of an element function as the PCU pipeline computes it: a shared subexpression
+// (the same node reached twice, e.g. d1 in BlackScholes' two CNDF calls) is computed once.
+int64_t dag_ops(const ir::Expr& e) {
+  std::set<const ir::ExprNode*> seen;
+  int64_t n = 0;
+  std::vector<const ir::ExprNode*> todo = {&e.node()};
+  while (!todo.empty()) {
+    const ir::ExprNode* x = todo.back();
+    todo.pop_back();
+    if (!seen.insert(x).second) continue;
+    n += !x->kids.empty() || x->op == ir::ExprOp::Random;
+    for (auto& k : x->kids) todo.push_back(k.get());
+  }
+  return std::max<int64_t>(n, 1);
+}
+
+int64_t elem_ops_of(const ir::Node& op) {
+  auto els = [](const ir::Value& v) { return ir::num_elements(v->shape); };
+  if (auto* m = op.as<ir::Map>()) return els(m->out) * dag_ops(m->f);
+  if (auto* z = op.as<ir::Zip>()) return els(z->out) * dag_ops(z->f);
+  if (auto* f = op.as<ir::Fill>()) return els(f->out) * dag_ops(f->f);
+  if (auto* r = op.as<ir::Reduce>()) return els(r->in) * (1 + (r->pre ? dag_ops(*r->pre) : 0));
+  return ir::work_of(op).elem_ops;
+}
+
 cpu::TileRef tile_of(const std::shared_ptr<void>& p) { return std::static_pointer_cast<const cpu::Tile>(p); }
 
 class Lowerer {
@@ -285,9 +310,9 @@ class Lowerer {
           }
           continue;
         }
-        ir::Work w = ir::work_of(*op);
-        elem_ops += w.elem_ops;
-        if (w.elem_ops > 0) {
+        const int64_t ops_here = elem_ops_of(*op);
+        elem_ops += ops_here;
+        if (ops_here > 0) {
           int64_t e = op->out ? ir::num_elements(op->out->shape) : 0;
           if (auto* r = op->as<ir::Reduce>()) e = ir::num_elements(r->in->shape);
           elements = std::max(elements, e);
