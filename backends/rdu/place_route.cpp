@@ -211,23 +211,29 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
   std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return P.nets[x].demand > P.nets[y].demand; });
   const int S = a.rows * a.cols;
-  std::vector<double> dist(S);
-  std::vector<int> prev(S);
+  std::vector<double> dist(size_t(S), 1e300);
+  std::vector<int> prev(size_t(S), -1);
+  std::vector<int> touched_nodes;
   for (int n : order) {
     Net& N = P.nets[n];
     auto& u = P.units[N.from];
     auto& v = P.units[N.to];
     int s0 = u.y * a.cols + clampx(u.x, a.cols), s1 = v.y * a.cols + clampx(v.x, a.cols);
-    std::fill(dist.begin(), dist.end(), 1e300);
-    std::fill(prev.begin(), prev.end(), -1);
+    // A* (every link costs at least 1, so the Manhattan distance never overestimates)
+    const int tx = s1 % a.cols, ty = s1 / a.cols;
+    auto h = [&](int s) { return double(std::abs(s % a.cols - tx) + std::abs(s / a.cols - ty)); };
+    for (int s : touched_nodes) dist[size_t(s)] = 1e300, prev[size_t(s)] = -1;
+    touched_nodes.clear();
     using QE = std::pair<double, int>;
     std::priority_queue<QE, std::vector<QE>, std::greater<QE>> pq;
-    dist[s0] = 0;
-    pq.push({0, s0});
+    dist[size_t(s0)] = 0;
+    touched_nodes.push_back(s0);
+    pq.push({h(s0), s0});
     while (!pq.empty()) {
-      auto [d, s] = pq.top();
+      auto [f, s] = pq.top();
       pq.pop();
-      if (d > dist[s]) continue;
+      const double d = dist[size_t(s)];
+      if (f > d + h(s) + 1e-9) continue;
       if (s == s1) break;
       int x = s % a.cols, y = s / a.cols;
       const int dx[4] = {1, -1, 0, 0}, dy[4] = {0, 0, 1, -1};
@@ -238,7 +244,10 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
         double load = (usage[l] + N.demand) / cap;
         double c = 1.0 + (load > 1 ? 8.0 * (load - 1) : 0.1 * load);
         int ns = ny * a.cols + nx;
-        if (d + c < dist[ns]) dist[ns] = d + c, prev[ns] = s, pq.push({d + c, ns});
+        if (d + c < dist[size_t(ns)]) {
+          if (dist[size_t(ns)] >= 1e300) touched_nodes.push_back(ns);
+          dist[size_t(ns)] = d + c, prev[size_t(ns)] = s, pq.push({d + c + h(ns), ns});
+        }
       }
     }
     std::vector<int> path;
