@@ -19,6 +19,7 @@ ir::Program build_flash(const Params& p) {
   uint64_t seed = uint64_t(p.i("seed"));
   bool causal = p.i("causal") != 0;
   DType dt = p.dtype();
+  MP_USER_CHECK(dt != DType::i32, "flash_attention: dtype must be f32, bf16 or f16, got i32");
   MP_USER_CHECK(p_drop >= 0 && p_drop < 1, "flash_attention: p_drop=", p_drop, " must be in [0, 1)");
   MP_USER_CHECK(BR >= 1 && BR <= S && BC >= 1 && BC <= S, "flash_attention: tiles BR=", BR, ", BC=", BC,
                 " must be in [1, S=", S, "]");

@@ -11,6 +11,7 @@ using namespace mp::front;
 ir::Program build_matmul(const Params& p) {
   int64_t M = p.i("M"), N = p.i("N"), K = p.i("K"), MM = p.i("MM"), NN = p.i("NN");
   DType dt = p.dtype();
+  MP_USER_CHECK(dt != DType::i32, "matmul: dtype must be f32, bf16 or f16, got i32");
   MP_USER_CHECK(MM >= 1 && NN >= 1 && MM <= M && NN <= N, "matmul: tiles MM=", MM, ", NN=", NN,
                 " must be in [1, M=", M, "] and [1, N=", N, "]");
   ProgramBuilder b("matmul");

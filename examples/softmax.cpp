@@ -13,6 +13,7 @@ using namespace mp::front;
 ir::Program build_softmax(const Params& p) {
   int64_t R = p.i("R"), C = p.i("C");
   DType dt = p.dtype();
+  MP_USER_CHECK(dt != DType::i32, "softmax: dtype must be f32, bf16 or f16, got i32");
   ProgramBuilder b("softmax");
   auto X = b.input("X", {R, C}, dt);
   auto Y = b.output("Y", {R, C}, dt);
