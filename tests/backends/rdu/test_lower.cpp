@@ -28,6 +28,7 @@ void check_program(const rdu::Arch& arch, const examples::ProgramSpec& spec, uin
   rdu::Graph g = rdu::lower(c, &mem);
   rdu::RunOptions o;
   o.functional = true;
+  o.place = arch.name != "sn40l";  // values do not depend on placement; keeps the test fast under ASan
   auto r = rdu::run(arch, g, o);
   EXPECT_GT(r.cycles, 0);
   EXPECT_GE(r.cycles, r.compute_roof_cycles) << spec.name;
