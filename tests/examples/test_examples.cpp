@@ -5,8 +5,10 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 
+#include "backends/cpu/interpreter.h"
 #include "examples/run.h"
 
 using namespace mp;
@@ -72,6 +74,42 @@ TEST(Examples, FlashAttentionMaskedBf16AndNoDropout) {
 TEST(Examples, LlamaDecoderDefault) { check("llama_decoder", {}); }
 TEST(Examples, LlamaDecoderMasked) {
   check("llama_decoder", {"T=10", "P0=27", "TT=4", "TQ=4", "TK=16", "F=96", "mask=1"});
+}
+
+// Every pass preserves meaning: the interpreter gives the same outputs after each of them (fusion may
+// change the last bits: a fused element function rounds to f32 once instead of per step).
+TEST(Examples, EveryPassPreservesTheResults) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}},
+      {"matmul", {"M=40", "N=24", "K=8", "MM=16", "NN=16", "mask=1"}},
+      {"gda", {"R=50", "C=6", "TR=16", "mask=1"}},
+      {"flash_attention", {"S=40", "D=8", "BR=16", "BC=16", "mask=1"}},
+      {"llama_decoder", {"T=6", "P0=5", "H=2", "HKV=1", "Dh=8", "F=24", "TT=4", "TQ=4", "TK=4", "mask=1"}},
+  };
+  for (auto& [name, sets] : cases) {
+    const auto& spec = find_program(name);
+    auto params = resolve(spec, sets);
+    auto opt = compile_options(params);
+    std::vector<ir::Program> stages;
+    stages.push_back(passes::tile(build(spec, params), opt.tile));
+    stages.push_back(passes::fuse(stages.back(), opt.fuse));
+    stages.push_back(passes::parallelize(stages.back(), opt.parallelize));
+    stages.push_back(passes::metapipeline(stages.back(), opt.metapipeline));
+    auto in = make_inputs(spec, params, stages[0], 11);
+    std::vector<cpu::Memory> out;
+    for (auto& p : stages) {
+      out.push_back(cpu::make_memory(p, in));
+      cpu::interpret(p, out.back());
+    }
+    for (size_t k = 1; k < out.size(); ++k)
+      for (auto& [tensor, want] : spec.reference(params, in)) {
+        auto& a = out[k - 1].at(tensor).data;
+        auto& b = out[k].at(tensor).data;
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t e = 0; e < a.size(); ++e)
+          ASSERT_NEAR(a[e], b[e], 1e-6 * (1 + std::fabs(a[e]))) << name << " " << tensor << " after pass " << k;
+      }
+  }
 }
 
 TEST(Examples, ExecutorReportShowsStagesOfFlashAttention) {
