@@ -2,6 +2,7 @@
 // naming the bad file, and nothing written when the input is bad.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
