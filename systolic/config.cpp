@@ -59,14 +59,15 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     std::string l = trim(raw);
     if (l.empty() || l[0] == '#' || l[0] == ';') continue;
     if (l[0] == '[') {
-      MP_USER_CHECK(l.back() == ']', file, ":", lineno, ": malformed section header '", l, "' (expected [name])");
+      MP_USER_CHECK(l.back() == ']', file, ":", lineno, ": malformed section header '", l,
+                    "' (expected [name])");
       current = trim(std::string_view(l).substr(1, l.size() - 2));
       sections[current];
       continue;
     }
     const size_t eq = l.find_first_of(":=");
-    MP_USER_CHECK(eq != std::string::npos, file, ":", lineno, ": expected 'key : value' or 'key = value', got '", l,
-                  "'");
+    MP_USER_CHECK(eq != std::string::npos, file, ":", lineno,
+                  ": expected 'key : value' or 'key = value', got '", l, "'");
     MP_USER_CHECK(!current.empty(), file, ":", lineno, ": key '", trim(l.substr(0, eq)),
                   "' appears before any [section] header");
     std::string key = trim(l.substr(0, eq));
@@ -95,15 +96,18 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
   c.run_name = need("general", "run_name").value;
   {
     const Entry& e = need("general", "run_name");
-    MP_USER_CHECK(!c.run_name.empty() && c.run_name.find_first_of("/\\") == std::string::npos && c.run_name != "." &&
-                      c.run_name != "..",
+    MP_USER_CHECK(!c.run_name.empty() && c.run_name.find_first_of("/\\") == std::string::npos &&
+                      c.run_name != "." && c.run_name != "..",
                   file, ":", e.line, ": run_name must be a plain directory name, got '", c.run_name, "'");
   }
   {
     const Entry& e = need("run_presets", "InterfaceBandwidth");
-    if (e.value == "USER") c.user_bandwidth = true;
-    else if (e.value == "CALC") c.user_bandwidth = false;
-    else fail_user(file, ":", e.line, ": InterfaceBandwidth must be CALC or USER, got '", e.value, "'");
+    if (e.value == "USER")
+      c.user_bandwidth = true;
+    else if (e.value == "CALC")
+      c.user_bandwidth = false;
+    else
+      fail_user(file, ":", e.line, ": InterfaceBandwidth must be CALC or USER, got '", e.value, "'");
   }
   const char* arch = "architecture_presets";
   const std::int64_t rows = integer(arch, "ArrayHeight", true), cols = integer(arch, "ArrayWidth", true);
@@ -128,12 +132,14 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     std::string item;
     while (std::getline(ss, item, ',')) {
       auto v = to_int(trim(item));
-      MP_USER_CHECK(v.has_value() && *v > 0, file, ":", e.line,
-                    ": Bandwidth must be a comma-separated list of positive integers (words per cycle), got '",
-                    e.value, "'");
+      MP_USER_CHECK(
+          v.has_value() && *v > 0, file, ":", e.line,
+          ": Bandwidth must be a comma-separated list of positive integers (words per cycle), got '", e.value,
+          "'");
       c.bandwidth.push_back(*v);
     }
-    MP_USER_CHECK(!c.bandwidth.empty(), file, ":", e.line, ": Bandwidth is empty; InterfaceBandwidth USER needs it");
+    MP_USER_CHECK(!c.bandwidth.empty(), file, ":", e.line,
+                  ": Bandwidth is empty; InterfaceBandwidth USER needs it");
   }
   if (auto s = sections.find("network_presets"); s != sections.end()) {
     if (auto e = s->second.find("topologycsvloc"); e != s->second.end()) {
@@ -143,8 +149,9 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     }
   }
   // The memory model's sets are 1/100 of a buffer; SCALE-Sim needs at least one word per set.
-  for (auto [key, kb] : {std::pair{"IfmapSramSzkB", c.ifmap_sram_kb}, std::pair{"FilterSramSzkB", c.filter_sram_kb},
-                         std::pair{"OfmapSramSzkB", c.ofmap_sram_kb}})
+  for (auto [key, kb] :
+       {std::pair{"IfmapSramSzkB", c.ifmap_sram_kb}, std::pair{"FilterSramSzkB", c.filter_sram_kb},
+        std::pair{"OfmapSramSzkB", c.ofmap_sram_kb}})
     MP_USER_CHECK(kb <= (std::int64_t{1} << 30), file, ": ", key, " is too large (", kb, " kB)");
   return c;
 }
@@ -178,10 +185,10 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
     auto field = [&](size_t i, const char* what) {
       MP_USER_CHECK(i < f.size(), file, ":", lineno, ": missing column ", i + 1, " (", what, ")");
       auto v = to_int(f[i]);
-      MP_USER_CHECK(v.has_value(), file, ":", lineno, ": column ", i + 1, " (", what, ") must be an integer, got '",
-                    f[i], "'");
-      MP_USER_CHECK(*v > 0, file, ":", lineno, ": column ", i + 1, " (", what, ") must be a positive integer, got ",
-                    *v);
+      MP_USER_CHECK(v.has_value(), file, ":", lineno, ": column ", i + 1, " (", what,
+                    ") must be an integer, got '", f[i], "'");
+      MP_USER_CHECK(*v > 0, file, ":", lineno, ": column ", i + 1, " (", what,
+                    ") must be a positive integer, got ", *v);
       MP_USER_CHECK(*v <= (std::int64_t{1} << 24), file, ":", lineno, ": column ", i + 1, " (", what,
                     ") is too large: ", *v);
       return *v;

@@ -11,8 +11,8 @@ CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, 
   const GemmShape g = layer.gemm();
   constexpr std::int64_t kMaxMacs = std::int64_t{1} << 32;
   if (g.M * g.K * g.N > kMaxMacs)
-    throw not_supported("cycle-level mode for layer '" + layer.name + "' with " + std::to_string(g.M * g.K * g.N) +
-                        " MACs (limit 2^32); use --mode analytical");
+    throw not_supported("cycle-level mode for layer '" + layer.name + "' with " +
+                        std::to_string(g.M * g.K * g.N) + " MACs (limit 2^32); use --mode analytical");
   const auto I = random_floats(static_cast<size_t>(g.M * g.K), seed);
   const auto W = random_floats(static_cast<size_t>(g.K * g.N), seed + 1);
   const CycleResult sim = simulate_gemm(g, cfg.array, I, W);

@@ -109,9 +109,12 @@ struct ReadStream {
   // Address index of streamed element (time step u, column j) or stationary element (row, column j).
   i64 stream_addr(const Schedule::Fold& f, i64 u, i64 j) const {
     switch (s.df) {
-      case Dataflow::WS: return ops.ifmap(u, f.r0 + j);
-      case Dataflow::IS: return ops.filter(f.r0 + j, u);
-      case Dataflow::OS: return which == Operand::Ifmap ? ops.ifmap(f.r0 + j, u) : ops.filter(u, f.c0 + j);
+      case Dataflow::WS:
+        return ops.ifmap(u, f.r0 + j);
+      case Dataflow::IS:
+        return ops.filter(f.r0 + j, u);
+      case Dataflow::OS:
+        return which == Operand::Ifmap ? ops.ifmap(f.r0 + j, u) : ops.filter(u, f.c0 + j);
     }
     return -1;
   }
@@ -128,7 +131,8 @@ struct ReadStream {
     return streamed() ? s.plan.temporal * used(f) : static_cast<i64>(f.rows_used) * f.cols_used;
   }
   // Calls fn(index) for every valid address of line l of the fold, in SCALE-Sim's column order.
-  template <class Fn> void line(const Schedule::Fold& f, i64 l, Fn&& fn) const {
+  template <class Fn>
+  void line(const Schedule::Fold& f, i64 l, Fn&& fn) const {
     if (streamed()) {
       const i64 T = s.plan.temporal, base = l - prefix();
       const int n = used(f);
@@ -152,7 +156,8 @@ struct ReadStream {
     return {s.R - f.rows_used, s.R - 1};
   }
   // Every valid address of the fold, in a cache-friendly order.
-  template <class Fn> void block(const Schedule::Fold& f, Fn&& fn) const {
+  template <class Fn>
+  void block(const Schedule::Fold& f, Fn&& fn) const {
     if (!streamed()) {
       for (i64 row = 0; row < f.rows_used; ++row)
         for (i64 j = 0; j < f.cols_used; ++j) {
@@ -212,7 +217,10 @@ std::pair<i64, i64> ofmap_active_lines(const Schedule& s, const Schedule::Fold& 
 class WriteBuffer {
  public:
   WriteBuffer(i64 total_words, i64 bw)
-      : total_(total_words), active_((total_words + 1) / 2), drain_(total_words - active_), bw_(bw),
+      : total_(total_words),
+        active_((total_words + 1) / 2),
+        drain_(total_words - active_),
+        bw_(bw),
         free_(total_words) {}
 
   // Services one demand line of n words issued at `cycle`; returns the cycle it completes. Words that
@@ -298,8 +306,9 @@ class WriteBuffer {
   i64 total_, active_, drain_, bw_;
   i64 free_;
   i64 line_fill_ = 0;
-  std::vector<std::int32_t> lines_;  // words per line not yet drained, from line `base_` on (the last `cached_`
-  i64 base_ = 0;                     // of them not yet drainable)
+  // Words per line not yet drained, from line `base_` on; the last `cached_` of them are not drainable yet.
+  std::vector<std::int32_t> lines_;
+  i64 base_ = 0;
   i64 cached_ = 0;
   bool trace_started_ = false;
   i64 drain_start_ = 0;
@@ -315,7 +324,10 @@ class WriteBuffer {
 class EstimateReadBuffer {
  public:
   EstimateReadBuffer(i64 total_words, i64 bw, i64 space)
-      : items_(total_words / 100), cap_(50 * (total_words / 100)), bw_(bw), stamp_(static_cast<size_t>(space), 0) {
+      : items_(total_words / 100),
+        cap_(50 * (total_words / 100)),
+        bw_(bw),
+        stamp_(static_cast<size_t>(space), 0) {
     MP_USER_CHECK(items_ > 0, "SRAM too small for SCALE-Sim's buffer model (needs at least 100 words)");
   }
   void set_first_request(i64 cycle) { first_request_ = cycle; }
@@ -451,11 +463,11 @@ ReadResult run_read_operand_calc(const ReadStream& rs, const StallSchedule& stal
   return out;
 }
 
-
 // The operand's prefetch order in USER mode: SCALE-Sim fetches the operand block by block (one block per
 // row or column fold, padded to the array edge with empty slots), reading the streamed operands along
 // anti-diagonals so that the skewed demand finds them in time. Calls fn(index or -1) for every slot.
-template <class Fn> void prefetch_order(const ReadStream& rs, Fn&& fn) {
+template <class Fn>
+void prefetch_order(const ReadStream& rs, Fn&& fn) {
   const Schedule& s = rs.s;
   const Operands& ops = rs.ops;
   const i64 R = s.R, C = s.C, T = s.plan.temporal, Sr = s.plan.spatial_rows, Sc = s.plan.spatial_cols;
@@ -470,28 +482,46 @@ template <class Fn> void prefetch_order(const ReadStream& rs, Fn&& fn) {
     case Dataflow::WS:
       if (ifm) {
         rows = RF * T, width = R;
-        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.ifmap(r % T, fr * R + j) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fr = r / T;
+          return j < rows_used(fr) ? ops.ifmap(r % T, fr * R + j) : -1;
+        };
       } else {
         rows = CF * Sr, width = C, rolled = false;
-        at = [&](i64 r, i64 j) { const i64 fc = r / Sr; return j < cols_used(fc) ? ops.filter(r % Sr, fc * C + j) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fc = r / Sr;
+          return j < cols_used(fc) ? ops.filter(r % Sr, fc * C + j) : -1;
+        };
       }
       break;
     case Dataflow::IS:
       if (ifm) {
         rows = CF * Sr, width = C, rolled = false;
-        at = [&](i64 r, i64 j) { const i64 fc = r / Sr; return j < cols_used(fc) ? ops.ifmap(fc * C + j, r % Sr) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fc = r / Sr;
+          return j < cols_used(fc) ? ops.ifmap(fc * C + j, r % Sr) : -1;
+        };
       } else {
         rows = RF * T, width = R;
-        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.filter(fr * R + j, r % T) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fr = r / T;
+          return j < rows_used(fr) ? ops.filter(fr * R + j, r % T) : -1;
+        };
       }
       break;
     case Dataflow::OS:
       if (ifm) {
         rows = RF * T, width = R;
-        at = [&](i64 r, i64 j) { const i64 fr = r / T; return j < rows_used(fr) ? ops.ifmap(fr * R + j, r % T) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fr = r / T;
+          return j < rows_used(fr) ? ops.ifmap(fr * R + j, r % T) : -1;
+        };
       } else {
         rows = CF * T, width = C;
-        at = [&](i64 r, i64 j) { const i64 fc = r / T; return j < cols_used(fc) ? ops.filter(r % T, fc * C + j) : -1; };
+        at = [&](i64 r, i64 j) {
+          const i64 fc = r / T;
+          return j < cols_used(fc) ? ops.filter(r % T, fc * C + j) : -1;
+        };
       }
       break;
   }
@@ -538,7 +568,8 @@ class UserReadBuffer {
     for (auto& p : pairs) sets_[static_cast<size_t>(fill[static_cast<size_t>(p.first)]++)] = p.second;
     fetch_rows_ = ceil_div(slots, bw_);
     num_sets_ = valid / per_set + 1;
-    const i64 max_active = ceil_div(active_words_, per_set), max_prefetch = ceil_div(prefetch_words_, per_set);
+    const i64 max_active = ceil_div(active_words_, per_set),
+              max_prefetch = ceil_div(prefetch_words_, per_set);
     active_sets_ = std::min(num_sets_, max_active);
     prefetch_sets_ = std::min(num_sets_ - active_sets_, max_prefetch);
   }
@@ -578,7 +609,8 @@ class UserReadBuffer {
     last_prefetch_ += n + 1;
   }
   bool hit(i64 a) const {
-    const auto b = sets_.begin() + start_[static_cast<size_t>(a)], e = sets_.begin() + start_[static_cast<size_t>(a) + 1];
+    const auto b = sets_.begin() + start_[static_cast<size_t>(a)],
+               e = sets_.begin() + start_[static_cast<size_t>(a) + 1];
     if (win_start_ < win_end_) {
       auto it = std::lower_bound(b, e, static_cast<std::int32_t>(win_start_));
       return it != e && *it < win_end_;
@@ -670,9 +702,12 @@ LayerReport simulate_layer_user(const Layer& layer, const SimConfig& cfg) {
   r.ifmap_sram_start = if_first, r.ifmap_sram_stop = if_last;
   r.filter_sram_start = fl_first, r.filter_sram_stop = fl_last;
   r.ofmap_sram_start = of_first, r.ofmap_sram_stop = of_last;
-  r.ifmap_dram_reads = ib.accesses(), r.ifmap_dram_start = ib.first_cycle(), r.ifmap_dram_stop = ib.last_cycle();
-  r.filter_dram_reads = fb.accesses(), r.filter_dram_start = fb.first_cycle(), r.filter_dram_stop = fb.last_cycle();
-  r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(), r.ofmap_dram_stop = wb.last_cycle();
+  r.ifmap_dram_reads = ib.accesses(), r.ifmap_dram_start = ib.first_cycle(),
+  r.ifmap_dram_stop = ib.last_cycle();
+  r.filter_dram_reads = fb.accesses(), r.filter_dram_start = fb.first_cycle(),
+  r.filter_dram_stop = fb.last_cycle();
+  r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(),
+  r.ofmap_dram_stop = wb.last_cycle();
   finish_dram_bw(r);
   return r;
 }
@@ -733,7 +768,8 @@ LayerReport simulate_layer(const Layer& layer, const SimConfig& cfg) {
   r.ofmap_sram_stop = of_last;
   r.ifmap_dram_reads = ir.dram_reads, r.ifmap_dram_start = ir.dram_first, r.ifmap_dram_stop = ir.dram_last;
   r.filter_dram_reads = fr.dram_reads, r.filter_dram_start = fr.dram_first, r.filter_dram_stop = fr.dram_last;
-  r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(), r.ofmap_dram_stop = wb.last_cycle();
+  r.ofmap_dram_writes = wb.accesses(), r.ofmap_dram_start = wb.first_cycle(),
+  r.ofmap_dram_stop = wb.last_cycle();
   finish_dram_bw(r);
   return r;
 }

@@ -13,11 +13,16 @@ namespace {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -56,28 +61,31 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
     << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" << esc(title) << "</text>\n";
+  o << "<text x=\"" << width / 2 << "\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">" << esc(title)
+    << "</text>\n";
   // Legend.
   for (size_t i = 0; i < series.size(); ++i) {
     const int x = left + static_cast<int>(i) * 140;
     o << "<rect x=\"" << x << "\" y=\"36\" width=\"14\" height=\"14\" fill=\"" << colors[i % 4] << "\"/>";
     const auto df = series[i].dataflow;
-    const char* full = df == Dataflow::WS ? "weight stationary" : df == Dataflow::OS ? "output stationary"
-                                                                                       : "input stationary";
+    const char* full = df == Dataflow::WS   ? "weight stationary"
+                       : df == Dataflow::OS ? "output stationary"
+                                            : "input stationary";
     o << "<text x=\"" << x + 20 << "\" y=\"48\">" << full << "</text>\n";
   }
   auto panel = [&](int top, const std::string& label, auto value_to_h, auto value_label, auto value_of,
                    auto short_label, const std::vector<std::pair<double, std::string>>& ticks) {
-    o << "<text x=\"" << left - 60 << "\" y=\"" << top - 10 << "\" font-size=\"13\">" << esc(label) << "</text>\n";
+    o << "<text x=\"" << left - 60 << "\" y=\"" << top - 10 << "\" font-size=\"13\">" << esc(label)
+      << "</text>\n";
     o << "<line x1=\"" << left << "\" y1=\"" << top + panel_h << "\" x2=\"" << width - right << "\" y2=\""
       << top + panel_h << "\" stroke=\"black\"/>\n";
     o << "<line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << top + panel_h
       << "\" stroke=\"black\"/>\n";
     for (const auto& [v, text] : ticks) {
       const double y = top + panel_h - value_to_h(v);
-      o << "<line x1=\"" << left - 4 << "\" y1=\"" << num(y) << "\" x2=\"" << width - right << "\" y2=\"" << num(y)
-        << "\" stroke=\"#ddd\"/><text x=\"" << left - 6 << "\" y=\"" << num(y + 4) << "\" text-anchor=\"end\">"
-        << text << "</text>\n";
+      o << "<line x1=\"" << left - 4 << "\" y1=\"" << num(y) << "\" x2=\"" << width - right << "\" y2=\""
+        << num(y) << "\" stroke=\"#ddd\"/><text x=\"" << left - 6 << "\" y=\"" << num(y + 4)
+        << "\" text-anchor=\"end\">" << text << "</text>\n";
     }
     for (size_t l = 0; l < layers; ++l) {
       const int gx = left + gap / 2 + static_cast<int>(l) * group;
@@ -86,8 +94,8 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
         const auto& r = series[i].layers[l];
         const double h = std::max(0.0, value_to_h(value_of(r)));
         const int x = gx + static_cast<int>(i) * bar;
-        o << "<rect x=\"" << x << "\" y=\"" << num(top + panel_h - h) << "\" width=\"" << bar - 2 << "\" height=\""
-          << num(h) << "\" fill=\"" << colors[i % 4] << "\"><title>" << esc(r.name) << " "
+        o << "<rect x=\"" << x << "\" y=\"" << num(top + panel_h - h) << "\" width=\"" << bar - 2
+          << "\" height=\"" << num(h) << "\" fill=\"" << colors[i % 4] << "\"><title>" << esc(r.name) << " "
           << dataflow_name(series[i].dataflow) << ": " << value_label(r) << "</title></rect>\n";
         if (layers <= 8)  // small topologies: print the value on the bar too
           o << "<text x=\"" << x + (bar - 2) / 2 << "\" y=\"" << num(top + panel_h - h - 3)
@@ -105,7 +113,8 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
       [](const LayerReport& r) { return num(r.overall_util, 2) + " %"; },
       [](const LayerReport& r) { return r.overall_util; }, [](double v) { return num(v, 0); }, util_ticks);
   std::vector<std::pair<double, std::string>> cyc_ticks;
-  for (int e = 0; e <= static_cast<int>(log_max); ++e) cyc_ticks.push_back({std::pow(10.0, e), "1e" + std::to_string(e)});
+  for (int e = 0; e <= static_cast<int>(log_max); ++e)
+    cyc_ticks.push_back({std::pow(10.0, e), "1e" + std::to_string(e)});
   panel(
       top2, "total cycles (log scale)",
       [&](double v) { return v <= 1 ? 0.0 : std::log10(v) / std::max(1.0, log_max) * panel_h; },

@@ -31,9 +31,12 @@ std::string py_float(double v) {
   const int decpt = exp10 + 1;  // value = 0.DIGITS * 10^decpt
   std::string out;
   if (decpt > -4 && decpt <= 16) {
-    if (decpt <= 0) out = "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
-    else if (decpt >= n) out = digits + std::string(static_cast<size_t>(decpt - n), '0') + ".0";
-    else out = digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
+    if (decpt <= 0)
+      out = "0." + std::string(static_cast<size_t>(-decpt), '0') + digits;
+    else if (decpt >= n)
+      out = digits + std::string(static_cast<size_t>(decpt - n), '0') + ".0";
+    else
+      out = digits.substr(0, static_cast<size_t>(decpt)) + "." + digits.substr(static_cast<size_t>(decpt));
   } else {
     out = digits.substr(0, 1);
     if (n > 1) out += "." + digits.substr(1);
@@ -45,7 +48,9 @@ std::string py_float(double v) {
 }
 
 namespace {
-std::string cyc(std::int64_t v) { return py_float(static_cast<double>(v)); }  // SCALE-Sim prints these as floats
+std::string cyc(std::int64_t v) {
+  return py_float(static_cast<double>(v));
+}  // SCALE-Sim prints these as floats
 }  // namespace
 
 std::string compute_report_csv(const std::vector<LayerReport>& layers) {
@@ -83,12 +88,13 @@ std::string detailed_access_report_csv(const std::vector<LayerReport>& layers) {
        "DRAM OFMAP Start Cycle, DRAM OFMAP Stop Cycle, DRAM OFMAP Writes,\n";
   for (size_t i = 0; i < layers.size(); ++i) {
     const auto& r = layers[i];
-    o << i << ", " << cyc(r.ifmap_sram_start) << ", " << cyc(r.ifmap_sram_stop) << ", " << r.ifmap_sram_reads << ", "
-      << cyc(r.filter_sram_start) << ", " << cyc(r.filter_sram_stop) << ", " << r.filter_sram_reads << ", "
-      << cyc(r.ofmap_sram_start) << ", " << cyc(r.ofmap_sram_stop) << ", " << r.ofmap_sram_writes << ", "
-      << cyc(r.ifmap_dram_start) << ", " << cyc(r.ifmap_dram_stop) << ", " << r.ifmap_dram_reads << ", "
-      << cyc(r.filter_dram_start) << ", " << cyc(r.filter_dram_stop) << ", " << r.filter_dram_reads << ", "
-      << cyc(r.ofmap_dram_start) << ", " << cyc(r.ofmap_dram_stop) << ", " << r.ofmap_dram_writes << ",\n";
+    o << i << ", " << cyc(r.ifmap_sram_start) << ", " << cyc(r.ifmap_sram_stop) << ", " << r.ifmap_sram_reads
+      << ", " << cyc(r.filter_sram_start) << ", " << cyc(r.filter_sram_stop) << ", " << r.filter_sram_reads
+      << ", " << cyc(r.ofmap_sram_start) << ", " << cyc(r.ofmap_sram_stop) << ", " << r.ofmap_sram_writes
+      << ", " << cyc(r.ifmap_dram_start) << ", " << cyc(r.ifmap_dram_stop) << ", " << r.ifmap_dram_reads
+      << ", " << cyc(r.filter_dram_start) << ", " << cyc(r.filter_dram_stop) << ", " << r.filter_dram_reads
+      << ", " << cyc(r.ofmap_dram_start) << ", " << cyc(r.ofmap_dram_stop) << ", " << r.ofmap_dram_writes
+      << ",\n";
   }
   return o.str();
 }

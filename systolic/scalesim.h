@@ -17,9 +17,10 @@ struct SimConfig {
   ArrayConfig array;
   std::int64_t ifmap_sram_kb = 64, filter_sram_kb = 64, ofmap_sram_kb = 64;
   std::int64_t ifmap_offset = 0, filter_offset = 10000000, ofmap_offset = 20000000;
-  bool user_bandwidth = false;          // InterfaceBandwidth USER (else CALC)
-  std::vector<std::int64_t> bandwidth;  // words per cycle; SCALE-Sim v2 uses the first value for every operand
-  std::string topology_path;            // [network_presets] TopologyCsvLoc, if given
+  bool user_bandwidth = false;  // InterfaceBandwidth USER (else CALC)
+  std::vector<std::int64_t>
+      bandwidth;              // words per cycle; SCALE-Sim v2 uses the first value for every operand
+  std::string topology_path;  // [network_presets] TopologyCsvLoc, if given
 };
 
 // Reads a SCALE-Sim .cfg. Every error is a user_error naming the file, the line or key, and what is

@@ -11,9 +11,12 @@ namespace mp::systolic {
 
 std::string_view dataflow_name(Dataflow df) {
   switch (df) {
-    case Dataflow::WS: return "ws";
-    case Dataflow::OS: return "os";
-    case Dataflow::IS: return "is";
+    case Dataflow::WS:
+      return "ws";
+    case Dataflow::OS:
+      return "os";
+    case Dataflow::IS:
+      return "is";
   }
   return "?";
 }
@@ -42,9 +45,15 @@ FoldPlan plan_gemm(const GemmShape& g, const ArrayConfig& a) {
   FoldPlan p;
   const std::int64_t R = a.rows, C = a.cols;
   switch (a.dataflow) {
-    case Dataflow::WS: p.spatial_rows = g.K, p.spatial_cols = g.N, p.temporal = g.M; break;
-    case Dataflow::OS: p.spatial_rows = g.M, p.spatial_cols = g.N, p.temporal = g.K; break;
-    case Dataflow::IS: p.spatial_rows = g.K, p.spatial_cols = g.M, p.temporal = g.N; break;
+    case Dataflow::WS:
+      p.spatial_rows = g.K, p.spatial_cols = g.N, p.temporal = g.M;
+      break;
+    case Dataflow::OS:
+      p.spatial_rows = g.M, p.spatial_cols = g.N, p.temporal = g.K;
+      break;
+    case Dataflow::IS:
+      p.spatial_rows = g.K, p.spatial_cols = g.M, p.temporal = g.N;
+      break;
   }
   p.row_folds = ceil_div(p.spatial_rows, R);
   p.col_folds = ceil_div(p.spatial_cols, C);
@@ -64,7 +73,8 @@ ComputeResult analyze_gemm(const GemmShape& g, const ArrayConfig& a) {
   // same divisions keep the printed digits identical. Its per-fold compute utilization measures the fold
   // on the skewed demand of the stationary operand, which is R + C - 1 cycles longer for WS/IS than the
   // fold itself (and exactly the fold for OS).
-  const std::int64_t util_fold_cycles = a.dataflow == Dataflow::OS ? p.cycles_per_fold : 2 * R + 2 * C + T - 3;
+  const std::int64_t util_fold_cycles =
+      a.dataflow == Dataflow::OS ? p.cycles_per_fold : 2 * R + 2 * C + T - 3;
   double map_sum = 0, util_sum = 0;
   for (std::int64_t fc = 0; fc < p.col_folds; ++fc) {
     const std::int64_t cols_used = std::min<std::int64_t>(C, p.spatial_cols - fc * C);
@@ -141,7 +151,9 @@ CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<co
   res.output.assign(static_cast<size_t>(g.M * g.N), 0.0f);
   auto I = [&](std::int64_t m, std::int64_t k) { return input[static_cast<size_t>(m * g.K + k)]; };
   auto W = [&](std::int64_t k, std::int64_t n) { return weights[static_cast<size_t>(k * g.N + n)]; };
-  auto O = [&](std::int64_t m, std::int64_t n) -> float& { return res.output[static_cast<size_t>(m * g.N + n)]; };
+  auto O = [&](std::int64_t m, std::int64_t n) -> float& {
+    return res.output[static_cast<size_t>(m * g.N + n)];
+  };
 
   Registers reg(R, C);
   std::int64_t clock = 0;  // the global cycle being simulated
@@ -182,9 +194,12 @@ CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<co
               t = (te >= 0 && te < T) ? static_cast<std::int32_t>(te) : -1;
               x = 0;
               if (t >= 0 && row_real) {
-                if (df == Dataflow::WS) x = I(te, r0 + r);
-                else if (df == Dataflow::IS) x = W(r0 + r, te);
-                else x = I(r0 + r, te);
+                if (df == Dataflow::WS)
+                  x = I(te, r0 + r);
+                else if (df == Dataflow::IS)
+                  x = W(r0 + r, te);
+                else
+                  x = I(r0 + r, te);
               }
             } else {
               x = reg.west[i - 1];
@@ -220,8 +235,10 @@ CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<co
                 if (row_real && col_real) ++res.mac_ops;
                 if (r == R - 1) {  // a finished partial sum leaves the bottom of the column
                   if (col_real) {
-                    if (df == Dataflow::WS) O(t, c0 + c) += psum;
-                    else O(c0 + c, t) += psum;
+                    if (df == Dataflow::WS)
+                      O(t, c0 + c) += psum;
+                    else
+                      O(c0 + c, t) += psum;
                   }
                   if (c == C - 1 && t == T - 1) fold_done = true;
                 }

@@ -53,12 +53,12 @@ FoldPlan plan_gemm(const GemmShape& g, const ArrayConfig& a);
 struct ComputeResult {
   std::int64_t cycles = 0;
   std::int64_t folds = 0;
-  std::int64_t macs = 0;               // M * K * N
-  double overall_utilization = 0;      // macs / ((cycles) * R * C)
-  double mapping_efficiency = 0;       // mean over folds of (used PEs / R*C)
-  double compute_utilization = 0;      // mean over folds of used PEs * T / (R*C * fold cycles), SCALE-Sim's
-                                       // definition (for WS/IS it counts a fold R + C - 1 cycles longer)
-  std::int64_t ifmap_sram_reads = 0;   // operand words read from the SRAMs / written to it
+  std::int64_t macs = 0;              // M * K * N
+  double overall_utilization = 0;     // macs / ((cycles) * R * C)
+  double mapping_efficiency = 0;      // mean over folds of (used PEs / R*C)
+  double compute_utilization = 0;     // mean over folds of used PEs * T / (R*C * fold cycles), SCALE-Sim's
+                                      // definition (for WS/IS it counts a fold R + C - 1 cycles longer)
+  std::int64_t ifmap_sram_reads = 0;  // operand words read from the SRAMs / written to it
   std::int64_t filter_sram_reads = 0;
   std::int64_t ofmap_sram_writes = 0;
 };

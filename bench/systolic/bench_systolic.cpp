@@ -6,6 +6,8 @@
 //  2. cycle-level mode, a 256x256x256 GEMM on a 32x32 array under each dataflow: time, the product checked
 //     against a reference GEMM (timed too, as the same-run reference), cycles equal to the analytical ones.
 // usage: bench_systolic [--data DIR] [--reps N]
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,8 +17,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <time.h>
 
 #include "core/random.h"
 #include "systolic/scalesim.h"
@@ -44,8 +44,10 @@ int main(int argc, char** argv) {
   std::string data = MP_SYSTOLIC_TEST_DATA;
   int reps = 5;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
-    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--data") && i + 1 < argc)
+      data = argv[++i];
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: bench_systolic [--data DIR] [--reps N]\n");
       return 2;
@@ -75,11 +77,13 @@ int main(int argc, char** argv) {
                     detailed_access_report_csv(reports) == slurp(exp + "DETAILED_ACCESS_REPORT.csv");
   ok = ok && same && times[times.size() / 2] < 1.0;
   std::printf("analytical: AlexNet conv1-3, 8x8 OS, 64 kB SRAMs, CALC (%d runs)\n", reps);
-  std::printf("  wall median %.3f s (min %.3f s), CPU median %.3f s (target < 1 s)\n", times[times.size() / 2],
-              times.front(), cpu[cpu.size() / 2]);
-  std::printf("  reports identical to SCALE-Sim v2's: %s (SCALE-Sim v2 needs 1,166 s for this case per issue 5, 1,654 s on\n"
-              "  the development machine; recorded figures, not re-run here)\n",
-              have_ref ? (same ? "yes" : "NO") : "no reference file");
+  std::printf("  wall median %.3f s (min %.3f s), CPU median %.3f s (target < 1 s)\n",
+              times[times.size() / 2], times.front(), cpu[cpu.size() / 2]);
+  std::printf(
+      "  reports identical to SCALE-Sim v2's: %s (SCALE-Sim v2 needs 1,166 s for this case per issue 5, "
+      "1,654 s on\n"
+      "  the development machine; recorded figures, not re-run here)\n",
+      have_ref ? (same ? "yes" : "NO") : "no reference file");
   for (size_t i = 0; i < reports.size(); ++i)
     std::printf("  %-6s %'12lld cycles  util %.3f %%\n", reports[i].name.c_str(),
                 static_cast<long long>(reports[i].total_cycles), reports[i].overall_util);
@@ -90,9 +94,12 @@ int main(int argc, char** argv) {
     const char* topology;
     TopologyKind kind;
   };
-  std::printf("\nUSER bandwidth (double-buffered SRAMs prefetching from DRAM, stalls), vs SCALE-Sim v2 (target <= 5 %%)\n");
-  for (const UserCase& c : {UserCase{"gemm_16x16_ws_user", "gemm_512x256x256.csv", TopologyKind::Gemm},
-                            UserCase{"alexnet_conv1_16x16_os_user", "alexnet_conv1.csv", TopologyKind::Conv}}) {
+  std::printf(
+      "\nUSER bandwidth (double-buffered SRAMs prefetching from DRAM, stalls), vs SCALE-Sim v2 (target <= 5 "
+      "%%)\n");
+  for (const UserCase& c :
+       {UserCase{"gemm_16x16_ws_user", "gemm_512x256x256.csv", TopologyKind::Gemm},
+        UserCase{"alexnet_conv1_16x16_os_user", "alexnet_conv1.csv", TopologyKind::Conv}}) {
     const SimConfig ucfg = read_config(data + "/" + c.run + ".cfg");
     const auto ul = read_topology(data + "/" + c.topology, c.kind);
     const double c0 = cpu_seconds();
@@ -105,8 +112,8 @@ int main(int argc, char** argv) {
     const size_t nl = ref.find('\n');
     const bool have = nl != std::string::npos &&
                       std::sscanf(ref.c_str() + nl + 1, "%lld, %lld, %lld", &id, &total, &stalls) == 3;
-    std::printf("  %-28s %.3f s CPU, %lld cycles (%lld stalls)", c.run, cs, static_cast<long long>(ur[0].total_cycles),
-                static_cast<long long>(ur[0].stall_cycles));
+    std::printf("  %-28s %.3f s CPU, %lld cycles (%lld stalls)", c.run, cs,
+                static_cast<long long>(ur[0].total_cycles), static_cast<long long>(ur[0].stall_cycles));
     if (!have) {
       std::printf("; no SCALE-Sim reference file\n");
       continue;
@@ -129,12 +136,13 @@ int main(int argc, char** argv) {
   for (std::int64_t m = 0; m < g.M; ++m)
     for (std::int64_t k = 0; k < g.K; ++k) {
       const double a = I[static_cast<size_t>(m * g.K + k)];
-      for (std::int64_t n = 0; n < g.N; ++n) ref[static_cast<size_t>(m * g.N + n)] += a * W[static_cast<size_t>(k * g.N + n)];
+      for (std::int64_t n = 0; n < g.N; ++n)
+        ref[static_cast<size_t>(m * g.N + n)] += a * W[static_cast<size_t>(k * g.N + n)];
     }
   const double ref_s = seconds_since(t0);
   std::printf("\ncycle-level: GEMM 256x256x256 on a 32x32 array (reference GEMM in double: %.3f s)\n", ref_s);
-  std::printf("  %-4s %8s %8s %12s %10s %11s %s\n", "df", "wall s", "CPU s", "vs ref GEMM", "cycles", "analytical",
-              "max abs err");
+  std::printf("  %-4s %8s %8s %12s %10s %11s %s\n", "df", "wall s", "CPU s", "vs ref GEMM", "cycles",
+              "analytical", "max abs err");
   for (Dataflow df : {Dataflow::WS, Dataflow::OS, Dataflow::IS}) {
     const ArrayConfig a{32, 32, df};
     t0 = Clock::now();
@@ -146,9 +154,9 @@ int main(int argc, char** argv) {
     const auto ana = analyze_gemm(g, a).cycles;
     const bool good = err < 1e-3 && sim.cycles == ana && s < 10.0;
     ok = ok && good;
-    std::printf("  %-4s %8.3f %8.3f %11.1fx %10lld %11lld %.2e %s\n", std::string(dataflow_name(df)).c_str(), s, cs,
-                s / ref_s,
-                static_cast<long long>(sim.cycles), static_cast<long long>(ana), err, good ? "ok" : "FAIL");
+    std::printf("  %-4s %8.3f %8.3f %11.1fx %10lld %11lld %.2e %s\n", std::string(dataflow_name(df)).c_str(),
+                s, cs, s / ref_s, static_cast<long long>(sim.cycles), static_cast<long long>(ana), err,
+                good ? "ok" : "FAIL");
   }
   std::printf("\n%s\n", ok ? "all targets met" : "SOME TARGETS MISSED");
   return ok ? 0 : 1;

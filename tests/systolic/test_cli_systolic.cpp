@@ -1,6 +1,8 @@
 // `metapipe systolic` as a user runs it: SCALE-Sim's reports written under OUTDIR/RUN_NAME, one-line errors
 // naming the bad file, and nothing written when the input is bad.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -9,8 +11,6 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace {
 
@@ -50,11 +50,13 @@ fs::path fresh_dir(const std::string& name) {
 
 TEST(SystolicCli, WritesScaleSimReports) {
   const fs::path out = fresh_dir("reports");
-  auto r = run("systolic -c " + kData + "/gemm_32x32_os.cfg -t " + kData + "/gemm64.csv -i gemm -p " + out.string());
+  auto r = run("systolic -c " + kData + "/gemm_32x32_os.cfg -t " + kData + "/gemm64.csv -i gemm -p " +
+               out.string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("503"), std::string::npos) << r.out;
   for (const char* f : {"COMPUTE_REPORT.csv", "BANDWIDTH_REPORT.csv", "DETAILED_ACCESS_REPORT.csv"})
-    EXPECT_EQ(slurp(out / "gemm_32x32_os" / f), slurp(fs::path(kData) / "expected" / "gemm_32x32_os" / f)) << f;
+    EXPECT_EQ(slurp(out / "gemm_32x32_os" / f), slurp(fs::path(kData) / "expected" / "gemm_32x32_os" / f))
+        << f;
   fs::remove_all(out);
 }
 
@@ -62,8 +64,8 @@ TEST(SystolicCli, CycleModeChecksProductAndCyclesAndPlots) {
   const fs::path out = fresh_dir("cycle");
   fs::create_directories(out);
   const fs::path svg = out / "plot.svg";
-  auto r = run("systolic -c " + kData + "/conv_6x4_ws.cfg -t " + kData + "/conv_small.csv --mode cycle --plot " +
-               svg.string());
+  auto r = run("systolic -c " + kData + "/conv_6x4_ws.cfg -t " + kData +
+               "/conv_small.csv --mode cycle --plot " + svg.string());
   ASSERT_EQ(r.status, 0) << r.out;
   // 3,503 is SCALE-Sim's total for conv_a (data/expected/conv_6x4_ws), which has no stalls.
   EXPECT_NE(r.out.find("ok: 3,503 cycles (analytical 3,503)"), std::string::npos) << r.out;
@@ -85,7 +87,8 @@ TEST(SystolicCli, HelpStartsWithUsage) {
 TEST(SystolicCli, BadInputIsOneLineAndWritesNothing) {
   const fs::path tmp = fresh_dir("bad");
   fs::create_directories(tmp);
-  std::ofstream(tmp / "bad.cfg") << "[general]\nrun_name = x\n[run_presets]\nInterfaceBandwidth: CALC\n[architecture_presets]\nArrayHeight: 8\n";
+  std::ofstream(tmp / "bad.cfg") << "[general]\nrun_name = x\n[run_presets]\nInterfaceBandwidth: "
+                                    "CALC\n[architecture_presets]\nArrayHeight: 8\n";
   std::ofstream(tmp / "bad.csv") << "Layer, M, N, K,\ng, 4, zero, 4,\n";
   const fs::path out = tmp / "out";
   struct BadCase {
@@ -97,8 +100,10 @@ TEST(SystolicCli, BadInputIsOneLineAndWritesNothing) {
        "bad.csv:2: column 3 (N) must be an integer, got 'zero'"},
       {"-c " + kData + "/gemm_32x32_ws.cfg -t " + kData + "/gemm64.csv -i gemm --plot x.png",
        "not supported yet: PNG plots"},
-      {"-c " + kData + "/gemm_32x32_ws.cfg -t " + kData + "/gemm64.csv -i matrix", "-i/--input-type must be conv or gemm"},
-      {"-c " + kData + "/missing.cfg -t " + kData + "/gemm64.csv", "missing.cfg: cannot open the config file"},
+      {"-c " + kData + "/gemm_32x32_ws.cfg -t " + kData + "/gemm64.csv -i matrix",
+       "-i/--input-type must be conv or gemm"},
+      {"-c " + kData + "/missing.cfg -t " + kData + "/gemm64.csv",
+       "missing.cfg: cannot open the config file"},
   };
   for (const auto& c : cases) {
     auto r = run("systolic " + c.args + " -p " + out.string());

@@ -55,7 +55,8 @@ TEST(SystolicAnalytical, RejectsNonPositiveSizes) {
   EXPECT_THROW(analyze_gemm({4, 4, 4}, array(4, -1, Dataflow::OS)), user_error);
 }
 
-std::vector<double> reference_gemm(const GemmShape& g, const std::vector<float>& I, const std::vector<float>& W) {
+std::vector<double> reference_gemm(const GemmShape& g, const std::vector<float>& I,
+                                   const std::vector<float>& W) {
   std::vector<double> O(static_cast<size_t>(g.M * g.N), 0.0);
   for (std::int64_t m = 0; m < g.M; ++m)
     for (std::int64_t k = 0; k < g.K; ++k)
@@ -82,12 +83,11 @@ TEST_P(SystolicCycleLevel, ComputesTheProductAndAgreesWithTheAnalyticalModel) {
   EXPECT_EQ(sim.mac_ops, g.M * g.K * g.N);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SystolicCycleLevel,
-    ::testing::Combine(::testing::Values(GemmShape{1, 1, 1}, GemmShape{37, 19, 23}, GemmShape{64, 64, 64},
-                                         GemmShape{5, 40, 3}),
-                       ::testing::Values(8, 16), ::testing::Values(4, 8),
-                       ::testing::Values(Dataflow::WS, Dataflow::OS, Dataflow::IS)));
+INSTANTIATE_TEST_SUITE_P(Shapes, SystolicCycleLevel,
+                         ::testing::Combine(::testing::Values(GemmShape{1, 1, 1}, GemmShape{37, 19, 23},
+                                                              GemmShape{64, 64, 64}, GemmShape{5, 40, 3}),
+                                            ::testing::Values(8, 16), ::testing::Values(4, 8),
+                                            ::testing::Values(Dataflow::WS, Dataflow::OS, Dataflow::IS)));
 
 }  // namespace
 }  // namespace mp::systolic

@@ -47,23 +47,23 @@ TEST_P(ScaleSimReports, AreByteIdenticalToScaleSim) {
   EXPECT_EQ(detailed_access_report_csv(layers), slurp(dir + "DETAILED_ACCESS_REPORT.csv"));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Runs, ScaleSimReports,
-    ::testing::Values(Case{"gemm_32x32_ws", "gemm64.csv", TopologyKind::Gemm},
-                      Case{"gemm_32x32_os", "gemm64.csv", TopologyKind::Gemm},
-                      Case{"gemm_32x32_is", "gemm64.csv", TopologyKind::Gemm},
-                      Case{"gemm_8x8_ws", "gemm_256x147x64.csv", TopologyKind::Gemm},
-                      Case{"conv_6x4_ws", "conv_small.csv", TopologyKind::Conv},
-                      Case{"conv_6x4_os", "conv_small.csv", TopologyKind::Conv},
-                      Case{"conv_6x4_is", "conv_small.csv", TopologyKind::Conv},
-                      Case{"user_8x4_ws", "conv_small.csv", TopologyKind::Conv},
-                      Case{"user_8x4_os", "conv_small.csv", TopologyKind::Conv},
-                      Case{"user_8x4_is", "conv_small.csv", TopologyKind::Conv}),
-    [](const auto& info) { return std::string(info.param.run); });
+INSTANTIATE_TEST_SUITE_P(Runs, ScaleSimReports,
+                         ::testing::Values(Case{"gemm_32x32_ws", "gemm64.csv", TopologyKind::Gemm},
+                                           Case{"gemm_32x32_os", "gemm64.csv", TopologyKind::Gemm},
+                                           Case{"gemm_32x32_is", "gemm64.csv", TopologyKind::Gemm},
+                                           Case{"gemm_8x8_ws", "gemm_256x147x64.csv", TopologyKind::Gemm},
+                                           Case{"conv_6x4_ws", "conv_small.csv", TopologyKind::Conv},
+                                           Case{"conv_6x4_os", "conv_small.csv", TopologyKind::Conv},
+                                           Case{"conv_6x4_is", "conv_small.csv", TopologyKind::Conv},
+                                           Case{"user_8x4_ws", "conv_small.csv", TopologyKind::Conv},
+                                           Case{"user_8x4_os", "conv_small.csv", TopologyKind::Conv},
+                                           Case{"user_8x4_is", "conv_small.csv", TopologyKind::Conv}),
+                         [](const auto& info) { return std::string(info.param.run); });
 
 // The three cases, spelled out.
 TEST(ScaleSimNumbers, Gemm64On32x32) {
-  for (auto [run, cycles] : {std::pair{"gemm_32x32_ws", 631}, {"gemm_32x32_os", 503}, {"gemm_32x32_is", 631}}) {
+  for (auto [run, cycles] :
+       {std::pair{"gemm_32x32_ws", 631}, {"gemm_32x32_os", 503}, {"gemm_32x32_is", 631}}) {
     const auto r = run_case({run, "gemm64.csv", TopologyKind::Gemm});
     ASSERT_EQ(r.size(), 1u);
     EXPECT_EQ(r[0].total_cycles, cycles) << run;
@@ -93,7 +93,8 @@ TEST(ScaleSimNumbers, UserBandwidthStallsWithinFivePercent) {
       long long id, total, stalls;
       ASSERT_EQ(std::sscanf(line.c_str(), "%lld, %lld, %lld", &id, &total, &stalls), 3) << line;
       run_stalls += stalls;
-      EXPECT_LE(std::abs(double(r.total_cycles) - double(total)), 0.05 * double(total)) << run << " " << r.name;
+      EXPECT_LE(std::abs(double(r.total_cycles) - double(total)), 0.05 * double(total))
+          << run << " " << r.name;
     }
     EXPECT_GT(run_stalls, 0) << run << ": the case is meant to stall";
   }
@@ -145,30 +146,37 @@ TEST(ConfigErrors, NameFileLineKeyAndExpectation) {
             "a.cfg:5: ArrayHeight must be a positive integer, got 0");
   EXPECT_EQ(msg(edited("IfmapSramSzkB: 64", "IfmapSramSzkB: -4")),
             "a.cfg:7: IfmapSramSzkB must be a positive integer, got -4");
-  EXPECT_EQ(msg(edited("Dataflow : ws", "Dataflow : rs")), "a.cfg:13: Dataflow must be ws, os or is, got 'rs'");
+  EXPECT_EQ(msg(edited("Dataflow : ws", "Dataflow : rs")),
+            "a.cfg:13: Dataflow must be ws, os or is, got 'rs'");
   EXPECT_EQ(msg(edited("InterfaceBandwidth: CALC", "InterfaceBandwidth: FAST")),
             "a.cfg:17: InterfaceBandwidth must be CALC or USER, got 'FAST'");
   const std::string user = edited("InterfaceBandwidth: CALC", "InterfaceBandwidth: USER");
   EXPECT_EQ(msg(user), "(no error)");
   EXPECT_EQ(msg(edited("Bandwidth : 10", "Bandwidth : 0")), "(no error)");  // CALC does not read it
-  EXPECT_EQ(msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
-            "a.cfg:14: Bandwidth must be a comma-separated list of positive integers (words per cycle), got 'x'");
+  EXPECT_EQ(
+      msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
+      "a.cfg:14: Bandwidth must be a comma-separated list of positive integers (words per cycle), got 'x'");
   EXPECT_EQ(msg("[general]\nrun_name = r\nArrayHeight 8\n"),
             "a.cfg:3: expected 'key : value' or 'key = value', got 'ArrayHeight 8'");
   EXPECT_EQ(msg(edited("[run_presets]\nInterfaceBandwidth: CALC\n", "")),
             "a.cfg: missing section [run_presets] (needed for key InterfaceBandwidth)");
-  EXPECT_NE(error_of([] { read_config(kData + "/no_such.cfg"); }).find("no_such.cfg: cannot open the config file"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { read_config(kData + "/no_such.cfg"); }).find("no_such.cfg: cannot open the config file"),
+      std::string::npos);
 }
 
 TEST(TopologyErrors, NameFileLineColumnAndExpectation) {
-  const std::string head = "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\n";
+  const std::string head =
+      "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\n";
   auto conv = [&](const std::string& row) {
-    return error_of([&] { parse_topology(head + "ok, 8, 8, 3, 3, 2, 4, 1,\n" + row, "t.csv", TopologyKind::Conv); });
+    return error_of(
+        [&] { parse_topology(head + "ok, 8, 8, 3, 3, 2, 4, 1,\n" + row, "t.csv", TopologyKind::Conv); });
   };
   EXPECT_EQ(conv(""), "(no error)");
-  EXPECT_EQ(conv("c2, 8, x8, 3, 3, 2, 4, 1,\n"), "t.csv:3: column 3 (IFMAP width) must be an integer, got 'x8'");
-  EXPECT_EQ(conv("c2, 8, 8, 3, 0, 2, 4, 1,\n"), "t.csv:3: column 5 (filter width) must be a positive integer, got 0");
+  EXPECT_EQ(conv("c2, 8, x8, 3, 3, 2, 4, 1,\n"),
+            "t.csv:3: column 3 (IFMAP width) must be an integer, got 'x8'");
+  EXPECT_EQ(conv("c2, 8, 8, 3, 0, 2, 4, 1,\n"),
+            "t.csv:3: column 5 (filter width) must be a positive integer, got 0");
   EXPECT_EQ(conv("c2, 8, 8, 3, 3, 2, -4, 1,\n"),
             "t.csv:3: column 7 (number of filters) must be a positive integer, got -4");
   EXPECT_EQ(conv("c2, 8, 8, 3, 3, 2,\n"), "t.csv:3: missing column 7 (number of filters)");

@@ -1,5 +1,5 @@
-// `metapipe systolic`: the systolic-array model on SCALE-Sim v2 config and topology files, writing SCALE-Sim's
-// reports; plus the systolic rows of `metapipe demo`.
+// `metapipe systolic`: the systolic-array model on SCALE-Sim v2 config and topology files, writing
+// SCALE-Sim's reports; plus the systolic rows of `metapipe demo`.
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -48,7 +48,8 @@ int run_systolic(Args& a) {
   }
   std::string topo = topo_opt.value_or(cfg.topology_path);
   if (topo.empty())
-    throw usage_error("missing -t TOPOLOGY.csv (and " + *cfg_path + " has no [network_presets] TopologyCsvLoc)");
+    throw usage_error("missing -t TOPOLOGY.csv (and " + *cfg_path +
+                      " has no [network_presets] TopologyCsvLoc)");
   const auto layers = read_topology(topo, input_type == "gemm" ? TopologyKind::Gemm : TopologyKind::Conv);
   if (plot) {
     const auto ext = fs::path(*plot).extension().string();
@@ -72,7 +73,8 @@ int run_systolic(Args& a) {
   std::vector<CycleCheck> checks;
   const uint64_t seed = fresh_seed();
   if (mode == "cycle") {
-    for (size_t i = 0; i < layers.size(); ++i) checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i));
+    for (size_t i = 0; i < layers.size(); ++i)
+      checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i));
   }
   std::vector<PlotSeries> series;
   if (plot) {
@@ -80,7 +82,8 @@ int run_systolic(Args& a) {
       SimConfig c = cfg;
       c.array.dataflow = df;
       PlotSeries s{df, {}};
-      if (df == cfg.array.dataflow) s.layers = reports;
+      if (df == cfg.array.dataflow)
+        s.layers = reports;
       else
         for (const auto& L : layers) s.layers.push_back(simulate_layer(L, c));
       series.push_back(std::move(s));
@@ -89,29 +92,34 @@ int run_systolic(Args& a) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   std::cout << "metapipe systolic: " << cfg.array.rows << "x" << cfg.array.cols << " array, "
-            << dataflow_name(cfg.array.dataflow) << " dataflow, SRAM " << cfg.ifmap_sram_kb << "/" << cfg.filter_sram_kb
-            << "/" << cfg.ofmap_sram_kb << " kB (ifmap/filter/ofmap), bandwidth "
-            << (cfg.user_bandwidth ? "USER " + std::to_string(cfg.bandwidth[0]) + " words/cycle" : std::string("CALC"))
+            << dataflow_name(cfg.array.dataflow) << " dataflow, SRAM " << cfg.ifmap_sram_kb << "/"
+            << cfg.filter_sram_kb << "/" << cfg.ofmap_sram_kb << " kB (ifmap/filter/ofmap), bandwidth "
+            << (cfg.user_bandwidth ? "USER " + std::to_string(cfg.bandwidth[0]) + " words/cycle"
+                                   : std::string("CALC"))
             << ", " << layers.size() << " layer(s) from " << topo << "\n\n";
-  std::vector<std::string> head = {"layer", "M x K x N", "total cycles", "stalls", "overall util", "mapping eff"};
+  std::vector<std::string> head = {"layer",  "M x K x N",    "total cycles",
+                                   "stalls", "overall util", "mapping eff"};
   if (mode == "cycle") head.push_back("cycle-level check (compute cycles, without stalls)");
   Table t(head);
   bool ok = true;
   for (size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
-    std::vector<std::string> row = {r.name,
-                                    std::to_string(r.gemm.M) + " x " + std::to_string(r.gemm.K) + " x " +
-                                        std::to_string(r.gemm.N),
-                                    format_count(r.total_cycles), format_count(r.stall_cycles), pct(r.overall_util),
-                                    pct(r.mapping_eff)};
+    std::vector<std::string> row = {
+        r.name,
+        std::to_string(r.gemm.M) + " x " + std::to_string(r.gemm.K) + " x " + std::to_string(r.gemm.N),
+        format_count(r.total_cycles),
+        format_count(r.stall_cycles),
+        pct(r.overall_util),
+        pct(r.mapping_eff)};
     if (mode == "cycle") {
       const auto& c = checks[i];
       const auto expect = analyze_gemm(r.gemm, cfg.array).cycles;
       const bool good = c.product_ok && c.cycles == expect;
       ok = ok && good;
       char b[160];
-      std::snprintf(b, sizeof b, "%s: %s cycles (analytical %s), product max abs err %.1e", good ? "ok" : "FAIL",
-                    format_count(c.cycles).c_str(), format_count(expect).c_str(), c.max_abs_err);
+      std::snprintf(b, sizeof b, "%s: %s cycles (analytical %s), product max abs err %.1e",
+                    good ? "ok" : "FAIL", format_count(c.cycles).c_str(), format_count(expect).c_str(),
+                    c.max_abs_err);
       row.push_back(b);
     }
     t.add(row);
@@ -130,8 +138,8 @@ int run_systolic(Args& a) {
   if (plot) {
     std::ofstream f(*plot, std::ios::binary);
     if (!f) throw user_error(*plot + ": cannot write the plot");
-    f << plot_svg(cfg.run_name + ": " + std::to_string(cfg.array.rows) + "x" + std::to_string(cfg.array.cols) +
-                      " array, per-layer utilization and cycles by dataflow",
+    f << plot_svg(cfg.run_name + ": " + std::to_string(cfg.array.rows) + "x" +
+                      std::to_string(cfg.array.cols) + " array, per-layer utilization and cycles by dataflow",
                   series);
     std::cout << "plot: " << *plot << "\n";
   }
@@ -154,7 +162,8 @@ MP_REGISTER_COMMAND(
     "                         cycle-level PE array, check the product and that the cycles agree\n"
     "  --dataflow D           override the config's Dataflow (ws, os, is)\n"
     "  --plot FILE.svg        chart per-layer utilization and cycles under all three dataflows\n\n"
-    "example: metapipe systolic -c tests/systolic/data/gemm_32x32_ws.cfg -t tests/systolic/data/gemm64.csv \\\n"
+    "example: metapipe systolic -c tests/systolic/data/gemm_32x32_ws.cfg -t tests/systolic/data/gemm64.csv "
+    "\\\n"
     "           -i gemm -p runs\n",
     run_systolic);
 
@@ -171,17 +180,19 @@ std::vector<DemoRow> systolic_demo(const DemoContext& ctx) {
       for (std::int64_t n = 0; n < g.N; ++n) ref[m * g.N + n] += double(I[m * g.K + k]) * W[k * g.N + n];
   for (Dataflow df : {Dataflow::WS, Dataflow::OS, Dataflow::IS}) {
     const ArrayConfig arr{16, 16, df};
-    const std::string name = "gemm " + std::to_string(g.M) + "x" + std::to_string(g.K) + "x" + std::to_string(g.N) +
-                             " " + std::string(dataflow_name(df));
+    const std::string name = "gemm " + std::to_string(g.M) + "x" + std::to_string(g.K) + "x" +
+                             std::to_string(g.N) + " " + std::string(dataflow_name(df));
     const auto sim = simulate_gemm(g, arr, I, W);
     const auto cmp = compare(sim.output, ref, 1e-5, 1e-5);
     const auto ana = analyze_gemm(g, arr);
-    DemoRow r{name, "systolic:16x16 cycle-level", cmp.summary(), format_count(sim.cycles) + " cycles", cmp.ok};
+    DemoRow r{name, "systolic:16x16 cycle-level", cmp.summary(), format_count(sim.cycles) + " cycles",
+              cmp.ok};
     rows.push_back(r);
     const bool agree = ana.cycles == sim.cycles;
     rows.push_back({name, "systolic:16x16 analytical",
-                    agree ? "ok (== cycle-level cycles)"
-                          : "FAIL: analytical " + format_count(ana.cycles) + " != " + format_count(sim.cycles),
+                    agree
+                        ? "ok (== cycle-level cycles)"
+                        : "FAIL: analytical " + format_count(ana.cycles) + " != " + format_count(sim.cycles),
                     format_count(ana.cycles) + " cycles", agree});
   }
   return rows;
