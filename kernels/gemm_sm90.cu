@@ -1,6 +1,8 @@
-// The tile-layer GEMM for Hopper: 128 x BN x 64 tiles, two consumer warpgroups (64 rows each, wgmma
-// m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4-stage ring, a persistent
-// grid walking tiles in M-groups for L2 reuse, and split-K for shapes with too few tiles to fill the GPU.
+// The tile-layer GEMM for Hopper: 128 x BN x 64 tiles (BN = 256 or 128), two consumer warpgroups (64 rows
+// each, wgmma m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4- (6-) stage ring,
+// an epilogue through shared memory and TMA stores, a persistent grid walking tiles in M-groups for L2
+// reuse, split-K for shapes with too few tiles to fill the GPU, and optional 2-block clusters that share
+// the B tile through TMA multicast.
 #include <cuda_runtime.h>
 
 #include <cstdio>
