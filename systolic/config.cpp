@@ -141,7 +141,11 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     MP_USER_CHECK(!c.bandwidth.empty(), file, ":", e.line,
                   ": Bandwidth is empty; InterfaceBandwidth USER needs it");
   }
-  if (auto s = sections.find("network_presets"); s != sections.end()) {
+  // TopologyCsvLoc belongs to [network_presets]; SCALE-Sim v2 actually looks it up in [architecture_presets]
+  // (once [network_presets] exists), so accept it in either.
+  for (const char* sec : {"network_presets", "architecture_presets"}) {
+    auto s = sections.find(sec);
+    if (s == sections.end() || !c.topology_path.empty()) continue;
     if (auto e = s->second.find("topologycsvloc"); e != s->second.end()) {
       std::string v = e->second.value;
       if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);

@@ -165,6 +165,22 @@ TEST(ConfigErrors, NameFileLineKeyAndExpectation) {
       std::string::npos);
 }
 
+TEST(Config, ReadsEveryFieldAndTheTopologyLocation) {
+  const SimConfig c =
+      parse_config(std::string(kGoodCfg) + "\n[network_presets]\nTopologyCsvLoc: \"t/alex.csv\"\n", "a.cfg");
+  EXPECT_EQ(c.run_name, "r");
+  EXPECT_EQ(c.array.rows, 8);
+  EXPECT_EQ(c.array.dataflow, Dataflow::WS);
+  EXPECT_EQ(c.filter_offset, 10000000);
+  EXPECT_FALSE(c.user_bandwidth);
+  EXPECT_EQ(c.topology_path, "t/alex.csv");
+  std::string user = edited("Bandwidth : 10", "Bandwidth : 16, 8");
+  user.replace(user.find("CALC"), 4, "USER");
+  const SimConfig u = parse_config(user, "u.cfg");
+  EXPECT_TRUE(u.user_bandwidth);
+  EXPECT_EQ(u.bandwidth, (std::vector<std::int64_t>{16, 8}));
+}
+
 TEST(TopologyErrors, NameFileLineColumnAndExpectation) {
   const std::string head =
       "Layer name, IFMAP Height, IFMAP Width, Filter Height, Filter Width, Channels, Num Filter, Strides,\n";
