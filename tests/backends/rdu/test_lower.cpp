@@ -1,10 +1,12 @@
 // Programs written in the front end, compiled by the passes and lowered to the simulator's stage graph:
-// functional simulation equals each program's naive reference on both presets, and the lowered slide-51
+// functional simulation equals the CPU backend's interpreter and each program's naive reference on both
+// presets, and the lowered slide-51
 // matmul simulates exactly like the hand-built graph of the same metapipeline.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
+#include "backends/cpu/interpreter.h"
 #include "backends/rdu/lower.h"
 #include "backends/rdu/programs.h"
 #include "backends/rdu/rdu.h"
@@ -33,6 +35,14 @@ void check_program(const rdu::Arch& arch, const examples::ProgramSpec& spec, uin
   EXPECT_GT(r.cycles, 0);
   EXPECT_GE(r.cycles, r.compute_roof_cycles) << spec.name;
   EXPECT_GE(r.cycles, r.memory_roof_cycles) << spec.name;
+  // the CPU backend's reference interpreter on the same inputs
+  cpu::Memory cpu_mem = cpu::make_memory(c, in);
+  cpu::interpret(c, cpu_mem);
+  for (auto& [name, want] : ref) {
+    std::vector<double> cpu_out(cpu_mem.at(name).data.begin(), cpu_mem.at(name).data.end());
+    auto same = compare(mem.at(name).data, cpu_out, 1e-6, 1e-6);
+    EXPECT_TRUE(same.ok) << spec.name << " on " << arch.name << ": " << name << " differs from the CPU interpreter: " << same.summary();
+  }
   ir::DType dt = ir::DType::f32;
   for (auto& t : c.tensors)
     if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && ir::bytes_of(t->dtype) == 2) dt = t->dtype;
