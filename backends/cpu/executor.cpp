@@ -217,6 +217,13 @@ struct Runner {
     auto& L = loops[here];
     L.name = here;
     L.stages = int(S);
+    if (L.invocations == 0) {
+      double origin = ms_since(t0, start);
+      L.first_run_ms = wall;
+      L.first_run.resize(S);
+      for (size_t st = 0; st < S; ++st)
+        for (auto& iv : busy[st]) L.first_run[st].push_back({iv.a - origin, iv.b - origin});
+    }
     L.invocations += 1;
     L.wall_ms += wall;
     L.busy_sum_ms += busy_sum;
@@ -257,6 +264,21 @@ std::string ExecReport::format() const {
     l.add({x.name, std::to_string(x.stages), std::to_string(x.invocations), f(x.wall_ms), f(x.busy_sum_ms),
            f(x.overlap_ms)});
   l.print(os);
+  // A timeline of each loop's first run: one row per stage, '#' where the stage was busy.
+  const int W = 64;
+  for (auto& x : loops) {
+    if (x.first_run_ms <= 0 || x.stages < 2) continue;
+    os << "\ntimeline of " << x.name << " (first run, 0 .. " << f(x.first_run_ms) << " ms, # = busy):\n";
+    for (size_t st = 0; st < x.first_run.size(); ++st) {
+      std::string row(W, '.');
+      for (auto [a, b] : x.first_run[st]) {
+        int c0 = std::clamp(int(a / x.first_run_ms * W), 0, W - 1);
+        int c1 = std::clamp(int(b / x.first_run_ms * W), c0, W - 1);
+        for (int c = c0; c <= c1; ++c) row[c] = '#';
+      }
+      os << "  s" << st << (st < 10 ? " " : "") << " |" << row << "|\n";
+    }
+  }
   os << "total wall " << f(wall_ms) << " ms\n";
   return os.str();
 }

@@ -25,12 +25,15 @@ struct LoopStats {
   double wall_ms = 0;      // summed over invocations
   double busy_sum_ms = 0;  // sum of its stages' busy time
   double overlap_ms = 0;   // time during which >= 2 of its stages were busy at once
+  // The first run's busy intervals per stage, in ms from the loop's start (for the timeline).
+  std::vector<std::vector<std::pair<double, double>>> first_run;
+  double first_run_ms = 0;
 };
 struct ExecReport {
   double wall_ms = 0;
   std::vector<StageStats> stages;
   std::vector<LoopStats> loops;
-  std::string format() const;  // the per-stage table
+  std::string format() const;  // the per-stage table, the per-loop table and a timeline per loop
 };
 
 // Runs a metapipelined program (after the metapipeline pass; user_error otherwise).

@@ -86,6 +86,9 @@ TEST(Cpu, ThreeStagePipelineOverlaps) {
   // Every stage ran every iteration, and the report names them.
   for (auto& s : rep.stages) EXPECT_EQ(s.iterations, 16) << s.name;
   EXPECT_NE(rep.format().find("stall in ms"), std::string::npos);
+  EXPECT_NE(rep.format().find("timeline of L"), std::string::npos) << rep.format();
+  ASSERT_EQ(rep.loops[0].first_run.size(), size_t(rep.loops[0].stages));
+  for (auto& st : rep.loops[0].first_run) EXPECT_EQ(st.size(), 16u);
   auto ref = cpu::make_memory(p, in);
   cpu::interpret(p, ref);
   EXPECT_EQ(ref.at("Y").data, mem.at("Y").data);
