@@ -267,8 +267,8 @@ std::shared_ptr<LoadTile> make_load(Program& p, const Tensor& src, Shape tile, s
                                     bool masked, int row_par) {
   auto n = p.new_node<LoadTile>();
   check_tile(*n, src, tile, offset, "LOAD_TILE");
-  MP_USER_CHECK(row_par >= 1 && row_par <= tile[0], n->where(), ": row_par=", row_par, " must be in [1, ",
-                tile[0], "] (the tile's rows)");
+  MP_USER_CHECK(row_par >= 1, n->where(), ": row_par=", row_par, " must be >= 1");
+  row_par = int(std::min<int64_t>(row_par, tile[0]));  // a hint: at most one stream per row
   n->src = src;
   n->offset = offset;
   n->masked = masked;

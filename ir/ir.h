@@ -143,7 +143,7 @@ struct Fill : Node {
 
 // Copy tensor[offset : offset+shape] from off-chip memory into an on-chip tile. masked: the tile may
 // extend past the tensor's end (last tile of a non-dividing loop); it is then cut to the valid part.
-// row_par: how many rows are fetched in parallel (address generators / AGCU streams).
+// row_par: how many rows are fetched in parallel (address generators / AGCU streams), at most the rows.
 struct LoadTile : Node {
   MP_NODE_BOILERPLATE(LoadTile)
   Tensor src;
