@@ -37,7 +37,8 @@ struct Ctx {
 int64_t as_int(const Ctx& c, bool positive) {
   int64_t x = 0;
   auto [p, ec] = std::from_chars(c.value.data(), c.value.data() + c.value.size(), x);
-  if (ec != std::errc() || p != c.value.data() + c.value.size()) bad(c, positive ? "a positive integer" : "an integer >= 0");
+  if (ec != std::errc() || p != c.value.data() + c.value.size())
+    bad(c, positive ? "a positive integer" : "an integer >= 0");
   if (positive ? x <= 0 : x < 0) bad(c, positive ? "a positive integer" : "an integer >= 0");
   return x;
 }
@@ -75,44 +76,78 @@ const std::map<std::string, KeyDef>& chip_keys() {
       {"name", {"preset name shown in reports", [](Arch& a, const Ctx& c) { a.name = c.value; }}},
       {"clock_ghz", {"fabric clock in GHz", [](Arch& a, const Ctx& c) { a.clock_ghz = as_real(c); }}},
       {"grid.rows", {"rows of the unit grid", [](Arch& a, const Ctx& c) { a.rows = int(as_int(c, true)); }}},
-      {"grid.cols", {"columns of the unit grid", [](Arch& a, const Ctx& c) { a.cols = int(as_int(c, true)); }}},
+      {"grid.cols",
+       {"columns of the unit grid", [](Arch& a, const Ctx& c) { a.cols = int(as_int(c, true)); }}},
       {"grid.layout",
        {"placement of PCUs and PMUs: checkerboard",
         [](Arch&, const Ctx& c) {
           if (c.value != "checkerboard") bad(c, "checkerboard (the only layout modelled)");
         }}},
-      {"pcu.lanes", {"SIMD lanes per PCU", [](Arch& a, const Ctx& c) { a.pcu_lanes = int(as_int(c, true)); }}},
-      {"pcu.stages", {"pipeline stages per PCU", [](Arch& a, const Ctx& c) { a.pcu_stages = int(as_int(c, true)); }}},
-      {"pcu.systolic", {"PCUs also run as systolic arrays (true/false)", [](Arch& a, const Ctx& c) { a.pcu_systolic = as_bool(c); }}},
-      {"pcu.systolic_rows", {"systolic array rows", [](Arch& a, const Ctx& c) { a.systolic_rows = int(as_int(c, true)); }}},
-      {"pcu.systolic_cols", {"systolic array columns", [](Arch& a, const Ctx& c) { a.systolic_cols = int(as_int(c, true)); }}},
-      {"pmu.banks", {"scratchpad banks per PMU", [](Arch& a, const Ctx& c) { a.pmu_banks = int(as_int(c, true)); }}},
-      {"pmu.bank_kb", {"KiB per bank", [](Arch& a, const Ctx& c) { a.pmu_bank_bytes = as_int(c, true) * 1024; }}},
-      {"pmu.max_nbuf", {"largest N of an N-buffer in one PMU", [](Arch& a, const Ctx& c) { a.pmu_max_nbuf = int(as_int(c, true)); }}},
-      {"agcu.count", {"address generation and coalescing units", [](Arch& a, const Ctx& c) { a.agcus = int(as_int(c, true)); }}},
-      {"agcu.outstanding", {"memory requests in flight per AGCU", [](Arch& a, const Ctx& c) { a.agcu_outstanding = int(as_int(c, true)); }}},
-      {"mesh.link_bytes", {"bytes per cycle per mesh link", [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, true)); }}},
-      {"mesh.hop_cycles", {"cycles per switch hop", [](Arch& a, const Ctx& c) { a.hop_cycles = int(as_int(c, false)); }}},
-      {"config.load_cycles", {"cycles to load one configuration (kernel call)", [](Arch& a, const Ctx& c) { a.config_cycles = as_int(c, false); }}},
-      {"program_memory", {"name of the memory that holds program tensors", [](Arch& a, const Ctx& c) { a.program_memory = c.value; }}},
+      {"pcu.lanes",
+       {"SIMD lanes per PCU", [](Arch& a, const Ctx& c) { a.pcu_lanes = int(as_int(c, true)); }}},
+      {"pcu.stages",
+       {"pipeline stages per PCU", [](Arch& a, const Ctx& c) { a.pcu_stages = int(as_int(c, true)); }}},
+      {"pcu.systolic",
+       {"PCUs also run as systolic arrays (true/false)",
+        [](Arch& a, const Ctx& c) { a.pcu_systolic = as_bool(c); }}},
+      {"pcu.systolic_rows",
+       {"systolic array rows", [](Arch& a, const Ctx& c) { a.systolic_rows = int(as_int(c, true)); }}},
+      {"pcu.systolic_cols",
+       {"systolic array columns", [](Arch& a, const Ctx& c) { a.systolic_cols = int(as_int(c, true)); }}},
+      {"pmu.banks",
+       {"scratchpad banks per PMU", [](Arch& a, const Ctx& c) { a.pmu_banks = int(as_int(c, true)); }}},
+      {"pmu.bank_kb",
+       {"KiB per bank", [](Arch& a, const Ctx& c) { a.pmu_bank_bytes = as_int(c, true) * 1024; }}},
+      {"pmu.max_nbuf",
+       {"largest N of an N-buffer in one PMU",
+        [](Arch& a, const Ctx& c) { a.pmu_max_nbuf = int(as_int(c, true)); }}},
+      {"agcu.count",
+       {"address generation and coalescing units",
+        [](Arch& a, const Ctx& c) { a.agcus = int(as_int(c, true)); }}},
+      {"agcu.outstanding",
+       {"memory requests in flight per AGCU",
+        [](Arch& a, const Ctx& c) { a.agcu_outstanding = int(as_int(c, true)); }}},
+      {"mesh.link_bytes",
+       {"bytes per cycle per mesh link", [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, true)); }}},
+      {"mesh.hop_cycles",
+       {"cycles per switch hop", [](Arch& a, const Ctx& c) { a.hop_cycles = int(as_int(c, false)); }}},
+      {"config.load_cycles",
+       {"cycles to load one configuration (kernel call)",
+        [](Arch& a, const Ctx& c) { a.config_cycles = as_int(c, false); }}},
+      {"program_memory",
+       {"name of the memory that holds program tensors",
+        [](Arch& a, const Ctx& c) { a.program_memory = c.value; }}},
   };
   return k;
 }
 
 const std::map<std::string, MemKeyDef>& memory_keys() {
   static const std::map<std::string, MemKeyDef> k = {
-      {"channels", {"independent channels", [](Memory& m, const Ctx& c) { m.channels = int(as_int(c, true)); }}},
-      {"channel_gbs", {"pin bandwidth per channel, GB/s", [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c); }}},
-      {"latency_ns", {"unloaded access latency, ns", [](Memory& m, const Ctx& c) { m.latency_ns = as_real0(c); }}},
-      {"burst_bytes", {"bytes per request (burst)", [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, true)); }}},
+      {"channels",
+       {"independent channels", [](Memory& m, const Ctx& c) { m.channels = int(as_int(c, true)); }}},
+      {"channel_gbs",
+       {"pin bandwidth per channel, GB/s", [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c); }}},
+      {"latency_ns",
+       {"unloaded access latency, ns", [](Memory& m, const Ctx& c) { m.latency_ns = as_real0(c); }}},
+      {"burst_bytes",
+       {"bytes per request (burst)", [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, true)); }}},
       {"capacity_gb", {"capacity, GB", [](Memory& m, const Ctx& c) { m.capacity_gb = as_real(c); }}},
       {"banks", {"banks per channel", [](Memory& m, const Ctx& c) { m.banks = int(as_int(c, true)); }}},
-      {"row_bytes", {"row (page) bytes per bank", [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, true)); }}},
-      {"row_miss_ns", {"precharge + activate on a row miss, ns", [](Memory& m, const Ctx& c) { m.row_miss_ns = as_real0(c); }}},
-      {"refresh_interval_ns", {"refresh period tREFI, ns (0: none)", [](Memory& m, const Ctx& c) { m.refresh_interval_ns = as_real0(c); }}},
-      {"refresh_ns", {"refresh duration tRFC, ns", [](Memory& m, const Ctx& c) { m.refresh_ns = as_real0(c); }}},
-      {"turnaround_ns", {"read/write bus turnaround, ns", [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real0(c); }}},
-      {"interleave_bytes", {"channel interleaving granularity, bytes", [](Memory& m, const Ctx& c) { m.interleave_bytes = int(as_int(c, true)); }}},
+      {"row_bytes",
+       {"row (page) bytes per bank", [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, true)); }}},
+      {"row_miss_ns",
+       {"precharge + activate on a row miss, ns",
+        [](Memory& m, const Ctx& c) { m.row_miss_ns = as_real0(c); }}},
+      {"refresh_interval_ns",
+       {"refresh period tREFI, ns (0: none)",
+        [](Memory& m, const Ctx& c) { m.refresh_interval_ns = as_real0(c); }}},
+      {"refresh_ns",
+       {"refresh duration tRFC, ns", [](Memory& m, const Ctx& c) { m.refresh_ns = as_real0(c); }}},
+      {"turnaround_ns",
+       {"read/write bus turnaround, ns", [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real0(c); }}},
+      {"interleave_bytes",
+       {"channel interleaving granularity, bytes",
+        [](Memory& m, const Ctx& c) { m.interleave_bytes = int(as_int(c, true)); }}},
   };
   return k;
 }
@@ -136,8 +171,11 @@ void set_key(Arch& a, const std::string& key, const std::string& value, const st
       fail_user(where, "key '", key, "' should be memory.NAME.FIELD (e.g. memory.ddr.channels)");
     std::string mem = key.substr(7, dot - 7), field = key.substr(dot + 1);
     auto it = memory_keys().find(field);
-    if (it == memory_keys().end()) fail_user(where, "unknown memory field '", field, "' in key '", key, "' (known keys: ", known_keys(), ")");
-    auto m = std::find_if(a.memories.begin(), a.memories.end(), [&](const Memory& x) { return x.name == mem; });
+    if (it == memory_keys().end())
+      fail_user(where, "unknown memory field '", field, "' in key '", key, "' (known keys: ", known_keys(),
+                ")");
+    auto m =
+        std::find_if(a.memories.begin(), a.memories.end(), [&](const Memory& x) { return x.name == mem; });
     if (m == a.memories.end()) {
       a.memories.push_back(Memory{});
       a.memories.back().name = mem;
@@ -151,19 +189,21 @@ void set_key(Arch& a, const std::string& key, const std::string& value, const st
 
 void check(const Arch& a) {
   const std::string w = a.source + ": ";
-  MP_USER_CHECK(!a.memories.empty(), w, "no off-chip memory: add memory.NAME.channels, memory.NAME.channel_gbs, ...");
+  MP_USER_CHECK(!a.memories.empty(), w,
+                "no off-chip memory: add memory.NAME.channels, memory.NAME.channel_gbs, ...");
   MP_USER_CHECK(a.rows * a.cols >= 2, w, "grid.rows x grid.cols must hold at least one PCU and one PMU");
   if (!a.program_memory.empty()) {
     bool found = false;
     for (auto& m : a.memories) found = found || m.name == a.program_memory;
-    MP_USER_CHECK(found, w, "key 'program_memory' names '", a.program_memory, "', but no memory.", a.program_memory,
-                  ".* keys define it");
+    MP_USER_CHECK(found, w, "key 'program_memory' names '", a.program_memory, "', but no memory.",
+                  a.program_memory, ".* keys define it");
   }
   for (auto& m : a.memories) {
     MP_USER_CHECK(m.row_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".row_bytes' (", m.row_bytes,
                   ") must be a multiple of memory.", m.name, ".burst_bytes (", m.burst_bytes, ")");
-    MP_USER_CHECK(m.interleave_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".interleave_bytes' (", m.interleave_bytes,
-                  ") must be a multiple of memory.", m.name, ".burst_bytes (", m.burst_bytes, ")");
+    MP_USER_CHECK(m.interleave_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".interleave_bytes' (",
+                  m.interleave_bytes, ") must be a multiple of memory.", m.name, ".burst_bytes (",
+                  m.burst_bytes, ")");
   }
   MP_USER_CHECK(a.pmu_max_nbuf >= 1, w, "pmu.max_nbuf must be >= 1");
 }
@@ -186,17 +226,25 @@ double Arch::peak_flops_per_cycle() const {
 std::vector<std::string> Arch::summary() const {
   std::vector<std::string> out;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%s: %dx%d grid, %d PCUs (%d lanes x %d stages%s), %d PMUs (%d x %lld KiB = %.1f MiB total), %d AGCUs, %.2f GHz",
-                name.c_str(), cols, rows, pcus(), pcu_lanes, pcu_stages,
-                pcu_systolic ? (", systolic " + std::to_string(systolic_rows) + "x" + std::to_string(systolic_cols)).c_str() : "",
-                pmus(), pmu_banks, (long long)(pmu_bank_bytes / 1024), pmus() * double(pmu_bytes()) / (1024.0 * 1024), agcus, clock_ghz);
+  std::snprintf(
+      buf, sizeof buf,
+      "%s: %dx%d grid, %d PCUs (%d lanes x %d stages%s), %d PMUs (%d x %lld KiB = %.1f MiB total), %d AGCUs, "
+      "%.2f GHz",
+      name.c_str(), cols, rows, pcus(), pcu_lanes, pcu_stages,
+      pcu_systolic
+          ? (", systolic " + std::to_string(systolic_rows) + "x" + std::to_string(systolic_cols)).c_str()
+          : "",
+      pmus(), pmu_banks, (long long)(pmu_bank_bytes / 1024), pmus() * double(pmu_bytes()) / (1024.0 * 1024),
+      agcus, clock_ghz);
   out.push_back(buf);
-  std::snprintf(buf, sizeof buf, "  peak %.1f TFLOPS (fp32 FMA%s), mesh %d B/cycle per link", peak_flops_per_cycle() * clock_ghz / 1000,
-                pcu_systolic ? " or bf16 systolic" : "", link_bytes);
+  std::snprintf(buf, sizeof buf, "  peak %.1f TFLOPS (fp32 FMA%s), mesh %d B/cycle per link",
+                peak_flops_per_cycle() * clock_ghz / 1000, pcu_systolic ? " or bf16 systolic" : "",
+                link_bytes);
   out.push_back(buf);
   for (auto& m : memories) {
-    std::snprintf(buf, sizeof buf, "  memory %s: %d x %.1f GB/s = %.1f GB/s, %.0f GB, %.0f ns, %d B bursts%s", m.name.c_str(), m.channels,
-                  m.channel_gbs, m.peak_gbs(), m.capacity_gb, m.latency_ns, m.burst_bytes, &m == &memory() ? " (program memory)" : "");
+    std::snprintf(buf, sizeof buf, "  memory %s: %d x %.1f GB/s = %.1f GB/s, %.0f GB, %.0f ns, %d B bursts%s",
+                  m.name.c_str(), m.channels, m.channel_gbs, m.peak_gbs(), m.capacity_gb, m.latency_ns,
+                  m.burst_bytes, &m == &memory() ? " (program memory)" : "");
     out.push_back(buf);
   }
   return out;
@@ -227,7 +275,9 @@ Arch parse_arch(const std::string& text, const std::string& origin) {
 
 void apply_override(Arch& a, const std::string& assignment) {
   auto eq = assignment.find('=');
-  MP_USER_CHECK(eq != std::string::npos, "--set expects NAME=VALUE (an architecture key such as pcu.lanes=32), got '", assignment, "'");
+  MP_USER_CHECK(eq != std::string::npos,
+                "--set expects NAME=VALUE (an architecture key such as pcu.lanes=32), got '", assignment,
+                "'");
   std::string key = trim(assignment.substr(0, eq)), value = trim(assignment.substr(eq + 1));
   set_key(a, key, value, "--set " + assignment + ": ");
   check(a);
@@ -251,7 +301,8 @@ Arch load_arch(const std::string& name_or_file) {
   if (!f) {
     std::string names;
     for (auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
-    fail_user("--arch '", name_or_file, "' is neither a preset (", names, ") nor a readable architecture file");
+    fail_user("--arch '", name_or_file, "' is neither a preset (", names,
+              ") nor a readable architecture file");
   }
   std::stringstream ss;
   ss << f.rdbuf();

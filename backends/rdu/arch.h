@@ -15,25 +15,25 @@ namespace mp::rdu {
 struct Memory {
   std::string name;
   int channels = 1;
-  double channel_gbs = 12.8;        // pin bandwidth per channel, GB/s (1e9 bytes/s)
-  double latency_ns = 50;           // request to first data, row hit, unloaded
-  int burst_bytes = 64;             // one request moves this many bytes
+  double channel_gbs = 12.8;  // pin bandwidth per channel, GB/s (1e9 bytes/s)
+  double latency_ns = 50;     // request to first data, row hit, unloaded
+  int burst_bytes = 64;       // one request moves this many bytes
   double capacity_gb = 4;
-  int banks = 8;                    // banks per channel (row buffers)
-  int row_bytes = 8192;             // row (page) size per bank across the channel
-  double row_miss_ns = 27.5;        // precharge + activate (tRP + tRCD)
+  int banks = 8;                      // banks per channel (row buffers)
+  int row_bytes = 8192;               // row (page) size per bank across the channel
+  double row_miss_ns = 27.5;          // precharge + activate (tRP + tRCD)
   double refresh_interval_ns = 7800;  // tREFI (0 = no refresh)
-  double refresh_ns = 260;          // tRFC: channel blocked this long every refresh interval
-  double turnaround_ns = 7.5;       // bus idle when switching between reads and writes
-  int interleave_bytes = 256;       // address interleaving granularity across channels
+  double refresh_ns = 260;            // tRFC: channel blocked this long every refresh interval
+  double turnaround_ns = 7.5;         // bus idle when switching between reads and writes
+  int interleave_bytes = 256;         // address interleaving granularity across channels
   double peak_gbs() const { return channels * channel_gbs; }
 };
 
 struct Arch {
   std::string name;
-  std::string source;               // file name or "preset NAME", for messages
+  std::string source;  // file name or "preset NAME", for messages
   double clock_ghz = 1.0;
-  int rows = 8, cols = 16;          // unit grid; checkerboard: (r + c) even is a PCU, odd a PMU
+  int rows = 8, cols = 16;  // unit grid; checkerboard: (r + c) even is a PCU, odd a PMU
   // PCU: a SIMD pipeline of `stages` stages x `lanes` lanes; optionally a systolic array mode.
   int pcu_lanes = 16, pcu_stages = 6;
   bool pcu_systolic = false;
@@ -41,24 +41,24 @@ struct Arch {
   // PMU: banked scratchpad.
   int pmu_banks = 16;
   int64_t pmu_bank_bytes = 16 * 1024;
-  int pmu_max_nbuf = 4;             // N-buffering supported by a PMU's address logic
+  int pmu_max_nbuf = 4;  // N-buffering supported by a PMU's address logic
   // AGCU: address generation and coalescing units, the portals to off-chip memory.
   int agcus = 16;
-  int agcu_outstanding = 32;        // requests in flight per AGCU
+  int agcu_outstanding = 32;  // requests in flight per AGCU
   // Mesh: links between neighbouring switches.
-  int link_bytes = 64;              // bytes per cycle per link direction (vector network: 16 x 32 bit)
+  int link_bytes = 64;  // bytes per cycle per link direction (vector network: 16 x 32 bit)
   int hop_cycles = 1;
   // Kernel calls: cycles to load a configuration onto the fabric.
   int64_t config_cycles = 10000;
-  std::vector<Memory> memories;     // at least one
-  std::string program_memory;       // memory that holds program tensors (default: the first)
+  std::vector<Memory> memories;  // at least one
+  std::string program_memory;    // memory that holds program tensors (default: the first)
 
   int pcus() const { return (rows * cols + 1) / 2; }
   int pmus() const { return rows * cols / 2; }
   int64_t pmu_bytes() const { return pmu_banks * pmu_bank_bytes; }
   bool is_pcu(int r, int c) const { return (r + c) % 2 == 0; }
-  const Memory& memory() const;     // the program memory
-  double peak_flops_per_cycle() const;  // all PCUs, FMA = 2 flops
+  const Memory& memory() const;              // the program memory
+  double peak_flops_per_cycle() const;       // all PCUs, FMA = 2 flops
   std::vector<std::string> summary() const;  // lines for `metapipe info` and reports
 };
 

@@ -9,9 +9,12 @@ namespace mp::rdu {
 
 const char* to_string(StageKind k) {
   switch (k) {
-    case StageKind::Load: return "load";
-    case StageKind::Store: return "store";
-    case StageKind::Compute: return "compute";
+    case StageKind::Load:
+      return "load";
+    case StageKind::Store:
+      return "store";
+    case StageKind::Compute:
+      return "compute";
   }
   return "?";
 }
@@ -64,32 +67,40 @@ void Graph::validate() const {
     int64_t made = buf.initial_tokens;
     if (p >= 0) {
       const Stage& ps = stages[p];
-      MP_USER_CHECK(ps.accumulate >= 1 && ps.iterations % ps.accumulate == 0, "stage '", ps.name, "': ", ps.iterations,
-                    " iterations are not a multiple of accumulate = ", ps.accumulate);
+      MP_USER_CHECK(ps.accumulate >= 1 && ps.iterations % ps.accumulate == 0, "stage '", ps.name,
+                    "': ", ps.iterations, " iterations are not a multiple of accumulate = ", ps.accumulate);
       made += ps.iterations / ps.accumulate;
     }
     for (int c : consumers_of(int(b))) {
       for (auto& in : stages[c].inputs) {
         if (in.buffer != int(b)) continue;
-        MP_USER_CHECK(in.reuse >= 1 && stages[c].iterations % in.reuse == 0, "stage '", stages[c].name, "': ",
-                      stages[c].iterations, " iterations are not a multiple of the reuse ", in.reuse, " of buffer '", buf.name, "'");
+        MP_USER_CHECK(in.reuse >= 1 && stages[c].iterations % in.reuse == 0, "stage '", stages[c].name,
+                      "': ", stages[c].iterations, " iterations are not a multiple of the reuse ", in.reuse,
+                      " of buffer '", buf.name, "'");
         int64_t need = stages[c].iterations / in.reuse;
-        MP_USER_CHECK(need <= made && made - need <= buf.depth, "buffer '", buf.name, "': its producer makes ", made,
-                      " tokens but stage '", stages[c].name, "' reads ", need);
+        MP_USER_CHECK(need <= made && made - need <= buf.depth, "buffer '", buf.name,
+                      "': its producer makes ", made, " tokens but stage '", stages[c].name, "' reads ",
+                      need);
       }
     }
   }
   for (auto& s : stages) {
     MP_USER_CHECK(s.iterations >= 1, "stage '", s.name, "' must run at least once");
     MP_USER_CHECK(s.par >= 1, "stage '", s.name, "': par must be >= 1");
-    for (auto& in : s.inputs) MP_USER_CHECK(in.buffer >= 0 && in.buffer < int(buffers.size()), "stage '", s.name, "' reads an unknown buffer");
-    for (int o : s.outputs) MP_USER_CHECK(o >= 0 && o < int(buffers.size()), "stage '", s.name, "' writes an unknown buffer");
+    for (auto& in : s.inputs)
+      MP_USER_CHECK(in.buffer >= 0 && in.buffer < int(buffers.size()), "stage '", s.name,
+                    "' reads an unknown buffer");
+    for (int o : s.outputs)
+      MP_USER_CHECK(o >= 0 && o < int(buffers.size()), "stage '", s.name, "' writes an unknown buffer");
     if (s.kind != StageKind::Compute) {
-      MP_USER_CHECK(s.tensor >= 0 && s.tensor < int(tensors.size()), "stage '", s.name, "' needs an off-chip tensor");
+      MP_USER_CHECK(s.tensor >= 0 && s.tensor < int(tensors.size()), "stage '", s.name,
+                    "' needs an off-chip tensor");
       MP_USER_CHECK(s.access.bytes() > 0, "stage '", s.name, "' moves no bytes");
     }
-    if (s.kind == StageKind::Load) MP_USER_CHECK(s.outputs.size() == 1, "load '", s.name, "' must write one buffer");
-    if (s.kind == StageKind::Store) MP_USER_CHECK(s.inputs.size() >= 1, "store '", s.name, "' must read a buffer");
+    if (s.kind == StageKind::Load)
+      MP_USER_CHECK(s.outputs.size() == 1, "load '", s.name, "' must write one buffer");
+    if (s.kind == StageKind::Store)
+      MP_USER_CHECK(s.inputs.size() >= 1, "store '", s.name, "' must read a buffer");
   }
 }
 

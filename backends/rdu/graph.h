@@ -69,22 +69,22 @@ struct Stage {
   int ops = 1;
   int64_t m = 0, k = 0, n = 0;
   int par = 1;
-  bool systolic_ok = true;   // a matmul may use the PCUs' systolic mode when the arch has it
+  bool systolic_ok = true;  // a matmul may use the PCUs' systolic mode when the arch has it
   // Loads and stores.
   int tensor = -1;
   Access access;
-  Kernel kernel;             // functional mode only
-  double flops() const;      // per iteration
+  Kernel kernel;         // functional mode only
+  double flops() const;  // per iteration
   bool is_matmul() const { return m > 0; }
   bool is_control() const { return kind == StageKind::Compute && !is_matmul() && ops == 0; }
 };
 
 struct Buffer {
   std::string name;
-  int64_t bytes = 0;         // one token
-  int depth = 2;             // N of the N-buffer
+  int64_t bytes = 0;           // one token
+  int depth = 2;               // N of the N-buffer
   int64_t initial_tokens = 0;  // tokens present before the start (loop-carried values)
-  bool control = false;      // carries only ordering (a kernel-call boundary already provides it)
+  bool control = false;        // carries only ordering (a kernel-call boundary already provides it)
   int64_t elems() const { return bytes / 4; }
 };
 
@@ -92,8 +92,8 @@ struct Buffer {
 struct Tensor {
   std::string name;
   int64_t bytes = 0;
-  int64_t base = 0;          // assigned by Graph::layout() unless set
-  std::vector<float> host;   // functional mode: contents
+  int64_t base = 0;                         // assigned by Graph::layout() unless set
+  std::vector<float> host;                  // functional mode: contents
   std::vector<std::shared_ptr<void>> objs;  // functional mode: spilled object tokens
 };
 
@@ -111,7 +111,7 @@ struct Graph {
   // Tokens each buffer receives over the run and each consumer needs; throws user_error naming the buffer
   // when producers and consumers disagree, or a stage reads a buffer nobody writes.
   void validate() const;
-  void layout();             // give tensors disjoint, row-aligned off-chip addresses
+  void layout();  // give tensors disjoint, row-aligned off-chip addresses
   int producer_of(int buffer) const;
   std::vector<int> consumers_of(int buffer) const;
   double total_flops() const;

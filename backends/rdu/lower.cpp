@@ -83,7 +83,8 @@ class Lowerer {
   }
 
   Graph run() {
-    MP_USER_CHECK(p_.metapipelined, "program '", p_.name, "' is not metapipelined: run the passes (tile, parallelize, ",
+    MP_USER_CHECK(p_.metapipelined, "program '", p_.name,
+                  "' is not metapipelined: run the passes (tile, parallelize, ",
                   "metapipeline) before simulating it");
     for (auto& n : p_.body) {
       std::set<int> reads, writes;
@@ -94,12 +95,16 @@ class Lowerer {
       waits_.clear();
       for (int t : reads)
         for (auto& [tensor, stage] : last_writer_)
-          if (tensor == t && std::find(waits_.begin(), waits_.end(), stage) == waits_.end()) waits_.push_back(stage);
-      if (auto* m = n->as<ir::MetaPipe>()) lower_loop(*m, {}, "");
-      else lower_segment({n}, {}, "");
+          if (tensor == t && std::find(waits_.begin(), waits_.end(), stage) == waits_.end())
+            waits_.push_back(stage);
+      if (auto* m = n->as<ir::MetaPipe>())
+        lower_loop(*m, {}, "");
+      else
+        lower_segment({n}, {}, "");
       for (int t : writes)
         for (size_t s = 0; s < g_.stages.size(); ++s)
-          if (g_.stages[s].kind == StageKind::Store && g_.stages[s].tensor == tensor_id_.at(t)) last_writer_.push_back({t, int(s)});
+          if (g_.stages[s].kind == StageKind::Store && g_.stages[s].tensor == tensor_id_.at(t))
+            last_writer_.push_back({t, int(s)});
     }
     g_.layout();
     return std::move(g_);
@@ -119,16 +124,16 @@ class Lowerer {
     Src& s = it->second;
     if (s.stage == consumer) return;
     if (s.buffer < 0) {
-      s.buffer = g_.add_buffer("%" + std::to_string(v->id) + (v->name.empty() ? "" : " " + v->name), std::max<int64_t>(4, s.bytes),
-                               s.depth);
+      s.buffer = g_.add_buffer("%" + std::to_string(v->id) + (v->name.empty() ? "" : " " + v->name),
+                               std::max<int64_t>(4, s.bytes), s.depth);
       g_.stages[size_t(s.stage)].outputs.push_back(s.buffer);
       seg_[size_t(s.stage)]->outs.push_back(v);
     }
     for (auto& in : g_.stages[size_t(consumer)].inputs)
       if (in.buffer == s.buffer) return;
     const int64_t n = g_.stages[size_t(consumer)].iterations;
-    MP_USER_CHECK(n % s.tokens == 0 && n >= s.tokens, "value %", v->id, " is produced ", s.tokens, " times but read by stage '",
-                  g_.stages[size_t(consumer)].name, "' ", n, " times");
+    MP_USER_CHECK(n % s.tokens == 0 && n >= s.tokens, "value %", v->id, " is produced ", s.tokens,
+                  " times but read by stage '", g_.stages[size_t(consumer)].name, "' ", n, " times");
     g_.stages[size_t(consumer)].inputs.push_back({s.buffer, n / s.tokens});
     seg_[size_t(consumer)]->ins.push_back(v);
   }
@@ -222,7 +227,8 @@ class Lowerer {
       auto it = src_.find(c.next->id);
       MP_INTERNAL_CHECK(it != src_.end(), "carried next %", c.next->id, " has no producer");
       int producer = it->second.stage, cs = carry_stage[k];
-      int b = g_.add_buffer("%" + std::to_string(c.next->id) + " (loop-carried)", std::max<int64_t>(4, c.next->bytes()), 2);
+      int b = g_.add_buffer("%" + std::to_string(c.next->id) + " (loop-carried)",
+                            std::max<int64_t>(4, c.next->bytes()), 2);
       g_.buffers[size_t(b)].initial_tokens = 1;
       g_.initial_data.resize(g_.buffers.size());
       g_.initial_data[size_t(b)].assign(size_t(g_.buffers[size_t(b)].elems()), 0.f);
@@ -256,7 +262,8 @@ class Lowerer {
   }
 
   // A group of nodes run by one graph stage: one off-chip access, or consecutive compute nodes.
-  void lower_segment(const std::vector<ir::NodeRef>& ops, const std::vector<Loop>& loops, const std::string& path) {
+  void lower_segment(const std::vector<ir::NodeRef>& ops, const std::vector<Loop>& loops,
+                     const std::string& path) {
     Stage s;
     const ir::Node& first = *ops.front();
     auto acc = ir::access_of(first);
@@ -346,7 +353,8 @@ class Lowerer {
         for (auto& l : ls) env.set_loop(l.var, idx.at(l.var->id));
         for (size_t k = 0; k < seg->ins.size(); ++k)
           if (seg->ins[k]) {
-            MP_INTERNAL_CHECK(*io.in_obj[k] != nullptr, "functional rdu: an empty slot read for %", seg->ins[k]->id);
+            MP_INTERNAL_CHECK(*io.in_obj[k] != nullptr, "functional rdu: an empty slot read for %",
+                              seg->ins[k]->id);
             env.set(seg->ins[k], tile_of(*io.in_obj[k]));
           }
         std::map<int, cpu::TileRef> made;
@@ -355,8 +363,10 @@ class Lowerer {
           if (op->out && t) env.set(op->out, t), made[op->out->id] = t;
         }
         for (size_t o = 0; o < seg->outs.size(); ++o)
-          if (seg->outs[o]) *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(env.get(seg->outs[o]));
-          else *io.out_obj[o] = std::make_shared<int>(0);  // control token
+          if (seg->outs[o])
+            *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(env.get(seg->outs[o]));
+          else
+            *io.out_obj[o] = std::make_shared<int>(0);  // control token
       };
     }
   }

@@ -100,23 +100,24 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     if (s.kind != StageKind::Compute) continue;
     while (par[i] > 1 && map_stage(a, g, s, par[i]).pcus > npcu) par[i] = std::max(1, par[i] / 2);
     int need = map_stage(a, g, s, par[i]).pcus;
-    MP_USER_CHECK(need <= npcu, "stage '", s.name, "' needs a chain of ", need, " PCUs (", s.ops, " ops per element at ",
-                  a.pcu_stages, " stages per PCU) but ", a.name, " has ", npcu, "; split the stage's function");
+    MP_USER_CHECK(need <= npcu, "stage '", s.name, "' needs a chain of ", need, " PCUs (", s.ops,
+                  " ops per element at ", a.pcu_stages, " stages per PCU) but ", a.name, " has ", npcu,
+                  "; split the stage's function");
     if (par[i] != s.par)
-      out.notes.push_back("stage '" + s.name + "': par " + std::to_string(s.par) + " lowered to " + std::to_string(par[i]) +
-                          " to fit " + std::to_string(npcu) + " PCUs");
+      out.notes.push_back("stage '" + s.name + "': par " + std::to_string(s.par) + " lowered to " +
+                          std::to_string(par[i]) + " to fit " + std::to_string(npcu) + " PCUs");
   }
   for (size_t b = 0; b < g.buffers.size(); ++b) {
     const Buffer& buf = g.buffers[b];
-    MP_USER_CHECK(buf.depth <= a.pmu_max_nbuf || buffer_pmus(a, buf) <= npmu, "buffer '", buf.name, "': depth ", buf.depth,
-                  " exceeds pmu.max_nbuf = ", a.pmu_max_nbuf);
+    MP_USER_CHECK(buf.depth <= a.pmu_max_nbuf || buffer_pmus(a, buf) <= npmu, "buffer '", buf.name,
+                  "': depth ", buf.depth, " exceeds pmu.max_nbuf = ", a.pmu_max_nbuf);
     int p = buffer_pmus(a, buf);
-    MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth, " x ", buf.bytes,
-                  ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ", a.pmu_bytes(),
-                  " bytes; use a smaller tile");
+    MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth,
+                  " x ", buf.bytes, ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ",
+                  a.pmu_bytes(), " bytes; use a smaller tile");
     if (p > 1)
-      out.notes.push_back("buffer '" + buf.name + "' spans " + std::to_string(p) + " PMUs (" + std::to_string(buf.depth) + " x " +
-                          std::to_string(buf.bytes) + " bytes)");
+      out.notes.push_back("buffer '" + buf.name + "' spans " + std::to_string(p) + " PMUs (" +
+                          std::to_string(buf.depth) + " x " + std::to_string(buf.bytes) + " bytes)");
   }
 
   // Greedy packing in graph order (stages are listed producers first by construction of every builder).
@@ -132,7 +133,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     if (group_end[i] <= int(i)) continue;
     auto group_pcus = [&]() {
       int n = 0;
-      for (int k = int(i); k <= group_end[i]; ++k) n += map_stage(a, g, g.stages[size_t(k)], par[size_t(k)]).pcus;
+      for (int k = int(i); k <= group_end[i]; ++k)
+        n += map_stage(a, g, g.stages[size_t(k)], par[size_t(k)]).pcus;
       return n;
     };
     bool lowered = false;
@@ -145,8 +147,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       lowered = true;
     }
     if (lowered)
-      out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name + "' had its parallelism lowered to fit " +
-                          std::to_string(npcu) + " PCUs");
+      out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name +
+                          "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
   }
   struct Use {
     int pcus = 0, pmus = 0, agcus = 0;
@@ -189,8 +191,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       }
       const Use& cur = uses[cfg];
       if (cur.pcus + grp.pcus > npcu || cur.pmus + grp.pmus > npmu || cur.agcus + grp.agcus > nag) {
-        why.back() = "the loop-carried cycle from stage '" + s.name + "' to stage '" + g.stages[size_t(group_end[i])].name +
-                     "' does not fit what is left of the configuration";
+        why.back() = "the loop-carried cycle from stage '" + s.name + "' to stage '" +
+                     g.stages[size_t(group_end[i])].name + "' does not fit what is left of the configuration";
         uses.push_back({});
         why.push_back("");
         cfg = int(uses.size()) - 1;
@@ -199,9 +201,12 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     }
     Use& cur = uses[cfg];
     std::string short_of;
-    if (cur.pcus + u.pcus > npcu) short_of = "PCUs (" + std::to_string(cur.pcus + u.pcus) + " > " + std::to_string(npcu) + ")";
-    else if (cur.pmus + u.pmus > npmu) short_of = "PMUs (" + std::to_string(cur.pmus + u.pmus) + " > " + std::to_string(npmu) + ")";
-    else if (cur.agcus + u.agcus > nag) short_of = "AGCUs (" + std::to_string(cur.agcus + u.agcus) + " > " + std::to_string(nag) + ")";
+    if (cur.pcus + u.pcus > npcu)
+      short_of = "PCUs (" + std::to_string(cur.pcus + u.pcus) + " > " + std::to_string(npcu) + ")";
+    else if (cur.pmus + u.pmus > npmu)
+      short_of = "PMUs (" + std::to_string(cur.pmus + u.pmus) + " > " + std::to_string(npmu) + ")";
+    else if (cur.agcus + u.agcus > nag)
+      short_of = "AGCUs (" + std::to_string(cur.agcus + u.agcus) + " > " + std::to_string(nag) + ")";
     if (!short_of.empty() && (cur.pcus || cur.pmus || cur.agcus)) {
       why.back() = "stage '" + s.name + "' does not fit: the configuration would need " + short_of;
       uses.push_back({});
@@ -209,8 +214,9 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       cfg = int(uses.size()) - 1;
       u = need_for(cfg);
     }
-    MP_USER_CHECK(u.pcus <= npcu && u.pmus <= npmu && u.agcus <= nag, "stage '", s.name, "' alone needs ", u.pcus, " PCUs, ",
-                  u.pmus, " PMUs and ", u.agcus, " AGCUs; ", a.name, " has ", npcu, ", ", npmu, " and ", nag);
+    MP_USER_CHECK(u.pcus <= npcu && u.pmus <= npmu && u.agcus <= nag, "stage '", s.name, "' alone needs ",
+                  u.pcus, " PCUs, ", u.pmus, " PMUs and ", u.agcus, " AGCUs; ", a.name, " has ", npcu, ", ",
+                  npmu, " and ", nag);
     uses[cfg].pcus += u.pcus;
     uses[cfg].pmus += u.pmus;
     uses[cfg].agcus += u.agcus;
@@ -223,9 +229,10 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     if (p < 0) continue;
     for (int c : g.consumers_of(int(b)))
       if (cfg_of[c] < cfg_of[p])
-        throw not_supported("splitting the loop-carried buffer '" + g.buffers[b].name + "' across kernel calls (stage '" +
-                            g.stages[c].name + "' in call " + std::to_string(cfg_of[c] + 1) + " reads what stage '" +
-                            g.stages[p].name + "' writes in call " + std::to_string(cfg_of[p] + 1) +
+        throw not_supported("splitting the loop-carried buffer '" + g.buffers[b].name +
+                            "' across kernel calls (stage '" + g.stages[c].name + "' in call " +
+                            std::to_string(cfg_of[c] + 1) + " reads what stage '" + g.stages[p].name +
+                            "' writes in call " + std::to_string(cfg_of[p] + 1) +
                             "); use a larger architecture or less parallelism");
   }
   // Build one graph per configuration.
@@ -261,7 +268,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
         // ordering tokens from an earlier kernel call: that call has finished, so they are all there
         if (int p = g.producer_of(in.buffer); g.buffers[in.buffer].control && p >= 0 && cfg_of[p] < c) {
           int64_t need = s.iterations / in.reuse;
-          sg.buffers.push_back(Buffer{"ready: " + g.buffers[in.buffer].name, 4, int(std::max<int64_t>(1, need)), need, true});
+          sg.buffers.push_back(
+              Buffer{"ready: " + g.buffers[in.buffer].name, 4, int(std::max<int64_t>(1, need)), need, true});
           sg.initial_data.resize(sg.buffers.size());
           sg.initial_data.back().assign(size_t(need), 0.f);
           in.buffer = int(sg.buffers.size()) - 1;
@@ -287,7 +295,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
             int64_t el = g.buffers[ob].elems();
             ld.kernel = [el](StageIO& io) {
               std::copy_n(io.tensor + io.iter * el, el, io.out[0]);
-              if (io.iter < int64_t(io.tensor_objs->size())) *io.out_obj[0] = (*io.tensor_objs)[size_t(io.iter)];
+              if (io.iter < int64_t(io.tensor_objs->size()))
+                *io.out_obj[0] = (*io.tensor_objs)[size_t(io.iter)];
             };
             sg.stages.push_back(std::move(ld));
             cf.original_stage.push_back(-1);
@@ -349,9 +358,10 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     int mem_stages = 0;
     for (auto& s : sg.stages) mem_stages += s.kind != StageKind::Compute;
     const double mem_bpc = a.memory().peak_gbs() / a.clock_ghz;
-    const int per_stream = int(std::clamp<int64_t>(std::min<int64_t>(nag / std::max(1, mem_stages),
-                                                                       cdiv(int64_t(std::ceil(mem_bpc)), a.memory().burst_bytes)),
-                                                   1, nag));
+    const int per_stream =
+        int(std::clamp<int64_t>(std::min<int64_t>(nag / std::max(1, mem_stages),
+                                                  cdiv(int64_t(std::ceil(mem_bpc)), a.memory().burst_bytes)),
+                                1, nag));
     for (auto& s : sg.stages) {
       cf.stages.push_back(map_stage(a, sg, s, s.par));
       cf.pcus += cf.stages.back().pcus;
@@ -359,8 +369,8 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       cf.agcus += cf.stages.back().agcus;
     }
     if (cf.agcus > nag) {
-      out.notes.push_back("kernel call " + std::to_string(c + 1) + ": " + std::to_string(mem_stages) + " memory streams share " +
-                          std::to_string(nag) + " AGCUs");
+      out.notes.push_back("kernel call " + std::to_string(c + 1) + ": " + std::to_string(mem_stages) +
+                          " memory streams share " + std::to_string(nag) + " AGCUs");
       cf.agcus = nag;
     }
     for (auto& b : sg.buffers) {

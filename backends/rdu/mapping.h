@@ -11,28 +11,28 @@
 namespace mp::rdu {
 
 struct StageMap {
-  std::string mode;        // "simd", "systolic", "agcu"
-  int chain = 1;           // PCUs in series (ops / pcu.stages)
-  int pcus = 0;            // chain x par
-  int par = 1;             // copies actually used (may be lowered to fit the chip)
-  int64_t ii = 1;          // cycles between iterations (initiation interval) on the fabric
-  int64_t latency = 0;     // pipeline fill: cycles from the end of ii to the output token
-  int agcus = 0;           // loads and stores: AGCUs sharing the stream (each issues one burst per cycle)
+  std::string mode;     // "simd", "systolic", "agcu"
+  int chain = 1;        // PCUs in series (ops / pcu.stages)
+  int pcus = 0;         // chain x par
+  int par = 1;          // copies actually used (may be lowered to fit the chip)
+  int64_t ii = 1;       // cycles between iterations (initiation interval) on the fabric
+  int64_t latency = 0;  // pipeline fill: cycles from the end of ii to the output token
+  int agcus = 0;        // loads and stores: AGCUs sharing the stream (each issues one burst per cycle)
 };
 
 struct BufferMap {
-  int pmus = 0;            // PMUs holding depth x bytes (at least one)
+  int pmus = 0;  // PMUs holding depth x bytes (at least one)
   int nbuf = 2;
 };
 
 // One configuration of the fabric (one kernel call): a graph whose spills are loads and stores.
 struct Config {
   Graph graph;
-  std::vector<StageMap> stages;   // per stage of `graph`
-  std::vector<BufferMap> buffers; // per buffer of `graph`
+  std::vector<StageMap> stages;     // per stage of `graph`
+  std::vector<BufferMap> buffers;   // per buffer of `graph`
   std::vector<int> original_stage;  // index in the input graph, -1 for spill loads and stores
   int pcus = 0, pmus = 0, agcus = 0;
-  std::string why;                // why this configuration ends where it does (empty for the last)
+  std::string why;  // why this configuration ends where it does (empty for the last)
 };
 
 struct Mapping {

@@ -79,17 +79,20 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
     for (auto& in : S.inputs) {
       double d = double(g.buffers[in.buffer].bytes) / ii / copies;
       // a store stream: at most what the memory takes and the buffer's PMUs deliver, shared by its AGCUs
-      if (agcu) d = std::min({d * copies, mem_bpc, double(a.link_bytes) * cfg.buffers[in.buffer].pmus}) / copies;
+      if (agcu)
+        d = std::min({d * copies, mem_bpc, double(a.link_bytes) * cfg.buffers[in.buffer].pmus}) / copies;
       auto& bu = buf_units[in.buffer];
       if (bu.empty()) continue;  // control tokens
-      for (int c = 0; c < copies; ++c) P.nets.push_back({bu[c % bu.size()], stage_heads[s][c], d, int(s), {}});
+      for (int c = 0; c < copies; ++c)
+        P.nets.push_back({bu[c % bu.size()], stage_heads[s][c], d, int(s), {}});
     }
     for (int b : S.outputs) {
       double d = double(g.buffers[b].bytes) / double(S.accumulate) / ii / copies;
       if (agcu) d = std::min({d * copies, mem_bpc, double(a.link_bytes) * cfg.buffers[b].pmus}) / copies;
       auto& bu = buf_units[b];
       if (bu.empty()) continue;
-      for (int c = 0; c < copies; ++c) P.nets.push_back({stage_tails[s][c], bu[c % bu.size()], d, int(s), {}});
+      for (int c = 0; c < copies; ++c)
+        P.nets.push_back({stage_tails[s][c], bu[c % bu.size()], d, int(s), {}});
     }
   }
   // Sites.
@@ -114,15 +117,17 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
     for (size_t i = 0; i < P.units.size(); ++i)
       if (int(P.units[i].kind) == k) us.push_back(int(i));
     auto sites = sites_of(UnitKind(k));
-    MP_INTERNAL_CHECK(k == int(UnitKind::AGCU) || us.size() <= sites.size(), "more units than sites of kind ", k,
-                      " in configuration '", g.name, "'");
+    MP_INTERNAL_CHECK(k == int(UnitKind::AGCU) || us.size() <= sites.size(), "more units than sites of kind ",
+                      k, " in configuration '", g.name, "'");
     std::shuffle(sites.begin(), sites.end(), rng);
     const bool shared = us.size() > sites.size();
     for (size_t i = 0; i < us.size(); ++i) {
       auto& u = P.units[size_t(us[i])];
       u.x = sites[i % sites.size()].first, u.y = sites[i % sites.size()].second;
-      if (shared) fixed[size_t(us[i])] = true;
-      else occ[{u.x, u.y}] = us[i];
+      if (shared)
+        fixed[size_t(us[i])] = true;
+      else
+        occ[{u.x, u.y}] = us[i];
     }
   }
 
@@ -176,7 +181,8 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
     if (uj == ui || (uj >= 0 && fixed[size_t(uj)])) continue;
     touched.clear();
     for (int n : nets_of[ui]) touched.push_back(n);
-    if (uj >= 0) for (int n : nets_of[uj]) touched.push_back(n);
+    if (uj >= 0)
+      for (int n : nets_of[uj]) touched.push_back(n);
     std::sort(touched.begin(), touched.end());
     touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
     double before = 0, after = 0;
@@ -209,7 +215,8 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   std::fill(usage.begin(), usage.end(), 0.0);
   std::vector<int> order(P.nets.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
-  std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return P.nets[x].demand > P.nets[y].demand; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int x, int y) { return P.nets[x].demand > P.nets[y].demand; });
   const int S = a.rows * a.cols;
   std::vector<double> dist(size_t(S), 1e300);
   std::vector<int> prev(size_t(S), -1);
@@ -292,7 +299,8 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
       worst = std::max(worst, P.link_load[l]);
     }
     // Loads and stores are paced by memory, not by their (nominal) initiation interval.
-    if (worst > 1 && g.stages[N.stage].kind == StageKind::Compute) P.stage_slowdown[N.stage] = std::max(P.stage_slowdown[N.stage], worst);
+    if (worst > 1 && g.stages[N.stage].kind == StageKind::Compute)
+      P.stage_slowdown[N.stage] = std::max(P.stage_slowdown[N.stage], worst);
   }
   return P;
 }

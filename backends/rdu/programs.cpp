@@ -13,7 +13,8 @@ namespace {
 
 int64_t need_div(const std::string& prog, const char* what, int64_t n, const char* tile_name, int64_t t) {
   MP_USER_CHECK(t > 0 && n > 0, prog, ": ", what, " and ", tile_name, " must be positive");
-  MP_USER_CHECK(n % t == 0, prog, ": ", tile_name, "=", t, " does not divide ", what, "=", n, "; choose a tile that divides it");
+  MP_USER_CHECK(n % t == 0, prog, ": ", tile_name, "=", t, " does not divide ", what, "=", n,
+                "; choose a tile that divides it");
   return n / t;
 }
 
@@ -32,16 +33,20 @@ Stage mem_stage(StageKind kind, std::string name, int tensor, int buffer, int64_
   s.iterations = iterations;
   s.tensor = tensor;
   s.access = acc;
-  if (kind == StageKind::Load) s.outputs = {buffer};
-  else s.inputs = {{buffer, 1}};
+  if (kind == StageKind::Load)
+    s.outputs = {buffer};
+  else
+    s.inputs = {{buffer, 1}};
   s.kernel = [acc, kind](StageIO& io) {
     int64_t base = acc.offset + (acc.base ? acc.base(io.iter) : (io.iter % acc.wrap) * acc.iter_stride);
     int64_t row = acc.row_bytes / 4;
     for (int64_t r = 0; r < acc.rows; ++r) {
       int64_t at = (base + r * acc.row_stride) / 4;
       MP_INTERNAL_CHECK(at >= 0 && at + row <= io.tensor_elems, "access outside its tensor");
-      if (kind == StageKind::Load) std::copy_n(io.tensor + at, row, io.out[0] + r * row);
-      else std::copy_n(io.in[0] + r * row, row, io.tensor + at);
+      if (kind == StageKind::Load)
+        std::copy_n(io.tensor + at, row, io.out[0] + r * row);
+      else
+        std::copy_n(io.in[0] + r * row, row, io.tensor + at);
     }
   };
   return s;
@@ -54,8 +59,8 @@ Access contiguous(int64_t bytes) {
   return a;
 }
 
-Stage compute(std::string name, int64_t iterations, std::vector<Input> in, std::vector<int> out, int64_t elements, int ops,
-              Kernel k) {
+Stage compute(std::string name, int64_t iterations, std::vector<Input> in, std::vector<int> out,
+              int64_t elements, int ops, Kernel k) {
   Stage s;
   s.name = std::move(name);
   s.iterations = iterations;
@@ -97,7 +102,8 @@ Graph dotproduct(const Params& p, bool data, uint64_t seed) {
 }
 
 // -------------------------------------------------------------------------------------------- OuterProduct
-// METAPIPE(M / tm) { a = LOAD_TILE(A); METAPIPE(N / tn) { b = LOAD_TILE(B); c = Map(a x b); STORE_TILE(C, c) } }
+// METAPIPE(M / tm) { a = LOAD_TILE(A); METAPIPE(N / tn) { b = LOAD_TILE(B); c = Map(a x b); STORE_TILE(C, c)
+// } }
 Graph outerproduct(const Params& p, bool data, uint64_t seed) {
   int64_t M = p.at("M"), N = p.at("N"), tm = p.at("tm"), tn = p.at("tn");
   int64_t I = need_div("outerproduct", "M", M, "tm", tm), J = need_div("outerproduct", "N", N, "tn", tn);
@@ -109,7 +115,8 @@ Graph outerproduct(const Params& p, bool data, uint64_t seed) {
     g.tensors[A].host = rnd(M, r, -1, 1);
     g.tensors[B].host = rnd(N, r, -1, 1);
   }
-  int a = g.add_buffer("a_tile", tm * 4), b = g.add_buffer("b_tile", tn * 4), c = g.add_buffer("c_tile", tm * tn * 4);
+  int a = g.add_buffer("a_tile", tm * 4), b = g.add_buffer("b_tile", tn * 4),
+      c = g.add_buffer("c_tile", tm * tn * 4);
   g.add_stage(mem_stage(StageKind::Load, "load A", A, a, I, contiguous(tm * 4)));
   Access ab = contiguous(tn * 4);
   ab.base = [J, tn](int64_t it) { return (it % J) * tn * 4; };
@@ -130,7 +137,8 @@ Graph outerproduct(const Params& p, bool data, uint64_t seed) {
 }
 
 // ------------------------------------------------------------------------------------------------ TPC-H Q6
-// METAPIPE(N / ts) { 4 x LOAD_TILE; rev += Reduce(+, Map(filter(date, discount, quantity) ? price * discount : 0)) }
+// METAPIPE(N / ts) { 4 x LOAD_TILE; rev += Reduce(+, Map(filter(date, discount, quantity) ? price * discount
+// : 0)) }
 constexpr float kQ6DateLo = 731, kQ6DateHi = 731 + 365;  // 1994-01-01 .. 1995-01-01 in days since 1992-01-01
 Graph tpchq6(const Params& p, bool data, uint64_t seed) {
   int64_t N = p.at("N"), ts = p.at("ts");
@@ -155,16 +163,20 @@ Graph tpchq6(const Params& p, bool data, uint64_t seed) {
   }
   for (int k = 0; k < 4; ++k) b[k] = g.add_buffer(std::string(cols[k]) + "_tile", ts * 4);
   int acc = g.add_buffer("revenue_acc", 4);
-  for (int k = 0; k < 4; ++k) g.add_stage(mem_stage(StageKind::Load, std::string("load ") + cols[k], t[k], b[k], T, contiguous(ts * 4)));
-  Stage f = compute("filter+reduce", T, {{b[0], 1}, {b[1], 1}, {b[2], 1}, {b[3], 1}}, {acc}, ts, 9, [ts, T](StageIO& io) {
-    if (io.iter % T == 0) io.out[0][0] = 0;
-    float s = 0;
-    for (int64_t i = 0; i < ts; ++i) {
-      float qn = io.in[0][i], dc = io.in[1][i], dt = io.in[2][i], pr = io.in[3][i];
-      if (dt >= kQ6DateLo && dt < kQ6DateHi && dc >= 0.05f - 1e-6f && dc <= 0.07f + 1e-6f && qn < 24) s += pr * dc;
-    }
-    io.out[0][0] += s;
-  });
+  for (int k = 0; k < 4; ++k)
+    g.add_stage(
+        mem_stage(StageKind::Load, std::string("load ") + cols[k], t[k], b[k], T, contiguous(ts * 4)));
+  Stage f = compute(
+      "filter+reduce", T, {{b[0], 1}, {b[1], 1}, {b[2], 1}, {b[3], 1}}, {acc}, ts, 9, [ts, T](StageIO& io) {
+        if (io.iter % T == 0) io.out[0][0] = 0;
+        float s = 0;
+        for (int64_t i = 0; i < ts; ++i) {
+          float qn = io.in[0][i], dc = io.in[1][i], dt = io.in[2][i], pr = io.in[3][i];
+          if (dt >= kQ6DateLo && dt < kQ6DateHi && dc >= 0.05f - 1e-6f && dc <= 0.07f + 1e-6f && qn < 24)
+            s += pr * dc;
+        }
+        io.out[0][0] += s;
+      });
   f.accumulate = T;
   f.par = int(p.at("par"));
   g.add_stage(std::move(f));
@@ -172,17 +184,21 @@ Graph tpchq6(const Params& p, bool data, uint64_t seed) {
   return g;
 }
 
-// ----------------------------------------------------------------------------------------------- BlackScholes
-// METAPIPE(N / ts) { 6 x LOAD_TILE; price = Map(black_scholes, ...); STORE_TILE(price) }  (PARSEC's formula)
-template <class F> F cndf(F x) {
+// -----------------------------------------------------------------------------------------------
+// BlackScholes METAPIPE(N / ts) { 6 x LOAD_TILE; price = Map(black_scholes, ...); STORE_TILE(price) }
+// (PARSEC's formula)
+template <class F>
+F cndf(F x) {
   bool neg = x < 0;
   x = std::abs(x);
   F k = F(1) / (F(1) + F(0.2316419) * x);
-  F poly = k * (F(0.319381530) + k * (F(-0.356563782) + k * (F(1.781477937) + k * (F(-1.821255978) + k * F(1.330274429)))));
+  F poly = k * (F(0.319381530) +
+                k * (F(-0.356563782) + k * (F(1.781477937) + k * (F(-1.821255978) + k * F(1.330274429)))));
   F n = F(1) - std::exp(F(-0.5) * x * x) * F(0.39894228040143270286) * poly;
   return neg ? F(1) - n : n;
 }
-template <class F> F black_scholes(F type, F s, F k, F r, F v, F t) {
+template <class F>
+F black_scholes(F type, F s, F k, F r, F v, F t) {
   F sq = std::sqrt(t);
   F d1 = ((r + F(0.5) * v * v) * t + std::log(s / k)) / (v * sq);
   F d2 = d1 - v * sq;
@@ -211,12 +227,15 @@ Graph blackscholes(const Params& p, bool data, uint64_t seed) {
   }
   for (int k = 0; k < 6; ++k) b[k] = g.add_buffer(std::string(kBsCols[k]) + "_tile", ts * 4);
   int out = g.add_buffer("price_tile", ts * 4);
-  for (int k = 0; k < 6; ++k) g.add_stage(mem_stage(StageKind::Load, std::string("load ") + kBsCols[k], t[k], b[k], T, contiguous(ts * 4)));
+  for (int k = 0; k < 6; ++k)
+    g.add_stage(
+        mem_stage(StageKind::Load, std::string("load ") + kBsCols[k], t[k], b[k], T, contiguous(ts * 4)));
   std::vector<Input> in;
   for (int k = 0; k < 6; ++k) in.push_back({b[k], 1});
   Stage c = compute("black-scholes", T, in, {out}, ts, kBlackScholesOps, [ts](StageIO& io) {
     for (int64_t i = 0; i < ts; ++i)
-      io.out[0][i] = black_scholes<float>(io.in[0][i], io.in[1][i], io.in[2][i], io.in[3][i], io.in[4][i], io.in[5][i]);
+      io.out[0][i] =
+          black_scholes<float>(io.in[0][i], io.in[1][i], io.in[2][i], io.in[3][i], io.in[4][i], io.in[5][i]);
   });
   c.par = int(p.at("par"));
   g.add_stage(std::move(c));
@@ -225,10 +244,12 @@ Graph blackscholes(const Params& p, bool data, uint64_t seed) {
 }
 
 // ------------------------------------------------------------------------------------------------------ GEMM
-// Blocked (Spatial's GEMM): METAPIPE(M/mm, N/nn) { METAPIPE(K/kk) { a, b = LOAD_TILE; c += MatMul(a, b) }; STORE_TILE(C, c) }
+// Blocked (Spatial's GEMM): METAPIPE(M/mm, N/nn) { METAPIPE(K/kk) { a, b = LOAD_TILE; c += MatMul(a, b) };
+// STORE_TILE(C, c) }
 Graph gemm(const Params& p, bool data, uint64_t seed) {
   int64_t M = p.at("M"), N = p.at("N"), K = p.at("K"), mm = p.at("mm"), nn = p.at("nn"), kk = p.at("kk");
-  int64_t I = need_div("gemm", "M", M, "mm", mm), J = need_div("gemm", "N", N, "nn", nn), KT = need_div("gemm", "K", K, "kk", kk);
+  int64_t I = need_div("gemm", "M", M, "mm", mm), J = need_div("gemm", "N", N, "nn", nn),
+          KT = need_div("gemm", "K", K, "kk", kk);
   Graph g;
   g.name = "gemm";
   int A = g.add_tensor("A", M * K * 4), B = g.add_tensor("B", K * N * 4), C = g.add_tensor("C", M * N * 4);
@@ -237,7 +258,8 @@ Graph gemm(const Params& p, bool data, uint64_t seed) {
     g.tensors[A].host = rnd(M * K, r, -1, 1);
     g.tensors[B].host = rnd(K * N, r, -1, 1);
   }
-  int a = g.add_buffer("a_tile", mm * kk * 4), b = g.add_buffer("b_tile", kk * nn * 4), c = g.add_buffer("c_tile", mm * nn * 4);
+  int a = g.add_buffer("a_tile", mm * kk * 4), b = g.add_buffer("b_tile", kk * nn * 4),
+      c = g.add_buffer("c_tile", mm * nn * 4);
   Access aa;
   aa.rows = mm, aa.row_bytes = kk * 4, aa.row_stride = K * 4;
   aa.base = [J, KT, mm, kk, K](int64_t it) { return ((it / (J * KT)) * mm * K + (it % KT) * kk) * 4; };
@@ -318,8 +340,8 @@ Graph matmul51(const Params& p, bool data, uint64_t seed) {
 }
 
 // ------------------------------------------------------------------------------------------------------- GDA
-// METAPIPE(R / rt) { x = LOAD_TILE(X); y = LOAD_TILE(Y); d = Zip(-, x, y ? mu1 : mu0); sigma += MatMul(d^T, d) };
-// STORE(sigma)   (slide 50: slice a row, subtract the class mean, outer product, accumulate)
+// METAPIPE(R / rt) { x = LOAD_TILE(X); y = LOAD_TILE(Y); d = Zip(-, x, y ? mu1 : mu0); sigma += MatMul(d^T,
+// d) }; STORE(sigma)   (slide 50: slice a row, subtract the class mean, outer product, accumulate)
 Graph gda(const Params& p, bool data, uint64_t seed) {
   int64_t R = p.at("R"), C = p.at("C"), rt = p.at("rt");
   int64_t T = need_div("gda", "R", R, "rt", rt);
@@ -334,8 +356,9 @@ Graph gda(const Params& p, bool data, uint64_t seed) {
     for (auto& y : g.tensors[Y].host) y = std::floor(y);
     g.tensors[MU].host = rnd(2 * C, r, -0.5f, 0.5f);
   }
-  int x = g.add_buffer("x_tile", rt * C * 4), y = g.add_buffer("y_tile", rt * 4), mu = g.add_buffer("mu", 2 * C * 4),
-      d = g.add_buffer("diff", rt * C * 4), s = g.add_buffer("sigma_acc", C * C * 4);
+  int x = g.add_buffer("x_tile", rt * C * 4), y = g.add_buffer("y_tile", rt * 4),
+      mu = g.add_buffer("mu", 2 * C * 4), d = g.add_buffer("diff", rt * C * 4),
+      s = g.add_buffer("sigma_acc", C * C * 4);
   g.add_stage(mem_stage(StageKind::Load, "load X", X, x, T, contiguous(rt * C * 4)));
   g.add_stage(mem_stage(StageKind::Load, "load Y", Y, y, T, contiguous(rt * 4)));
   g.add_stage(mem_stage(StageKind::Load, "load mu", MU, mu, 1, contiguous(2 * C * 4)));
@@ -368,7 +391,8 @@ Graph gda(const Params& p, bool data, uint64_t seed) {
 }
 
 // ---------------------------------------------------------------------------------------------------- Kmeans
-// METAPIPE(iters) { METAPIPE(N / pt) { pts = LOAD_TILE(P); a = argmin_k |pts - cent_k|^2; sums += Scatter(a, pts) };
+// METAPIPE(iters) { METAPIPE(N / pt) { pts = LOAD_TILE(P); a = argmin_k |pts - cent_k|^2; sums += Scatter(a,
+// pts) };
 //   cent = sums / counts }   The centroids are a loop-carried buffer (one initial token: the first K points).
 Graph kmeans(const Params& p, bool data, uint64_t seed) {
   int64_t iters = p.at("iters"), K = p.at("K"), D = p.at("D"), N = p.at("N"), pt = p.at("pt");
@@ -382,11 +406,14 @@ Graph kmeans(const Params& p, bool data, uint64_t seed) {
     g.tensors[P].host = rnd(N * D, r, -1, 1);
   }
   int pts = g.add_buffer("pts_tile", pt * D * 4), cent = g.add_buffer("centroids", K * D * 4),
-      asg = g.add_buffer("assign", pt * 4), sums = g.add_buffer("sums", K * (D + 1) * 4), out = g.add_buffer("out", K * D * 4);
+      asg = g.add_buffer("assign", pt * 4), sums = g.add_buffer("sums", K * (D + 1) * 4),
+      out = g.add_buffer("out", K * D * 4);
   g.buffers[cent].initial_tokens = 1;
   g.initial_data.resize(g.buffers.size());
-  if (data) g.initial_data[cent].assign(g.tensors[P].host.begin(), g.tensors[P].host.begin() + K * D);
-  else g.initial_data[cent].assign(size_t(K * D), 0.f);
+  if (data)
+    g.initial_data[cent].assign(g.tensors[P].host.begin(), g.tensors[P].host.begin() + K * D);
+  else
+    g.initial_data[cent].assign(size_t(K * D), 0.f);
   Access ap = contiguous(pt * D * 4);
   ap.wrap = T;
   g.add_stage(mem_stage(StageKind::Load, "load points", P, pts, iters * T, ap));
@@ -413,15 +440,16 @@ Graph kmeans(const Params& p, bool data, uint64_t seed) {
     }
   };
   g.add_stage(std::move(d));
-  Stage acc = compute("accumulate", iters * T, {{pts, 1}, {asg, 1}}, {sums}, pt * D, 2, [pt, K, D, T](StageIO& io) {
-    float* s = io.out[0];
-    if (io.iter % T == 0) std::fill_n(s, K * (D + 1), 0.f);
-    for (int64_t i = 0; i < pt; ++i) {
-      int64_t k = int64_t(io.in[1][i]);
-      for (int64_t j = 0; j < D; ++j) s[k * (D + 1) + j] += io.in[0][i * D + j];
-      s[k * (D + 1) + D] += 1;
-    }
-  });
+  Stage acc =
+      compute("accumulate", iters * T, {{pts, 1}, {asg, 1}}, {sums}, pt * D, 2, [pt, K, D, T](StageIO& io) {
+        float* s = io.out[0];
+        if (io.iter % T == 0) std::fill_n(s, K * (D + 1), 0.f);
+        for (int64_t i = 0; i < pt; ++i) {
+          int64_t k = int64_t(io.in[1][i]);
+          for (int64_t j = 0; j < D; ++j) s[k * (D + 1) + j] += io.in[0][i * D + j];
+          s[k * (D + 1) + D] += 1;
+        }
+      });
   acc.accumulate = T;
   g.add_stage(std::move(acc));
   g.add_stage(compute("update", iters, {{sums, 1}, {cent, 1}}, {cent, out}, K * D, 2, [K, D](StageIO& io) {
@@ -465,7 +493,8 @@ Ref ref_q6(const Graph& g, const Params&) {
   auto &q = host(g, "quantity"), &d = host(g, "discount"), &t = host(g, "shipdate"), &p = host(g, "price");
   double s = 0;
   for (size_t i = 0; i < q.size(); ++i)
-    if (t[i] >= kQ6DateLo && t[i] < kQ6DateHi && d[i] >= 0.05f - 1e-6f && d[i] <= 0.07f + 1e-6f && q[i] < 24) s += double(p[i]) * d[i];
+    if (t[i] >= kQ6DateLo && t[i] < kQ6DateHi && d[i] >= 0.05f - 1e-6f && d[i] <= 0.07f + 1e-6f && q[i] < 24)
+      s += double(p[i]) * d[i];
   return {{"revenue", {s}}};
 }
 Ref ref_bs(const Graph& g, const Params&) {
@@ -476,7 +505,8 @@ Ref ref_bs(const Graph& g, const Params&) {
     out[i] = black_scholes<double>((*c[0])[i], (*c[1])[i], (*c[2])[i], (*c[3])[i], (*c[4])[i], (*c[5])[i]);
   return {{"price", out}};
 }
-std::vector<double> naive_mm(const std::vector<float>& A, const std::vector<float>& B, int64_t M, int64_t N, int64_t K) {
+std::vector<double> naive_mm(const std::vector<float>& A, const std::vector<float>& B, int64_t M, int64_t N,
+                             int64_t K) {
   std::vector<double> C(size_t(M * N), 0.0);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -486,7 +516,9 @@ std::vector<double> naive_mm(const std::vector<float>& A, const std::vector<floa
     }
   return C;
 }
-Ref ref_gemm(const Graph& g, const Params& p) { return {{"C", naive_mm(host(g, "A"), host(g, "B"), p.at("M"), p.at("N"), p.at("K"))}}; }
+Ref ref_gemm(const Graph& g, const Params& p) {
+  return {{"C", naive_mm(host(g, "A"), host(g, "B"), p.at("M"), p.at("N"), p.at("K"))}};
+}
 Ref ref_gda(const Graph& g, const Params& p) {
   int64_t R = p.at("R"), C = p.at("C");
   auto &x = host(g, "X"), &y = host(g, "Y"), &mu = host(g, "mu");
@@ -494,7 +526,8 @@ Ref ref_gda(const Graph& g, const Params& p) {
   for (int64_t r = 0; r < R; ++r) {
     const float* m = mu.data() + (y[r] > 0.5f ? C : 0);
     for (int64_t i = 0; i < C; ++i)
-      for (int64_t j = 0; j < C; ++j) s[i * C + j] += (double(x[r * C + i]) - m[i]) * (double(x[r * C + j]) - m[j]);
+      for (int64_t j = 0; j < C; ++j)
+        s[i * C + j] += (double(x[r * C + i]) - m[i]) * (double(x[r * C + j]) - m[j]);
   }
   return {{"sigma", s}};
 }
@@ -529,26 +562,54 @@ Ref ref_kmeans(const Graph& g, const Params& p) {
 
 const std::vector<GraphProgram>& graph_programs() {
   static const std::vector<GraphProgram> p = {
-      {"dotproduct", "DotProduct (Plasticine/Spatial): Reduce(+, Zip(*)) over tiles of two vectors",
-       {{"N", 1 << 24}, {"ts", 16384}, {"par", 4}}, {{"N", 8192}, {"ts", 1024}, {"par", 2}}, dotproduct, ref_dot},
-      {"outerproduct", "OuterProduct: C = a b^T, tiles of a reused across the inner loop",
-       {{"M", 2048}, {"N", 2048}, {"tm", 64}, {"tn", 256}, {"par", 4}}, {{"M", 64}, {"N", 96}, {"tm", 16}, {"tn", 32}, {"par", 2}},
-       outerproduct, ref_outer},
-      {"tpchq6", "TPC-H Query 6: filter on date, discount and quantity, reduce price x discount",
-       {{"N", 1 << 24}, {"ts", 16384}, {"par", 4}}, {{"N", 8192}, {"ts", 1024}, {"par", 2}}, tpchq6, ref_q6},
-      {"blackscholes", "BlackScholes option pricing (PARSEC's formula), streaming 6 inputs and 1 output",
-       {{"N", 960000}, {"ts", 6400}, {"par", 1}}, {{"N", 4096}, {"ts", 512}, {"par", 1}}, blackscholes, ref_bs},
-      {"gemm", "GEMM blocked over M, N and K (Spatial's GEMM), C tile accumulated on chip",
+      {"dotproduct",
+       "DotProduct (Plasticine/Spatial): Reduce(+, Zip(*)) over tiles of two vectors",
+       {{"N", 1 << 24}, {"ts", 16384}, {"par", 4}},
+       {{"N", 8192}, {"ts", 1024}, {"par", 2}},
+       dotproduct,
+       ref_dot},
+      {"outerproduct",
+       "OuterProduct: C = a b^T, tiles of a reused across the inner loop",
+       {{"M", 2048}, {"N", 2048}, {"tm", 64}, {"tn", 256}, {"par", 4}},
+       {{"M", 64}, {"N", 96}, {"tm", 16}, {"tn", 32}, {"par", 2}},
+       outerproduct,
+       ref_outer},
+      {"tpchq6",
+       "TPC-H Query 6: filter on date, discount and quantity, reduce price x discount",
+       {{"N", 1 << 24}, {"ts", 16384}, {"par", 4}},
+       {{"N", 8192}, {"ts", 1024}, {"par", 2}},
+       tpchq6,
+       ref_q6},
+      {"blackscholes",
+       "BlackScholes option pricing (PARSEC's formula), streaming 6 inputs and 1 output",
+       {{"N", 960000}, {"ts", 6400}, {"par", 1}},
+       {{"N", 4096}, {"ts", 512}, {"par", 1}},
+       blackscholes,
+       ref_bs},
+      {"gemm",
+       "GEMM blocked over M, N and K (Spatial's GEMM), C tile accumulated on chip",
        {{"M", 1024}, {"N", 1024}, {"K", 1024}, {"mm", 128}, {"nn", 128}, {"kk", 128}, {"par", 4}},
-       {{"M", 64}, {"N", 64}, {"K", 96}, {"mm", 32}, {"nn", 32}, {"kk", 32}, {"par", 2}}, gemm, ref_gemm},
-      {"gda", "Gaussian Discriminant Analysis (slide 50): subtract class mean, outer product, accumulate",
-       {{"R", 65536}, {"C", 64}, {"rt", 256}, {"par", 4}}, {{"R", 256}, {"C", 16}, {"rt", 32}, {"par", 2}}, gda, ref_gda},
-      {"kmeans", "Kmeans: distances and argmin per point tile, centroid sums, update (loop-carried centroids)",
+       {{"M", 64}, {"N", 64}, {"K", 96}, {"mm", 32}, {"nn", 32}, {"kk", 32}, {"par", 2}},
+       gemm,
+       ref_gemm},
+      {"gda",
+       "Gaussian Discriminant Analysis (slide 50): subtract class mean, outer product, accumulate",
+       {{"R", 65536}, {"C", 64}, {"rt", 256}, {"par", 4}},
+       {{"R", 256}, {"C", 16}, {"rt", 32}, {"par", 2}},
+       gda,
+       ref_gda},
+      {"kmeans",
+       "Kmeans: distances and argmin per point tile, centroid sums, update (loop-carried centroids)",
        {{"iters", 4}, {"K", 16}, {"D", 32}, {"N", 65536}, {"pt", 1024}, {"par", 4}},
-       {{"iters", 2}, {"K", 4}, {"D", 8}, {"N", 512}, {"pt", 64}, {"par", 2}}, kmeans, ref_kmeans},
-      {"matmul", "the slide-51 matmul: outer loop over MM x K strips of A, inner over K x NN strips of B",
+       {{"iters", 2}, {"K", 4}, {"D", 8}, {"N", 512}, {"pt", 64}, {"par", 2}},
+       kmeans,
+       ref_kmeans},
+      {"matmul",
+       "the slide-51 matmul: outer loop over MM x K strips of A, inner over K x NN strips of B",
        {{"M", 1024}, {"N", 1024}, {"K", 1024}, {"MM", 256}, {"NN", 64}, {"row_par", 4}, {"depth", 2}},
-       {{"M", 64}, {"N", 64}, {"K", 32}, {"MM", 32}, {"NN", 16}, {"row_par", 4}, {"depth", 2}}, matmul51, ref_gemm},
+       {{"M", 64}, {"N", 64}, {"K", 32}, {"MM", 32}, {"NN", 16}, {"row_par", 4}, {"depth", 2}},
+       matmul51,
+       ref_gemm},
   };
   return p;
 }
@@ -575,7 +636,8 @@ Params resolve_params(const GraphProgram& p, const std::vector<std::string>& set
     }
     char* end = nullptr;
     long long x = std::strtoll(v.c_str(), &end, 10);
-    MP_USER_CHECK(!v.empty() && *end == 0 && x > 0, "--set ", k, " expects a positive integer, got '", v, "'");
+    MP_USER_CHECK(!v.empty() && *end == 0 && x > 0, "--set ", k, " expects a positive integer, got '", v,
+                  "'");
     it->second = x;
   }
   return out;

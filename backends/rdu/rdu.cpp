@@ -19,7 +19,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
   double pmu_time = 0;
   for (size_t c = 0; c < R.mapping.configs.size(); ++c) {
     Config& cf = R.mapping.configs[c];
-    if (!cf.why.empty()) R.split_reasons.push_back("kernel call " + std::to_string(c + 1) + " ends: " + cf.why);
+    if (!cf.why.empty())
+      R.split_reasons.push_back("kernel call " + std::to_string(c + 1) + " ends: " + cf.why);
     // Functional data flows between calls through the off-chip tensors (by name).
     if (opt.functional && c > 0)
       for (auto& t : cf.graph.tensors)
@@ -34,7 +35,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
       for (size_t s = 0; s < cf.stages.size(); ++s)
         if (P.stage_slowdown[s] > 1) {
           cf.stages[s].ii = int64_t(std::ceil(double(cf.stages[s].ii) * P.stage_slowdown[s]));
-          R.notes.push_back("stage '" + cf.graph.stages[s].name + "' slowed " + std::to_string(P.stage_slowdown[s]).substr(0, 4) +
+          R.notes.push_back("stage '" + cf.graph.stages[s].name + "' slowed " +
+                            std::to_string(P.stage_slowdown[s]).substr(0, 4) +
                             "x by an over-subscribed mesh link");
         }
       R.total_hops += P.total_hops;
@@ -68,7 +70,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
     for (auto& t : g.tensors)
       for (auto& cf : R.mapping.configs)
         for (auto& ct : cf.graph.tensors)
-          if (ct.name == t.name && (!ct.host.empty() || !ct.objs.empty())) t.host = ct.host, t.objs = ct.objs;  // last call wins
+          if (ct.name == t.name && (!ct.host.empty() || !ct.objs.empty()))
+            t.host = ct.host, t.objs = ct.objs;  // last call wins
   const double T = std::max(1.0, R.cycles);
   R.seconds = R.cycles / (a.clock_ghz * 1e9);
   R.pcu_util /= T * a.pcus();
@@ -79,7 +82,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
   R.store_bw_pct = R.seconds > 0 ? 100.0 * double(R.bytes_written) / R.seconds / peak_bps : 0;
   R.flops = g.total_flops();
   R.compute_roof_cycles = R.flops / a.peak_flops_per_cycle();
-  R.memory_roof_cycles = double(g.offchip_bytes(false) + g.offchip_bytes(true)) / (peak_bps / (a.clock_ghz * 1e9));
+  R.memory_roof_cycles =
+      double(g.offchip_bytes(false) + g.offchip_bytes(true)) / (peak_bps / (a.clock_ghz * 1e9));
   return R;
 }
 

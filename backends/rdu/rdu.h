@@ -21,14 +21,14 @@ struct RunOptions {
 
 struct RunResult {
   std::string program, arch;
-  double cycles = 0;        // all kernel calls, reconfiguration between calls included
+  double cycles = 0;  // all kernel calls, reconfiguration between calls included
   double seconds = 0;
   int kernel_calls = 1;
   std::vector<std::string> split_reasons;
   double pcu_util = 0, pmu_util = 0, agcu_util = 0;  // fractions of the whole chip over the run
   int pcus_used = 0, pmus_used = 0, agcus_used = 0;  // largest configuration
   int64_t bytes_read = 0, bytes_written = 0;
-  double load_bw_pct = 0, store_bw_pct = 0;          // achieved / peak of the program memory
+  double load_bw_pct = 0, store_bw_pct = 0;  // achieved / peak of the program memory
   double flops = 0;
   double compute_roof_cycles = 0, memory_roof_cycles = 0;
   int64_t bursts = 0, row_misses = 0, refreshes = 0, turnarounds = 0, events = 0;
@@ -38,7 +38,7 @@ struct RunResult {
   std::vector<StageStats> stages;
   std::vector<std::string> notes;
   Mapping mapping;
-  std::vector<Placement> placements;   // per configuration
+  std::vector<Placement> placements;  // per configuration
   std::vector<ConfigResult> configs;
 };
 

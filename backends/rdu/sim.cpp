@@ -26,7 +26,7 @@ struct Ev {
 struct Req {
   int stage;
   int64_t iter;
-  int64_t addr;    // channel-local address
+  int64_t addr;  // channel-local address
   bool write;
   double arrival;
   bool last_of_iter;  // stores: the iteration's data has left the PMU once this one is issued
@@ -54,11 +54,11 @@ struct Agcu {
 };
 
 struct StageState {
-  int64_t next = 0;          // next iteration to start
-  int64_t finished = 0;      // iterations whose outputs are complete
+  int64_t next = 0;      // next iteration to start
+  int64_t finished = 0;  // iterations whose outputs are complete
   double busy_until = 0;
-  double idle_from = 0;      // when the stage became able to start again
-  int last_block = 0;        // 1 input, 2 output
+  double idle_from = 0;  // when the stage became able to start again
+  int last_block = 0;    // 1 input, 2 output
   bool try_pending = false;
   double try_at = -1;
   std::unordered_map<int64_t, int64_t> bursts_left;  // loads/stores: per iteration in flight
@@ -68,19 +68,20 @@ struct StageState {
 };
 
 struct BufState {
-  int64_t avail = 0;      // tokens complete (initial tokens included)
+  int64_t avail = 0;  // tokens complete (initial tokens included)
   int producer = -1;
   std::vector<int> consumers;
-  std::vector<int> input_index;   // per consumer entry: which input of the consumer
-  std::vector<int64_t> released;  // per consumer entry: tokens fully read
-  std::vector<int64_t> done_ahead;  // tokens completed out of order (beyond avail)
-  std::vector<float> data;        // functional: depth x elems
+  std::vector<int> input_index;             // per consumer entry: which input of the consumer
+  std::vector<int64_t> released;            // per consumer entry: tokens fully read
+  std::vector<int64_t> done_ahead;          // tokens completed out of order (beyond avail)
+  std::vector<float> data;                  // functional: depth x elems
   std::vector<std::shared_ptr<void>> objs;  // functional: one object per slot
 };
 
 class Sim {
  public:
-  Sim(const Arch& a, Config& c, const SimOptions& o) : a_(a), cfg_(c), g_(c.graph), opt_(o), mem_(a.memory()) {
+  Sim(const Arch& a, Config& c, const SimOptions& o)
+      : a_(a), cfg_(c), g_(c.graph), opt_(o), mem_(a.memory()) {
     const double ghz = a.clock_ghz;
     burst_cycles_ = mem_.burst_bytes / (mem_.channel_gbs / ghz);  // bytes / (bytes per cycle)
     latency_ = mem_.latency_ns * ghz;
@@ -124,10 +125,12 @@ class Sim {
         bs_[b].data.assign(size_t(buf.depth) * buf.elems(), std::nanf(""));
         bs_[b].objs.assign(size_t(buf.depth), nullptr);
         if (buf.initial_tokens > 0) {
-          MP_INTERNAL_CHECK(b < g_.initial_data.size() && int64_t(g_.initial_data[b].size()) == buf.initial_tokens * buf.elems(),
+          MP_INTERNAL_CHECK(b < g_.initial_data.size() &&
+                                int64_t(g_.initial_data[b].size()) == buf.initial_tokens * buf.elems(),
                             "buffer '", buf.name, "' has initial tokens but no initial data");
           for (int64_t t = 0; t < buf.initial_tokens; ++t)
-            std::copy_n(g_.initial_data[b].begin() + t * buf.elems(), buf.elems(), bs_[b].data.begin() + (t % buf.depth) * buf.elems());
+            std::copy_n(g_.initial_data[b].begin() + t * buf.elems(), buf.elems(),
+                        bs_[b].data.begin() + (t % buf.depth) * buf.elems());
         }
       }
     }
@@ -153,12 +156,27 @@ class Sim {
       now_ = e.t;
       ++res_.events;
       switch (e.type) {
-        case TRY: st_[e.a].try_pending = false; try_fire(e.a); break;
-        case RELEASE: release(e.a, e.b); break;
-        case DONE: complete(e.a, e.b); break;
-        case AGCU_ISSUE: ag_[e.a].issue_pending = false; agcu_issue(e.a); break;
-        case CHAN_SERVE: chans_[e.a].serve_pending = false; serve(e.a); break;
-        case BURST_DONE: burst_done(e.a, e.b); break;
+        case TRY:
+          st_[e.a].try_pending = false;
+          try_fire(e.a);
+          break;
+        case RELEASE:
+          release(e.a, e.b);
+          break;
+        case DONE:
+          complete(e.a, e.b);
+          break;
+        case AGCU_ISSUE:
+          ag_[e.a].issue_pending = false;
+          agcu_issue(e.a);
+          break;
+        case CHAN_SERVE:
+          chans_[e.a].serve_pending = false;
+          serve(e.a);
+          break;
+        case BURST_DONE:
+          burst_done(e.a, e.b);
+          break;
       }
     }
     for (size_t s = 0; s < g_.stages.size(); ++s) {
@@ -167,14 +185,15 @@ class Sim {
         for (size_t k = 0; k < g_.stages.size(); ++k)
           detail += "\n  " + g_.stages[k].name + ": started " + std::to_string(st_[k].next) + ", finished " +
                     std::to_string(st_[k].finished) + " of " + std::to_string(g_.stages[k].iterations);
-        fail_internal("simulation of '", g_.name, "' deadlocked at cycle ", int64_t(now_), " (stage '", g_.stages[s].name,
-                      "' cannot proceed):", detail);
+        fail_internal("simulation of '", g_.name, "' deadlocked at cycle ", int64_t(now_), " (stage '",
+                      g_.stages[s].name, "' cannot proceed):", detail);
       }
     }
     res_.cycles = end_;
     for (size_t s = 0; s < g_.stages.size(); ++s) {
       res_.pcu_busy += res_.stages[s].busy * cfg_.stages[s].pcus;
-      if (g_.stages[s].kind != StageKind::Compute) res_.agcu_busy += res_.stages[s].busy * std::max(1, cfg_.stages[s].agcus);
+      if (g_.stages[s].kind != StageKind::Compute)
+        res_.agcu_busy += res_.stages[s].busy * std::max(1, cfg_.stages[s].agcus);
     }
     return std::move(res_);
   }
@@ -206,10 +225,16 @@ class Sim {
     if (now_ < T.busy_until) return schedule_try(s, T.busy_until);
     int64_t i = T.next;
     for (auto& in : S.inputs)
-      if (bs_[in.buffer].avail <= i / in.reuse) { T.last_block = 1; return; }
+      if (bs_[in.buffer].avail <= i / in.reuse) {
+        T.last_block = 1;
+        return;
+      }
     if (i % S.accumulate == 0)
       for (int b : S.outputs)
-        if (out_token(s, i, b) - released_all(b) >= g_.buffers[b].depth) { T.last_block = 2; return; }
+        if (out_token(s, i, b) - released_all(b) >= g_.buffers[b].depth) {
+          T.last_block = 2;
+          return;
+        }
     fire(s, i);
   }
 
@@ -249,7 +274,8 @@ class Sim {
     if (R.first_start < 0) R.first_start = now_;
     double gap = now_ - std::max(T.idle_from, T.busy_until);
     // a load or store with requests in flight is busy, not stalled
-    if (i > 0 && gap > 0 && !(S.kind != StageKind::Compute && T.inflight > 0)) (T.last_block == 2 ? R.stall_output : R.stall_input) += gap;
+    if (i > 0 && gap > 0 && !(S.kind != StageKind::Compute && T.inflight > 0))
+      (T.last_block == 2 ? R.stall_output : R.stall_input) += gap;
     T.last_block = 0;
     T.next = i + 1;
     if (opt_.functional) run_kernel(s, i);
@@ -338,7 +364,10 @@ class Sim {
     const size_t window = std::min<size_t>(C.queue.size(), 16);
     for (size_t k = 0; k < window; ++k) {
       const Req& r = C.queue[k];
-      if (C.open_row[bank_of(r.addr)] == row_of(r.addr)) { pick = k; break; }
+      if (C.open_row[bank_of(r.addr)] == row_of(r.addr)) {
+        pick = k;
+        break;
+      }
     }
     Req r = C.queue[pick];
     C.queue.erase(C.queue.begin() + long(pick));

@@ -14,9 +14,9 @@ namespace mp::rdu {
 
 struct StageStats {
   std::string name;
-  std::string kind;   // load, store, compute
-  std::string mode;   // simd, systolic, agcu
-  int config = 0;     // kernel call index
+  std::string kind;  // load, store, compute
+  std::string mode;  // simd, systolic, agcu
+  int config = 0;    // kernel call index
   int pcus = 0;
   int64_t iterations = 0;
   int64_t ii = 0;
@@ -30,8 +30,8 @@ struct ConfigResult {
   double cycles = 0;
   int64_t bytes_read = 0, bytes_written = 0;  // useful bytes (what the program asked for)
   int64_t bursts = 0, row_misses = 0, refreshes = 0, turnarounds = 0;
-  double pcu_busy = 0;      // sum over stages of busy x pcus
-  double agcu_busy = 0;     // sum over AGCUs of busy cycles
+  double pcu_busy = 0;   // sum over stages of busy x pcus
+  double agcu_busy = 0;  // sum over AGCUs of busy cycles
   std::vector<StageStats> stages;
   int64_t events = 0;
 };

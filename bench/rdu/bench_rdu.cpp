@@ -15,7 +15,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// load -> `inner` compute stages with initiation intervals between 8 and 24 cycles -> store, over `iters` tiles
+// load -> `inner` compute stages with initiation intervals between 8 and 24 cycles -> store, over `iters`
+// tiles
 Graph long_pipeline(int inner, int64_t iters) {
   Graph g;
   g.name = "pipeline-" + std::to_string(inner + 2) + "-stages";
@@ -39,7 +40,8 @@ Graph long_pipeline(int inner, int64_t iters) {
     prev = next;
   }
   Stage st;
-  st.name = "store", st.kind = StageKind::Store, st.iterations = iters, st.tensor = out, st.inputs = {{prev, 1}};
+  st.name = "store", st.kind = StageKind::Store, st.iterations = iters, st.tensor = out,
+  st.inputs = {{prev, 1}};
   st.access.row_bytes = tile, st.access.iter_stride = tile;
   g.add_stage(st);
   return g;
@@ -56,8 +58,9 @@ int main() {
     auto t0 = std::chrono::steady_clock::now();
     auto r = run(a, g);
     double s = seconds_since(t0);
-    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (budget for 1M cycles: 10 s)\n", (g.name + " x" + std::to_string(iters)).c_str(),
-                r.cycles, (long long)r.events, s, r.cycles / s);
+    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (budget for 1M cycles: 10 s)\n",
+                (g.name + " x" + std::to_string(iters)).c_str(), r.cycles, (long long)r.events, s,
+                r.cycles / s);
   }
   Arch p1 = load_arch("plasticine");
   apply_override(p1, "memory.ddr.channels=1");
@@ -67,8 +70,9 @@ int main() {
     auto t0 = std::chrono::steady_clock::now();
     auto r = run(p1, g);
     double s = seconds_since(t0);
-    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (%.3f ms simulated vs 2.33 ms published)\n", "blackscholes 960k, 1 DDR3 channel",
-                r.cycles, (long long)r.events, s, r.cycles / s, r.seconds * 1e3);
+    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (%.3f ms simulated vs 2.33 ms published)\n",
+                "blackscholes 960k, 1 DDR3 channel", r.cycles, (long long)r.events, s, r.cycles / s,
+                r.seconds * 1e3);
   }
   for (const char* an : {"plasticine", "sn40l"}) {
     Arch arch = load_arch(an);
@@ -77,7 +81,8 @@ int main() {
       auto t0 = std::chrono::steady_clock::now();
       auto r = run(arch, g);
       double s = seconds_since(t0);
-      std::printf("%-34s %14.0f %12lld %10.3f %14.3g\n", (p.name + " on " + an).c_str(), r.cycles, (long long)r.events, s, r.cycles / s);
+      std::printf("%-34s %14.0f %12lld %10.3f %14.3g\n", (p.name + " on " + an).c_str(), r.cycles,
+                  (long long)r.events, s, r.cycles / s);
     }
   }
   return 0;

@@ -16,7 +16,8 @@ const char* kCols[6] = {"otype", "sptprice", "strike", "rate", "volatility", "ot
 Expr cndf(const Expr& x) {
   Expr ax = abs(x);
   Expr k = recip(1.0 + 0.2316419 * ax);
-  Expr poly = k * (0.319381530 + k * (-0.356563782 + k * (1.781477937 + k * (-1.821255978 + k * 1.330274429))));
+  Expr poly =
+      k * (0.319381530 + k * (-0.356563782 + k * (1.781477937 + k * (-1.821255978 + k * 1.330274429))));
   Expr n = 1.0 - exp(-0.5 * ax * ax) * 0.39894228040143270286 * poly;
   return select(x < 0.0, 1.0 - n, n);
 }
@@ -55,7 +56,8 @@ void prepare_blackscholes(const Params&, HostInputs& in) {
 
 double cndf_ref(double x) {
   double ax = std::fabs(x), k = 1 / (1 + 0.2316419 * ax);
-  double poly = k * (0.319381530 + k * (-0.356563782 + k * (1.781477937 + k * (-1.821255978 + k * 1.330274429))));
+  double poly =
+      k * (0.319381530 + k * (-0.356563782 + k * (1.781477937 + k * (-1.821255978 + k * 1.330274429))));
   double n = 1 - std::exp(-0.5 * ax * ax) * 0.39894228040143270286 * poly;
   return x < 0 ? 1 - n : n;
 }
@@ -75,7 +77,8 @@ HostOutputs reference_blackscholes(const Params& p, const HostInputs& in) {
 
 ProgramSpec blackscholes_spec() {
   return {"blackscholes",
-          "BlackScholes option pricing (Plasticine/Spatial benchmark, PARSEC's formula): 6 input streams, 1 output",
+          "BlackScholes option pricing (Plasticine/Spatial benchmark, PARSEC's formula): 6 input streams, 1 "
+          "output",
           {{"N", "4096", "options"}, {"TS", "512", "options per tile"}},
           build_blackscholes,
           reference_blackscholes,

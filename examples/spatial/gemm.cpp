@@ -36,7 +36,8 @@ HostOutputs reference_gemm(const Params& p, const HostInputs& in) {
   std::vector<double> C(size_t(M * N), 0.0);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t k = 0; k < K; ++k)
-      for (int64_t j = 0; j < N; ++j) C[size_t(i * N + j)] += double(A[size_t(i * K + k)]) * double(B[size_t(k * N + j)]);
+      for (int64_t j = 0; j < N; ++j)
+        C[size_t(i * N + j)] += double(A[size_t(i * K + k)]) * double(B[size_t(k * N + j)]);
   return {{"C", C}};
 }
 

@@ -11,28 +11,32 @@ using namespace mp::front;
 
 ir::Program build_kmeans(const Params& p) {
   int64_t iters = p.i("iters"), K = p.i("K"), D = p.i("D"), N = p.i("N"), PT = p.i("PT");
-  MP_USER_CHECK(K >= 1 && K <= N && N % PT == 0, "kmeans: need 1 <= K=", K, " <= N=", N, " and PT=", PT, " dividing N");
+  MP_USER_CHECK(K >= 1 && K <= N && N % PT == 0, "kmeans: need 1 <= K=", K, " <= N=", N, " and PT=", PT,
+                " dividing N");
   ProgramBuilder b("kmeans");
   auto P = b.input("points", {N, D});
   auto out = b.output("centroids", {K, D});
   auto init = LOAD_TILE(P, {K, D}, at(0, 0));  // the first K points
   auto cent = METAPIPE_FOLD(iters, {init}, [&](Idx, const std::vector<Value>& c) -> std::vector<Value> {
     auto ones_d = FILL({1, D}, 1.0);
-    auto norms = MAT_MUL(ones_d, ZIP(c[0], c[0], [](Expr x, Expr y) { return x * y; }), transpose_b);  // [1, K]
+    auto norms =
+        MAT_MUL(ones_d, ZIP(c[0], c[0], [](Expr x, Expr y) { return x * y; }), transpose_b);  // [1, K]
     auto sums0 = FILL({K, D}, 0.0);
     auto counts0 = FILL({K, 1}, 0.0);
-    auto acc = METAPIPE_FOLD(N / PT, {sums0, counts0}, [&](Idx t, const std::vector<Value>& s) -> std::vector<Value> {
-      auto pts = LOAD_TILE(P, {PT, D}, at(t * PT, 0));
-      auto dots = MAT_MUL(pts, c[0], transpose_b);                                          // [PT, K]
-      auto score = ZIP(dots, norms, [](Expr d, Expr n) { return n - 2.0 * d; });            // |c|^2 - 2 p.c
-      auto best = REDUCE(score, 1, Combiner::Min);                                          // [PT, 1]
-      auto onehot = ZIP(score, best, [](Expr x, Expr m) { return select(x <= m, 1.0, 0.0); });
-      auto ones_p = FILL({PT, 1}, 1.0);
-      auto sums = ZIP(s[0], MAT_MUL(onehot, pts, transpose_a), [](Expr x, Expr y) { return x + y; });
-      auto counts = ZIP(s[1], MAT_MUL(onehot, ones_p, transpose_a), [](Expr x, Expr y) { return x + y; });
-      return {sums, counts};
-    });
-    return {ZIP({acc[0], acc[1], c[0]}, [](const std::vector<Expr>& x) { return select(x[1] > 0.5, x[0] / x[1], x[2]); })};
+    auto acc = METAPIPE_FOLD(
+        N / PT, {sums0, counts0}, [&](Idx t, const std::vector<Value>& s) -> std::vector<Value> {
+          auto pts = LOAD_TILE(P, {PT, D}, at(t * PT, 0));
+          auto dots = MAT_MUL(pts, c[0], transpose_b);                                // [PT, K]
+          auto score = ZIP(dots, norms, [](Expr d, Expr n) { return n - 2.0 * d; });  // |c|^2 - 2 p.c
+          auto best = REDUCE(score, 1, Combiner::Min);                                // [PT, 1]
+          auto onehot = ZIP(score, best, [](Expr x, Expr m) { return select(x <= m, 1.0, 0.0); });
+          auto ones_p = FILL({PT, 1}, 1.0);
+          auto sums = ZIP(s[0], MAT_MUL(onehot, pts, transpose_a), [](Expr x, Expr y) { return x + y; });
+          auto counts = ZIP(s[1], MAT_MUL(onehot, ones_p, transpose_a), [](Expr x, Expr y) { return x + y; });
+          return {sums, counts};
+        });
+    return {ZIP({acc[0], acc[1], c[0]},
+                [](const std::vector<Expr>& x) { return select(x[1] > 0.5, x[0] / x[1], x[2]); })};
   });
   STORE_TILE(out, cent[0], at(0, 0));
   return b.finish();
@@ -49,7 +53,9 @@ HostOutputs reference_kmeans(const Params& p, const HostInputs& in) {
       int64_t bk = 0;
       for (int64_t k = 0; k < K; ++k) {
         double d = 0;
-        for (int64_t j = 0; j < D; ++j) d += c[size_t(k * D + j)] * c[size_t(k * D + j)] - 2 * double(x[size_t(i * D + j)]) * c[size_t(k * D + j)];
+        for (int64_t j = 0; j < D; ++j)
+          d += c[size_t(k * D + j)] * c[size_t(k * D + j)] -
+               2 * double(x[size_t(i * D + j)]) * c[size_t(k * D + j)];
         if (d < best) best = d, bk = k;
       }
       for (int64_t j = 0; j < D; ++j) s[size_t(bk * D + j)] += x[size_t(i * D + j)];
@@ -63,13 +69,17 @@ HostOutputs reference_kmeans(const Params& p, const HostInputs& in) {
 }
 
 ProgramSpec kmeans_spec() {
-  return {"kmeans",
-          "Kmeans (Plasticine/Spatial benchmark): Lloyd iterations with loop-carried centroids, sums and counts",
-          {{"iters", "2", "iterations"}, {"K", "4", "clusters"}, {"D", "8", "dimensions"}, {"N", "512", "points"},
-           {"PT", "64", "points per tile"}},
-          build_kmeans,
-          reference_kmeans,
-          nullptr};
+  return {
+      "kmeans",
+      "Kmeans (Plasticine/Spatial benchmark): Lloyd iterations with loop-carried centroids, sums and counts",
+      {{"iters", "2", "iterations"},
+       {"K", "4", "clusters"},
+       {"D", "8", "dimensions"},
+       {"N", "512", "points"},
+       {"PT", "64", "points per tile"}},
+      build_kmeans,
+      reference_kmeans,
+      nullptr};
 }
 MP_REGISTER_PROGRAM(kmeans_spec);
 

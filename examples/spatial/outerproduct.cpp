@@ -29,14 +29,19 @@ HostOutputs reference_outerproduct(const Params& p, const HostInputs& in) {
   int64_t M = p.i("M"), N = p.i("N");
   std::vector<double> c(size_t(M * N));
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) c[size_t(i * N + j)] = double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(j)]);
+    for (int64_t j = 0; j < N; ++j)
+      c[size_t(i * N + j)] = double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(j)]);
   return {{"C", c}};
 }
 
 ProgramSpec outerproduct_spec() {
   return {"outerproduct",
-          "OuterProduct (Plasticine/Spatial benchmark): C = a b^T over tiles, a's tile reused across the inner loop",
-          {{"M", "256", "length of a"}, {"N", "256", "length of b"}, {"TM", "32", "tile of a"}, {"TN", "64", "tile of b"}},
+          "OuterProduct (Plasticine/Spatial benchmark): C = a b^T over tiles, a's tile reused across the "
+          "inner loop",
+          {{"M", "256", "length of a"},
+           {"N", "256", "length of b"},
+           {"TM", "32", "tile of a"},
+           {"TN", "64", "tile of b"}},
           build_outerproduct,
           reference_outerproduct,
           nullptr};

@@ -29,7 +29,8 @@ ir::Program build_tpchq6(const Params& p) {
     auto t = LOAD_TILE(S, {TS, 1});
     auto pr = LOAD_TILE(P, {TS, 1});
     auto rev = ZIP({q, d, t, pr}, [](const std::vector<Expr>& x) {
-      Expr keep = (x[2] >= kDateLo) && (x[2] < kDateHi) && (x[1] >= 0.05 - 1e-6) && (x[1] <= 0.07 + 1e-6) && (x[0] < 24.0);
+      Expr keep = (x[2] >= kDateLo) && (x[2] < kDateHi) && (x[1] >= 0.05 - 1e-6) && (x[1] <= 0.07 + 1e-6) &&
+                  (x[0] < 24.0);
       return select(keep, x[3] * x[1], 0.0);
     });
     return {ZIP(s[0], SUM(rev, 0), [](Expr a, Expr c) { return a + c; })};
@@ -52,15 +53,16 @@ HostOutputs reference_tpchq6(const Params& p, const HostInputs& in) {
   double s = 0;
   const auto &q = in.at("quantity"), &d = in.at("discount"), &t = in.at("shipdate"), &pr = in.at("price");
   for (int64_t i = 0; i < p.i("N"); ++i)
-    if (t[size_t(i)] >= kDateLo && t[size_t(i)] < kDateHi && d[size_t(i)] >= 0.05 - 1e-6 && d[size_t(i)] <= 0.07 + 1e-6 &&
-        q[size_t(i)] < 24)
+    if (t[size_t(i)] >= kDateLo && t[size_t(i)] < kDateHi && d[size_t(i)] >= 0.05 - 1e-6 &&
+        d[size_t(i)] <= 0.07 + 1e-6 && q[size_t(i)] < 24)
       s += double(pr[size_t(i)]) * double(d[size_t(i)]);
   return {{"revenue", {s}}};
 }
 
 ProgramSpec tpchq6_spec() {
   return {"tpchq6",
-          "TPC-H Query 6 (Plasticine/Spatial benchmark): filter on date, discount and quantity, reduce price x discount",
+          "TPC-H Query 6 (Plasticine/Spatial benchmark): filter on date, discount and quantity, reduce price "
+          "x discount",
           {{"N", "8192", "line items"}, {"TS", "1024", "items per tile"}},
           build_tpchq6,
           reference_tpchq6,

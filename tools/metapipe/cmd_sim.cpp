@@ -25,8 +25,8 @@ namespace mp::cli {
 namespace {
 
 // Runs `prog` functionally on the arch and compares every output tensor with the naive reference.
-CompareResult functional_check(const rdu::Arch& arch, const rdu::GraphProgram& prog, const rdu::Params& p, uint64_t seed,
-                               rdu::RunResult* out) {
+CompareResult functional_check(const rdu::Arch& arch, const rdu::GraphProgram& prog, const rdu::Params& p,
+                               uint64_t seed, rdu::RunResult* out) {
   rdu::Graph g = prog.build(p, true, seed);
   auto ref = prog.reference(g, p);
   rdu::RunOptions o;
@@ -40,7 +40,8 @@ CompareResult functional_check(const rdu::Arch& arch, const rdu::GraphProgram& p
   for (auto& [name, want] : ref)
     for (auto& t : g.tensors)
       if (t.name == name) {
-        auto c = compare(std::span<const float>(t.host.data(), want.size()), std::span<const double>(want), 1e-4, 1e-3);
+        auto c = compare(std::span<const float>(t.host.data(), want.size()), std::span<const double>(want),
+                         1e-4, 1e-3);
         if (!c.ok || c.max_rel_err >= worst.max_rel_err) worst = c;
       }
   return worst;
@@ -60,9 +61,10 @@ bool is_arch_key(const std::string& assignment) {
 
 #ifdef MP_SIM_HAVE_IR
 // A registry program: build, compile (tile -> fuse -> parallelize -> metapipeline), lower, simulate; with
-// `functional`, the simulated stages evaluate the IR on tiles and the outputs are checked like `metapipe run`.
-SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec, const std::vector<std::string>& sets, bool functional,
-                  uint64_t seed) {
+// `functional`, the simulated stages evaluate the IR on tiles and the outputs are checked like `metapipe
+// run`.
+SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
+                  const std::vector<std::string>& sets, bool functional, uint64_t seed) {
   SimOutcome out;
   examples::Params params = examples::resolve(spec, sets);
   for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
@@ -82,7 +84,9 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec, cons
   out.r = rdu::run(arch, g, o);
   ir::DType dt = ir::DType::f32;
   for (auto& t : c.tensors)
-    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && ir::bytes_of(t->dtype) == 2) dt = t->dtype;
+    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) &&
+        ir::bytes_of(t->dtype) == 2)
+      dt = t->dtype;
   const double rtol = examples::tolerance(dt);
   double worst = 0;
   for (auto& [name, want] : ref) {
@@ -102,8 +106,8 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec, cons
 #endif
 
 // A built-in stage-graph program (programs.h).
-SimOutcome sim_graph(const rdu::Arch& arch, const rdu::GraphProgram& prog, const std::vector<std::string>& sets, bool functional,
-                     uint64_t seed) {
+SimOutcome sim_graph(const rdu::Arch& arch, const rdu::GraphProgram& prog,
+                     const std::vector<std::string>& sets, bool functional, uint64_t seed) {
   SimOutcome out;
   rdu::Params p = rdu::resolve_params(prog, sets, functional);
   for (auto& [k, v] : p) out.params += " " + k + "=" + std::to_string(v);
@@ -129,8 +133,8 @@ std::string program_names() {
 
 // NAME: a registry program (front end -> IR -> passes -> lowering) when there is one, else a built-in
 // stage graph; graph:NAME always picks the built-in stage graph.
-SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::vector<std::string>& sets, bool functional,
-                    uint64_t seed) {
+SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::vector<std::string>& sets,
+                    bool functional, uint64_t seed) {
   std::string gname = name.rfind("graph:", 0) == 0 ? name.substr(6) : name;
 #ifdef MP_SIM_HAVE_IR
   if (gname == name)
@@ -150,13 +154,16 @@ int run_sim(Args& a) {
   auto seed_opt = a.integer({"--seed"});
   auto pos = a.positionals();
   a.finish();
-  if (pos.size() != 1) throw usage_error("metapipe sim needs one program (" + program_names() + "); see metapipe sim --help");
+  if (pos.size() != 1)
+    throw usage_error("metapipe sim needs one program (" + program_names() + "); see metapipe sim --help");
   rdu::Arch arch = rdu::load_arch(arch_name.value_or("plasticine"));
   // --set NAME=VALUE: architecture keys (dotted, clock_ghz, program_memory) or program parameters.
   std::vector<std::string> prog_sets;
   for (auto& s : sets) {
-    if (is_arch_key(s)) rdu::apply_override(arch, s);
-    else prog_sets.push_back(s);
+    if (is_arch_key(s))
+      rdu::apply_override(arch, s);
+    else
+      prog_sets.push_back(s);
   }
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed();
   SimOutcome o = simulate(arch, pos[0], prog_sets, functional, seed);
@@ -171,35 +178,37 @@ int run_sim(Args& a) {
   } else {
     std::cout << "parameters:" << o.params << "\n";
     rdu::print_text(std::cout, arch, r);
-    if (functional) std::cout << "\nfunctional check vs naive C++ reference (seed " << seed << "): " << o.check << "\n";
+    if (functional)
+      std::cout << "\nfunctional check vs naive C++ reference (seed " << seed << "): " << o.check << "\n";
     if (svg) std::cout << "placement picture: " << *svg << "\n";
   }
   return o.ok ? 0 : 1;
 }
 
-MP_REGISTER_COMMAND("sim", "simulate a program on the dataflow accelerator (Plasticine, SN40L, or an arch file)",
-                    "usage: metapipe sim <program> [--arch NAME|FILE] [--set NAME=VALUE ...] [--json] [--svg FILE]\n"
-                    "                    [--functional] [--seed N]\n\n"
-                    "Maps the program's metapipeline onto a reconfigurable dataflow accelerator (stages to PCUs,\n"
-                    "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
-                    "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"
-                    "DRAM model of bursts, banks, refresh and bus turnaround).\n\n"
-                    "programs: those of `metapipe list` (written in the front end: compiled by tile -> fuse ->\n"
-                    "parallelize -> metapipeline and lowered to the simulator's stage graph), and the built-in\n"
-                    "stage graphs of the Plasticine / Spatial benchmarks: graph:dotproduct, graph:outerproduct,\n"
-                    "graph:tpchq6, graph:blackscholes, graph:gemm, graph:gda, graph:kmeans, graph:matmul (the\n"
-                    "prefix may be left out where no front-end program has the name)\n\n"
-                    "  --arch NAME|FILE  preset (plasticine, sn40l; default plasticine) or an .arch file (docs/rdu.md)\n"
-                    "  --set NAME=VALUE  a program parameter (e.g. N=4096) or an architecture key (dotted names,\n"
-                    "                    clock_ghz, program_memory)\n"
-                    "                    e.g. pcu.lanes=32, memory.ddr.channels=1; repeatable\n"
-                    "  --json            cycles, seconds, kernel_calls, utilization, off-chip bytes and bandwidth,\n"
-                    "                    per-stage busy and stall cycles as JSON\n"
-                    "  --svg FILE        the placement with routes and per-unit utilization\n"
-                    "  --functional      small sizes; the simulated units compute real values, checked against a\n"
-                    "                    naive C++ reference (exit 1 on mismatch)\n"
-                    "  --seed N          seed of the random inputs\n",
-                    run_sim);
+MP_REGISTER_COMMAND(
+    "sim", "simulate a program on the dataflow accelerator (Plasticine, SN40L, or an arch file)",
+    "usage: metapipe sim <program> [--arch NAME|FILE] [--set NAME=VALUE ...] [--json] [--svg FILE]\n"
+    "                    [--functional] [--seed N]\n\n"
+    "Maps the program's metapipeline onto a reconfigurable dataflow accelerator (stages to PCUs,\n"
+    "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
+    "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"
+    "DRAM model of bursts, banks, refresh and bus turnaround).\n\n"
+    "programs: those of `metapipe list` (written in the front end: compiled by tile -> fuse ->\n"
+    "parallelize -> metapipeline and lowered to the simulator's stage graph), and the built-in\n"
+    "stage graphs of the Plasticine / Spatial benchmarks: graph:dotproduct, graph:outerproduct,\n"
+    "graph:tpchq6, graph:blackscholes, graph:gemm, graph:gda, graph:kmeans, graph:matmul (the\n"
+    "prefix may be left out where no front-end program has the name)\n\n"
+    "  --arch NAME|FILE  preset (plasticine, sn40l; default plasticine) or an .arch file (docs/rdu.md)\n"
+    "  --set NAME=VALUE  a program parameter (e.g. N=4096) or an architecture key (dotted names,\n"
+    "                    clock_ghz, program_memory)\n"
+    "                    e.g. pcu.lanes=32, memory.ddr.channels=1; repeatable\n"
+    "  --json            cycles, seconds, kernel_calls, utilization, off-chip bytes and bandwidth,\n"
+    "                    per-stage busy and stall cycles as JSON\n"
+    "  --svg FILE        the placement with routes and per-unit utilization\n"
+    "  --functional      small sizes; the simulated units compute real values, checked against a\n"
+    "                    naive C++ reference (exit 1 on mismatch)\n"
+    "  --seed N          seed of the random inputs\n",
+    run_sim);
 
 std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
   std::vector<DemoRow> rows;
@@ -210,11 +219,13 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
       try {
         SimOutcome o = sim_ir(arch, *spec, {}, true, fresh_seed());
         rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,
-                               format_count((long long)o.r.cycles) + " cycles (" + std::to_string(o.r.kernel_calls) + " call" +
+                               format_count((long long)o.r.cycles) + " cycles (" +
+                                   std::to_string(o.r.kernel_calls) + " call" +
                                    (o.r.kernel_calls > 1 ? "s" : "") + ")",
                                o.ok});
       } catch (const not_supported& e) {
-        rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, std::string("skipped: ") + e.what(), "-", true});
+        rows.push_back(
+            DemoRow{spec->name, std::string("rdu:") + an, std::string("skipped: ") + e.what(), "-", true});
       }
     }
 #endif

@@ -61,16 +61,22 @@ TEST(RduArch, MinimalFileAndOverrides) {
 TEST(RduArch, BadFilesNameTheKeyAndWhatIsExpected) {
   std::string base = kMinimal;
   EXPECT_NE(error_of(base + "pcu.lanez = 4\n").find("unknown key 'pcu.lanez'"), std::string::npos);
-  EXPECT_NE(error_of(base + "pcu.lanes = four\n").find("key 'pcu.lanes' expects a positive integer, got 'four'"), std::string::npos);
+  EXPECT_NE(
+      error_of(base + "pcu.lanes = four\n").find("key 'pcu.lanes' expects a positive integer, got 'four'"),
+      std::string::npos);
   EXPECT_NE(error_of(base + "pcu.lanes = -2\n").find("pcu.lanes"), std::string::npos);
-  EXPECT_NE(error_of(base + "clock_ghz = 0\n").find("key 'clock_ghz' expects a positive number"), std::string::npos);
+  EXPECT_NE(error_of(base + "clock_ghz = 0\n").find("key 'clock_ghz' expects a positive number"),
+            std::string::npos);
   EXPECT_NE(error_of(base + "grid.layout = hexagonal\n").find("checkerboard"), std::string::npos);
   EXPECT_NE(error_of(base + "pcu.systolic = maybe\n").find("true or false"), std::string::npos);
-  EXPECT_NE(error_of(base + "memory.ddr.speed = 3\n").find("unknown memory field 'speed'"), std::string::npos);
+  EXPECT_NE(error_of(base + "memory.ddr.speed = 3\n").find("unknown memory field 'speed'"),
+            std::string::npos);
   EXPECT_NE(error_of(base + "grid.rows\n").find("bad.arch:6: expected 'key = value'"), std::string::npos);
   EXPECT_NE(error_of("grid.rows = 2\n").find("no off-chip memory"), std::string::npos);
-  EXPECT_NE(error_of(base + "program_memory = hbm\n").find("'program_memory' names 'hbm'"), std::string::npos);
-  EXPECT_NE(error_of(base + "memory.ddr.row_bytes = 100\n").find("multiple of memory.ddr.burst_bytes"), std::string::npos);
+  EXPECT_NE(error_of(base + "program_memory = hbm\n").find("'program_memory' names 'hbm'"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "memory.ddr.row_bytes = 100\n").find("multiple of memory.ddr.burst_bytes"),
+            std::string::npos);
   Arch a = parse_arch(kMinimal, "tiny.arch");
   EXPECT_THROW(apply_override(a, "pcu.lanes"), mp::user_error);
   EXPECT_THROW(load_arch("no-such-preset"), mp::user_error);

@@ -34,8 +34,9 @@ TEST(RduCli, HelpStartsWithUsage) {
 TEST(RduCli, JsonReportHasTheRequiredFields) {
   auto o = sh("sim matmul --arch sn40l --json");
   ASSERT_EQ(o.status, 0) << o.text;
-  for (const char* k : {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"utilization\"", "\"bytes_read\"", "\"bytes_written\"",
-                        "\"load_bw_pct\"", "\"store_bw_pct\"", "\"busy_cycles\"", "\"stall_cycles\""})
+  for (const char* k :
+       {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"utilization\"", "\"bytes_read\"",
+        "\"bytes_written\"", "\"load_bw_pct\"", "\"store_bw_pct\"", "\"busy_cycles\"", "\"stall_cycles\""})
     EXPECT_NE(o.text.find(k), std::string::npos) << k;
 }
 
@@ -52,7 +53,8 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
   const std::string dir = testing::TempDir();
   {
     std::ofstream f(dir + "/ok.arch");
-    f << "name = tiny\ngrid.rows = 4\ngrid.cols = 8\nmemory.ddr.channels = 1\nmemory.ddr.channel_gbs = 12.8\n";
+    f << "name = tiny\ngrid.rows = 4\ngrid.cols = 8\nmemory.ddr.channels = 1\nmemory.ddr.channel_gbs = "
+         "12.8\n";
   }
   auto o = sh("sim dotproduct --arch " + dir + "/ok.arch --set pcu.lanes=32 --svg " + dir + "/p.svg");
   EXPECT_EQ(o.status, 0) << o.text;
@@ -67,7 +69,9 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
   }
   auto b = sh("sim dotproduct --arch " + dir + "/bad.arch");
   EXPECT_EQ(b.status, 1);
-  EXPECT_NE(b.text.find("bad.arch:2: key 'pcu.lanes' expects a positive integer, got 'many'"), std::string::npos) << b.text;
+  EXPECT_NE(b.text.find("bad.arch:2: key 'pcu.lanes' expects a positive integer, got 'many'"),
+            std::string::npos)
+      << b.text;
   auto s = sh("sim dotproduct --set pcu.lanez=3");
   EXPECT_EQ(s.status, 1);
   EXPECT_NE(s.text.find("unknown key 'pcu.lanez'"), std::string::npos) << s.text;

@@ -41,17 +41,21 @@ void check_program(const rdu::Arch& arch, const examples::ProgramSpec& spec, uin
   for (auto& [name, want] : ref) {
     std::vector<double> cpu_out(cpu_mem.at(name).data.begin(), cpu_mem.at(name).data.end());
     auto same = compare(mem.at(name).data, cpu_out, 1e-6, 1e-6);
-    EXPECT_TRUE(same.ok) << spec.name << " on " << arch.name << ": " << name << " differs from the CPU interpreter: " << same.summary();
+    EXPECT_TRUE(same.ok) << spec.name << " on " << arch.name << ": " << name
+                         << " differs from the CPU interpreter: " << same.summary();
   }
   ir::DType dt = ir::DType::f32;
   for (auto& t : c.tensors)
-    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && ir::bytes_of(t->dtype) == 2) dt = t->dtype;
+    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) &&
+        ir::bytes_of(t->dtype) == 2)
+      dt = t->dtype;
   const double rtol = examples::tolerance(dt);
   for (auto& [name, want] : ref) {
     double scale = 0;
     for (double w : want) scale = std::max(scale, std::fabs(w));
     auto cmp = compare(mem.at(name).data, want, rtol, rtol * 0.1 * std::max(scale, 1e-30));
-    EXPECT_TRUE(cmp.ok) << spec.name << " on " << arch.name << " (seed " << seed << "): " << name << ": " << cmp.summary();
+    EXPECT_TRUE(cmp.ok) << spec.name << " on " << arch.name << " (seed " << seed << "): " << name << ": "
+                        << cmp.summary();
   }
 }
 
@@ -73,7 +77,8 @@ TEST(RduLower, TheLoweredSlide51MatmulSimulatesLikeTheHandBuiltGraph) {
   rdu::Graph lowered = rdu::lower(c);
   auto a = rdu::run(arch, lowered);
   const rdu::GraphProgram* gp = rdu::find_graph_program("matmul");
-  rdu::Graph built = gp->build(rdu::resolve_params(*gp, {"M=256", "N=256", "K=256", "MM=64", "NN=32", "row_par=4"}, false), false, 1);
+  rdu::Graph built = gp->build(
+      rdu::resolve_params(*gp, {"M=256", "N=256", "K=256", "MM=64", "NN=32", "row_par=4"}, false), false, 1);
   auto b = rdu::run(arch, built);
   EXPECT_EQ(a.bytes_read, b.bytes_read);
   EXPECT_EQ(a.bytes_written, b.bytes_written);

@@ -16,8 +16,8 @@ using namespace mp::rdu;
 namespace {
 
 // Runs functionally with poisoned outputs and compares every output tensor with the reference.
-void check_functional(const Arch& a, const GraphProgram& p, const Params& prm, uint64_t seed, int* calls = nullptr,
-                      bool place = true) {
+void check_functional(const Arch& a, const GraphProgram& p, const Params& prm, uint64_t seed,
+                      int* calls = nullptr, bool place = true) {
   Graph g = p.build(prm, true, seed);
   auto ref = p.reference(g, prm);
   for (auto& [name, want] : ref)
@@ -33,7 +33,8 @@ void check_functional(const Arch& a, const GraphProgram& p, const Params& prm, u
       if (t.name == name) {
         ASSERT_EQ(t.host.size(), want.size()) << p.name << " " << name;
         auto c = mp::compare(std::span<const float>(t.host), std::span<const double>(want), 1e-4, 1e-3);
-        EXPECT_TRUE(c.ok) << p.name << " on " << a.name << " (seed " << seed << "): " << name << ": " << c.summary();
+        EXPECT_TRUE(c.ok) << p.name << " on " << a.name << " (seed " << seed << "): " << name << ": "
+                          << c.summary();
       }
 }
 
@@ -44,7 +45,8 @@ TEST(RduPrograms, FunctionalSimulationMatchesTheReferenceOnBothPresets) {
   for (const char* an : {"plasticine", "sn40l"}) {
     Arch a = load_arch(an);
     // values do not depend on placement; the SN40L's 2,080-unit grid is placed in the other tests
-    for (auto& p : graph_programs()) check_functional(a, p, resolve_params(p, {}, true), seed, nullptr, a.name != "sn40l");
+    for (auto& p : graph_programs())
+      check_functional(a, p, resolve_params(p, {}, true), seed, nullptr, a.name != "sn40l");
   }
 }
 

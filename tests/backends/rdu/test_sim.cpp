@@ -211,8 +211,10 @@ TEST(RduPlaceRoute, AnnealingShortensWiresAndRoutesConnectTheirEnds) {
   std::sort(sites.begin(), sites.end());
   EXPECT_EQ(std::adjacent_find(sites.begin(), sites.end()), sites.end());
   for (auto& u : P.units) {
-    if (u.kind == UnitKind::AGCU) EXPECT_TRUE(u.x == -1 || u.x == a.cols);
-    else EXPECT_EQ(a.is_pcu(u.y, u.x), u.kind == UnitKind::PCU);
+    if (u.kind == UnitKind::AGCU)
+      EXPECT_TRUE(u.x == -1 || u.x == a.cols);
+    else
+      EXPECT_EQ(a.is_pcu(u.y, u.x), u.kind == UnitKind::PCU);
   }
   for (auto& n : P.nets) {
     ASSERT_FALSE(n.path.empty());
@@ -221,7 +223,9 @@ TEST(RduPlaceRoute, AnnealingShortensWiresAndRoutesConnectTheirEnds) {
     EXPECT_EQ(n.path.front(), std::make_pair(from.x, from.y));
     EXPECT_EQ(n.path.back(), std::make_pair(to.x, to.y));
     for (size_t k = 1; k < n.path.size(); ++k)
-      EXPECT_EQ(std::abs(n.path[k].first - n.path[k - 1].first) + std::abs(n.path[k].second - n.path[k - 1].second), 1);
+      EXPECT_EQ(
+          std::abs(n.path[k].first - n.path[k - 1].first) + std::abs(n.path[k].second - n.path[k - 1].second),
+          1);
   }
 }
 
@@ -232,9 +236,9 @@ TEST(RduReport, JsonHasEveryRequiredFieldAndSvgDrawsThePlacement) {
   auto r = run(a, g);
   std::ostringstream js;
   print_json(js, a, r);
-  for (const char* key : {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"pcu\"", "\"pmu\"", "\"agcu\"", "\"bytes_read\"",
-                          "\"bytes_written\"", "\"load_bw_pct\"", "\"store_bw_pct\"", "\"busy_cycles\"", "\"stall_cycles\"",
-                          "\"worst_link\"", "\"max_hops\""})
+  for (const char* key : {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"pcu\"", "\"pmu\"", "\"agcu\"",
+                          "\"bytes_read\"", "\"bytes_written\"", "\"load_bw_pct\"", "\"store_bw_pct\"",
+                          "\"busy_cycles\"", "\"stall_cycles\"", "\"worst_link\"", "\"max_hops\""})
     EXPECT_NE(js.str().find(key), std::string::npos) << key;
   std::string svg = render_svg(a, r);
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
@@ -242,4 +246,3 @@ TEST(RduReport, JsonHasEveryRequiredFieldAndSvgDrawsThePlacement) {
   EXPECT_NE(svg.find("PCU matmul"), std::string::npos);
   EXPECT_NE(svg.find("AGCU load A"), std::string::npos);
 }
-
