@@ -29,7 +29,7 @@ int Graph::add_tensor(std::string n, int64_t bytes) {
   return int(tensors.size()) - 1;
 }
 int Graph::add_buffer(std::string n, int64_t bytes, int depth) {
-  buffers.push_back({std::move(n), bytes, depth, 0, false});
+  buffers.push_back({std::move(n), bytes, depth, 0, false, 0});
   return int(buffers.size()) - 1;
 }
 int Graph::add_stage(Stage s) {

@@ -85,6 +85,7 @@ struct Buffer {
   int depth = 2;               // N of the N-buffer
   int64_t initial_tokens = 0;  // tokens present before the start (loop-carried values)
   bool control = false;        // carries only ordering (a kernel-call boundary already provides it)
+  int access_lanes = 0;        // widest parallel access (par x lanes of a reader or writer); set by mapping
   int64_t elems() const { return bytes / 4; }
 };
 

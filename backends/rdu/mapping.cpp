@@ -29,10 +29,13 @@ int64_t systolic_cycles(const Arch& a, int64_t m, int64_t k, int64_t n) {
   return best;
 }
 
+// PMUs of a buffer: enough capacity for depth x bytes, enough slots (one PMU's address logic handles up to
+// pmu.max_nbuf slots), and enough banks for its widest parallel access (one lane per bank and cycle).
 int buffer_pmus(const Arch& a, const Buffer& b) {
   if (b.control) return 0;  // ordering tokens travel on the control network, no scratchpad
   int64_t total = b.bytes * b.depth;
-  return int(std::max<int64_t>(1, cdiv(total, a.pmu_bytes())));
+  int64_t slots = cdiv(b.depth, a.pmu_max_nbuf), banks = cdiv(std::max(1, b.access_lanes), a.pmu_banks);
+  return int(std::max<int64_t>({1, cdiv(total, a.pmu_bytes()), slots, banks}));
 }
 
 }  // namespace
@@ -88,8 +91,9 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
   return m;
 }
 
-Mapping map_graph(const Arch& a, const Graph& g) {
-  g.validate();
+Mapping map_graph(const Arch& a, const Graph& g0) {
+  g0.validate();
+  Graph g = g0;  // buffers get their access width below
   Mapping out;
   const int npcu = a.pcus(), npmu = a.pmus(), nag = a.agcus;
   // Choose par per stage: as asked, lowered when one stage alone does not fit the chip.
@@ -107,19 +111,6 @@ Mapping map_graph(const Arch& a, const Graph& g) {
       out.notes.push_back("stage '" + s.name + "': par " + std::to_string(s.par) + " lowered to " +
                           std::to_string(par[i]) + " to fit " + std::to_string(npcu) + " PCUs");
   }
-  for (size_t b = 0; b < g.buffers.size(); ++b) {
-    const Buffer& buf = g.buffers[b];
-    MP_USER_CHECK(buf.depth <= a.pmu_max_nbuf || buffer_pmus(a, buf) <= npmu, "buffer '", buf.name,
-                  "': depth ", buf.depth, " exceeds pmu.max_nbuf = ", a.pmu_max_nbuf);
-    int p = buffer_pmus(a, buf);
-    MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth,
-                  " x ", buf.bytes, ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ",
-                  a.pmu_bytes(), " bytes; use a smaller tile");
-    if (p > 1)
-      out.notes.push_back("buffer '" + buf.name + "' spans " + std::to_string(p) + " PMUs (" +
-                          std::to_string(buf.depth) + " x " + std::to_string(buf.bytes) + " bytes)");
-  }
-
   // Greedy packing in graph order (stages are listed producers first by construction of every builder).
   std::vector<int> cfg_of(g.stages.size(), -1);
   std::vector<int> group_end(g.stages.size(), -1);  // back edges: consumer -> latest producer
@@ -149,7 +140,24 @@ Mapping map_graph(const Arch& a, const Graph& g) {
     if (lowered)
       out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name +
                           "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
+  }  // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    Buffer& buf = g.buffers[b];
+    auto width = [&](int st) {
+      return g.stages[size_t(st)].kind == StageKind::Compute ? par[size_t(st)] * a.pcu_lanes : a.pcu_lanes;
+    };
+    if (int p = g.producer_of(int(b)); p >= 0) buf.access_lanes = std::max(buf.access_lanes, width(p));
+    for (int c : g.consumers_of(int(b))) buf.access_lanes = std::max(buf.access_lanes, width(c));
+    int p = buffer_pmus(a, buf);
+    MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth,
+                  " x ", buf.bytes, ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ",
+                  a.pmu_bytes(), " bytes; use a smaller tile");
+    if (p > 1)
+      out.notes.push_back("buffer '" + buf.name + "' spans " + std::to_string(p) + " PMUs (" +
+                          std::to_string(buf.depth) + " x " + std::to_string(buf.bytes) + " bytes, " +
+                          std::to_string(buf.access_lanes) + " lanes wide)");
   }
+
   struct Use {
     int pcus = 0, pmus = 0, agcus = 0;
   };
