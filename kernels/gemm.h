@@ -14,6 +14,12 @@ namespace mp::kernels {
 enum class b_layout { kn, nk };  // B stored K x N (C = A*B) or N x K (C = A*B^T)
 enum class out_type { bf16, f32 };
 
+// How a block's two consumer warpgroups share the work. cooperative (the default): both work on one
+// 128 x BN tile, 64 rows each, and write it out together. pingpong (opt-in): each owns its own 64 x 256
+// tile and the two take turns at the tensor cores, so one's epilogue overlaps the other's mainloop
+// (block_n must be 0 or 256, cluster 0 or 1).
+enum class consumer_schedule { cooperative, pingpong };
+
 // How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
 // benchmarks turn features off to measure what each buys.
 struct GemmSchedule {
@@ -22,7 +28,12 @@ struct GemmSchedule {
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
   int block_n = 0;         // 0: chosen from the shape; else 128 or 256
   int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
+  consumer_schedule consumers = consumer_schedule::cooperative;
 };
+
+// "cooperative" / "pingpong", and back (false for an unknown name).
+const char* consumer_schedule_name(consumer_schedule c);
+bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
 
 // Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).
 void check_gemm_shape(long long m, long long n, long long k);

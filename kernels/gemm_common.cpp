@@ -19,6 +19,18 @@ void check_gemm_shape(long long m, long long n, long long k) {
   one("K", k);
 }
 
+const char* consumer_schedule_name(consumer_schedule c) {
+  return c == consumer_schedule::pingpong ? "pingpong" : "cooperative";
+}
+bool parse_consumer_schedule(const std::string& name, consumer_schedule& out) {
+  for (auto c : {consumer_schedule::cooperative, consumer_schedule::pingpong})
+    if (name == consumer_schedule_name(c)) {
+      out = c;
+      return true;
+    }
+  return false;
+}
+
 uint16_t float_to_bf16_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);

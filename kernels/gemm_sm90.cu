@@ -2,7 +2,9 @@
 // each, wgmma m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4- (6-) stage ring,
 // an epilogue through shared memory and TMA stores, a persistent grid walking tiles in M-groups for L2
 // reuse, split-K for shapes with too few tiles to fill the GPU, and optional 2-block clusters that share
-// the B tile through TMA multicast.
+// the B tile through TMA multicast. Opt-in, the ping-pong schedule: 64 x 256 tiles, each owned by one
+// consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps the other's
+// mainloop (tile/pipeline_pingpong.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -10,6 +12,7 @@
 
 #include "core/error.h"
 #include "kernels/gemm.h"
+#include "tile/pipeline_pingpong.cuh"
 #include "tile/tile.cuh"
 #include "tile/tma_host.h"
 
@@ -26,13 +29,18 @@ struct gemm_globals {
   int splits, iters_per_split;
 };
 
-template <int BN, bool BT, class OutT, int CS>
+// PP: the ping-pong schedule. A work item is then a 64 x BN tile of one consumer warpgroup (the template
+// of tile/pipeline_pingpong.cuh), instead of a 128 x BN tile that both consumers share (64 rows each).
+template <int BN, bool BT, class OutT, int CS, bool PP = false>
 struct gemm_kernel {
-  static constexpr int BM = 128, BK = 64;
+  static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
+  static constexpr int BM = PP ? 64 : 128, BK = 64;
   // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
   // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
   static constexpr int cluster = CS;
-  static constexpr int stages = BN == 256 ? 4 : 6, consumers = 2;
+  // Ping-pong stages are 40 KB (64 x 64 of A, 256 x 64 of B) and one stage is half the math of a shared
+  // 128-row stage, so it runs one stage deeper, with a single epilogue buffer per consumer to make room.
+  static constexpr int stages = PP ? 5 : BN == 256 ? 4 : 6, consumers = 2;
   static constexpr int producer_registers = 40, consumer_registers = 232;
   using a_tile = st_bf<BM, BK>;
   using b_tile = std::conditional_t<BT, st_bf<BN, BK>, st_bf<BK, BN>>;  // N x K, or K x N
@@ -43,11 +51,13 @@ struct gemm_kernel {
     b_tile b;
   };
   // The epilogue goes registers -> shared -> TMA store, 64 x CW chunks (CW = one 128-byte swizzle span
-  // of OutT), double-buffered per consumer so one chunk's store overlaps the next chunk's writes.
+  // of OutT), double-buffered per consumer so one chunk's store overlaps the next chunk's writes (single-
+  // buffered for ping-pong, whose epilogue runs in the shadow of the other consumer's mainloop).
   static constexpr int CW = 128 / int(sizeof(OutT));
+  static constexpr int c_buffers = PP ? 1 : 2;
   using c_tile = st<OutT, 64, CW>;
   struct finish_smem {
-    c_tile c[consumers][2];
+    c_tile c[consumers][c_buffers];
   };
   using globals = gemm_globals;
   struct state {
@@ -101,7 +111,12 @@ struct gemm_kernel {
   __device__ static void compute(state& st, stage& s, const globals&, int, int it, int consumer) {
     warpgroup::fence_accumulator(st.acc);
     warpgroup::mma_fence();
-    auto& a = s.a.template subtile_rows<64>(consumer);
+    auto& a = [&]() -> st_bf<64, BK>& {
+      if constexpr (PP)
+        return s.a;  // the whole 64-row A tile is this consumer's
+      else
+        return s.a.template subtile_rows<64>(consumer);
+    }();
     if constexpr (BT)
       warpgroup::mma_ABt(st.acc, a, s.b, it > 0);
     else
@@ -118,8 +133,8 @@ struct gemm_kernel {
     const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
 #pragma unroll
     for (int j = 0; j < BN / CW; ++j) {
-      c_tile& buf = fs.c[consumer][j % 2];
-      if (leader) tma::wait_read<1>();  // the store that last read this buffer is done with it
+      c_tile& buf = fs.c[consumer][j % c_buffers];
+      if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
       named_barrier_sync(bar, warpgroup_threads);
 #pragma unroll
       for (int jb = 0; jb < CW / 16; ++jb)
@@ -135,7 +150,8 @@ struct gemm_kernel {
       fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
       named_barrier_sync(bar, warpgroup_threads);
       if (leader) {
-        tma::store_async(&g.c, buf, m_row(g, work) + consumer * 64, t.y * BN + j * CW, split_of(g, work));
+        tma::store_async(&g.c, buf, m_row(g, work) + (PP ? 0 : consumer * 64), t.y * BN + j * CW,
+                         split_of(g, work));
         tma::commit_group();
       }
     }
@@ -177,12 +193,24 @@ int sm_count() {
 }
 
 struct plan {
-  int bn, splits, tiles, cluster;
+  int bm, bn, splits, tiles, cluster;
+  bool pingpong;
 };
 plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   const int sms = sm_count();
-  const int tm = (m + 127) / 128;
-  int bn = s.block_n;
+  const bool pingpong = s.consumers == consumer_schedule::pingpong;
+  if (pingpong) {
+    // One tile shape only, to keep the number of kernels (and CI's compile time) small.
+    MP_USER_CHECK(s.block_n == 0 || s.block_n == 256,
+                  "gemm: the pingpong schedule has 64 x 256 tiles (block_n 0 or 256), got block_n ",
+                  s.block_n);
+    MP_USER_CHECK(s.cluster == 0 || s.cluster == 1,
+                  "gemm: the pingpong schedule runs without clusters (cluster 0 or 1), got cluster ",
+                  s.cluster);
+  }
+  const int bm = pingpong ? 64 : 128;
+  const int tm = (m + bm - 1) / bm;
+  int bn = pingpong ? 256 : s.block_n;
   if (bn == 0) {
     // 128 x 256 tiles do the most math per byte of shared memory; take 128 x 128 only when it fills the
     // GPU's last wave clearly better (wave efficiency: tiles / (waves * SMs)).
@@ -206,7 +234,7 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   // bench/RESULTS.md), so they are opt-in.
   if (cluster == 0) cluster = 1;
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
-  return {bn, splits, tiles, cluster};
+  return {bm, bn, splits, tiles, cluster, pingpong};
 }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
@@ -255,10 +283,10 @@ float* workspace(cudaStream_t stream, size_t bytes) {
   return p;
 }
 
-template <int BN, bool BT, class OutT, int CS>
+template <int BN, bool BT, class OutT, int CS, bool PP = false>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, int splits) {
-  using K = gemm_kernel<BN, BT, OutT, CS>;
+  using K = gemm_kernel<BN, BT, OutT, CS, PP>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -272,14 +300,20 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
   if (g.splits == 1) {
     g.c = cached_map<typename K::c_tile>(c, 1, m, n);
-    check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
+    if constexpr (PP)
+      check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks), "the GEMM kernel launch");
+    else
+      check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
     return;
   }
   // split-K: each split writes its fp32 partial tile into its own slice; a second kernel sums them.
-  using KF = gemm_kernel<BN, BT, float, CS>;
+  using KF = gemm_kernel<BN, BT, float, CS, PP>;
   float* ws = workspace(stream, size_t(g.splits) * m * n * sizeof(float));
   g.c = cached_map<typename KF::c_tile>(ws, g.splits, m, n);
-  check_cuda(pc::launch<KF>(g, stream, max_blocks), "the GEMM kernel launch");
+  if constexpr (PP)
+    check_cuda(pc::launch_pingpong<KF>(g, stream, max_blocks), "the GEMM kernel launch");
+  else
+    check_cuda(pc::launch<KF>(g, stream, max_blocks), "the GEMM kernel launch");
   reduce_splits<OutT><<<sm_count() * 4, 256, 0, stream>>>(ws, static_cast<OutT*>(c), size_t(m) * n, g.splits);
   check_cuda(cudaGetLastError(), "the split-K reduction launch");
 }
@@ -295,6 +329,13 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   const plan p = make_plan(m, n, k, s);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
+  if (p.pingpong) {  // 64 x 256 tiles, no cluster: four kernels (B layout x output type)
+    if (bt)
+      return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+                 : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+    return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+               : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+  }
 #define MP_GEMM_CASE(BN, BT, OUT)                                                          \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \
     if (p.cluster == 2) return run<BN, BT, OUT, 2>(a, b, c, m, n, k, stream, s, p.splits); \
@@ -315,9 +356,10 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
 std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSchedule& s) {
   check_gemm_shape(m, n, k);
   const plan p = make_plan(m, n, k, s);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "128x%dx64 tiles, %d tiles, split-K %d, cluster %d, %s grid", p.bn, p.tiles,
-                p.splits, p.cluster, s.persistent ? "persistent" : "one-block-per-tile");
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles, split-K %d, cluster %d, %s grid",
+                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, p.splits, p.cluster,
+                s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }
 

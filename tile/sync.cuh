@@ -56,6 +56,12 @@ struct ring_pos {
       phase ^= 1u;
     }
   }
+  // Skip n positions (n >= 0): every wrap past the end of the ring flips the parity.
+  __device__ void advance(int n) {
+    const int t = stage + n;
+    phase ^= uint32_t((t / Stages) & 1);
+    stage = t % Stages;
+  }
 };
 
 // ---- thread-block clusters ----
@@ -83,6 +89,11 @@ __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.sh
 // __syncthreads).
 __device__ inline void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrive on named barrier `id` without waiting: the threads that bar.sync on it with the same count go on
+// once all `threads` have arrived (producer / consumer hand-offs between warpgroups).
+__device__ inline void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace mp::tile

@@ -1,10 +1,20 @@
 // bf16 GEMM benchmark: the tile-layer GEMM against cuBLAS in the same process, on the shapes of issue 3
 // (squares and LLM projections). Each row is checked against CPU fp64 (sampled) before it is timed;
-// times are medians of CUDA-event samples over rotating inputs. Prints one table, last.
+// times are medians of CUDA-event samples over rotating inputs, interleaved with cuBLAS. Both consumer
+// schedules (cooperative, the default, and the opt-in ping-pong) get a row per shape, each against its own
+// interleaved cuBLAS timing; all cooperative rows run first, so a failing ping-pong kernel cannot take
+// them down. Prints one table, last, the two schedules' rows side by side.
 //   usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N]
+//                     [--schedule cooperative|pingpong|both]
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/device.h"
@@ -13,9 +23,34 @@
 
 using namespace mp::kernels;
 
+namespace {
+// A row that runs for minutes has a kernel that never finishes: say which, keep the rows already printed,
+// and exit instead of hanging until the caller's timeout.
+std::atomic<long long> row_started_ms{0};
+std::atomic<bool> bench_done{false};
+char row_name[160];
+long long now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+void watch_rows(int limit_s) {
+  while (!bench_done.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const long long t0 = row_started_ms.load();
+    if (t0 > 0 && now_ms() - t0 > limit_s * 1000ll) {
+      std::printf("  row %s: FAIL, not finished after %d s (a kernel that never completes?); stopping\n",
+                  row_name, limit_s);
+      std::fflush(stdout);
+      std::_Exit(1);
+    }
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string layout = "nk", out = "bf16";
+  std::string layout = "nk", out = "bf16", schedule = "both";
   int samples = 20;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -27,11 +62,26 @@ int main(int argc, char** argv) {
       out = argv[++i];
     else if (a == "--samples" && i + 1 < argc)
       samples = std::atoi(argv[++i]);
+    else if (a == "--schedule" && i + 1 < argc)
+      schedule = argv[++i];
     else {
       std::fprintf(stderr,
-                   "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N]\n");
+                   "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] "
+                   "[--schedule cooperative|pingpong|both]\n");
       return 2;
     }
+  }
+  std::vector<consumer_schedule> schedules;
+  if (schedule == "both") {
+    schedules = {consumer_schedule::cooperative, consumer_schedule::pingpong};
+  } else {
+    consumer_schedule c;
+    if (!parse_consumer_schedule(schedule, c)) {
+      std::fprintf(stderr, "bench_gemm: --schedule is cooperative, pingpong or both, got '%s'\n",
+                   schedule.c_str());
+      return 2;
+    }
+    schedules = {c};
   }
   auto gpu = mp::query_gpu();
   if (!gpu || !mp::gpu_is_hopper(*gpu)) {
@@ -57,35 +107,50 @@ int main(int argc, char** argv) {
 
   std::printf("bench_gemm on %s (%d SMs): bf16 inputs, %s output, fp32 accumulation\n", gpu->name.c_str(),
               gpu->sm_count, out.c_str());
-  std::vector<std::string> lines;
+  std::thread watchdog(watch_rows, 120);
+  // Rows keyed by (layout, shape, schedule), printed in that order at the end.
+  std::map<std::tuple<int, int, int>, std::string> lines;
   bool all_ok = true;
-  for (auto bl : layouts)
-    for (auto s : shapes) {
-      GemmCheckOptions opt;
-      opt.samples = samples;
-      opt.full_reference_limit = 1ll << 28;
-      GemmCheckResult r;
-      try {
-        r = check_gemm(s.m, s.n, s.k, bl, ot, opt);
-      } catch (const std::exception& e) {
-        std::printf("  %d x %d x %d: error: %s\n", s.m, s.n, s.k, e.what());
-        all_ok = false;
-        continue;
+  for (int sc = 0; sc < int(schedules.size()); ++sc)
+    for (int li = 0; li < int(layouts.size()); ++li)
+      for (int si = 0; si < int(shapes.size()); ++si) {
+        const auto bl = layouts[li];
+        const auto& s = shapes[si];
+        GemmCheckOptions opt;
+        opt.samples = samples;
+        opt.full_reference_limit = 1ll << 28;
+        opt.schedule.consumers = schedules[sc];
+        const char* sname = consumer_schedule_name(schedules[sc]);
+        const char* op = bl == b_layout::nk ? "A*B^T" : "A*B  ";
+        char buf[400];
+        GemmCheckResult r;
+        std::snprintf(row_name, sizeof row_name, "%d x %d x %d %s %s", s.m, s.n, s.k, op, sname);
+        row_started_ms.store(now_ms());
+        try {
+          r = check_gemm(s.m, s.n, s.k, bl, ot, opt);
+          std::snprintf(buf, sizeof buf,
+                        "| %5d x %6d x %5d | %-16s | %s | %-11s | %7.1f | %7.1f | %5.3f | %.1e | %s | %s |",
+                        s.m, s.n, s.k, s.what, op, sname, r.ours_tflops, r.cublas_tflops,
+                        r.cublas_ms / r.ours_ms, r.rel_err, r.ok ? "ok" : "FAIL", r.plan.c_str());
+          all_ok = all_ok && r.ok;
+        } catch (const std::exception& e) {  // a CUDA error: this row fails, the others still print
+          std::snprintf(buf, sizeof buf,
+                        "| %5d x %6d x %5d | %-16s | %s | %-11s | - | - | - | - | FAIL | error: %.200s |",
+                        s.m, s.n, s.k, s.what, op, sname, e.what());
+          all_ok = false;
+        }
+        row_started_ms.store(0);
+        std::printf("  %s\n", buf);
+        std::fflush(stdout);
+        lines[{li, si, sc}] = buf;
       }
-      all_ok = all_ok && r.ok;
-      char buf[400];
-      std::snprintf(buf, sizeof buf,
-                    "| %5d x %6d x %5d | %-16s | %s | %7.1f | %7.1f | %5.3f | %.1e | %s | %s |", s.m, s.n,
-                    s.k, s.what, bl == b_layout::nk ? "A*B^T" : "A*B  ", r.ours_tflops, r.cublas_tflops,
-                    r.cublas_ms / r.ours_ms, r.rel_err, r.ok ? "ok" : "FAIL", r.plan.c_str());
-      std::printf("  %s\n", buf);
-      std::fflush(stdout);
-      lines.push_back(buf);
-    }
+  bench_done.store(true);
+  watchdog.join();
   std::printf(
-      "\n| M x N x K | shape | op | ours TFLOP/s | cuBLAS TFLOP/s | ratio | rel err vs fp64 | check | plan "
-      "|\n"
-      "|---|---|---|---|---|---|---|---|---|\n");
-  for (auto& l : lines) std::printf("%s\n", l.c_str());
+      "\n| M x N x K | shape | op | schedule | ours TFLOP/s | cuBLAS TFLOP/s | ratio | rel err vs fp64 | "
+      "check "
+      "| plan |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n");
+  for (auto& [key, l] : lines) std::printf("%s\n", l.c_str());
   return all_ok ? 0 : 1;
 }

@@ -3,7 +3,15 @@
 // reference and cuBLAS on fresh random inputs with the output poisoned first.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
 #include "core/device.h"
+#include "core/error.h"
 #include "kernels/gemm_check.h"
 
 using namespace mp::kernels;
@@ -16,6 +24,36 @@ bool have_hopper() {
 
 struct Shape {
   int m, n, k;
+};
+
+// Ends the process with a message if the scope takes longer than `seconds`: a kernel that never finishes
+// (a barrier wait that never completes) then fails its test in minutes instead of hanging ctest.
+class Watchdog {
+ public:
+  Watchdog(int seconds, const char* what)
+      : thread_([this, seconds, what] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+            std::fprintf(stderr, "%s: not finished after %d s (a GPU kernel that never completes?)\n", what,
+                         seconds);
+            std::fflush(stderr);
+            std::_Exit(3);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
 };
 
 void check_all(const std::vector<Shape>& shapes, const GemmSchedule& sched = {}) {
@@ -75,4 +113,53 @@ TEST(SM90_Gemm, EverySchedule) {
   s.cluster = 2;
   s.split_k = 2;
   check_all({{400, 512, 1024}}, s);  // split-K with clusters
+}
+
+// The opt-in ping-pong schedule (64 x 256 tiles, one per consumer warpgroup, the two alternating): the same
+// shapes as above (partial tiles in M and N, K = 16, a single tile, odd and even numbers of items per
+// block), split-K (chosen and forced) and one block per tile.
+TEST(SM90_Gemm, PingPong) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog watchdog(300, "SM90_Gemm.PingPong");
+  GemmSchedule s;
+  s.consumers = consumer_schedule::pingpong;
+  check_all({{16, 16, 16},
+             {128, 128, 64},
+             {144, 80, 16},
+             {48, 272, 48},
+             {208, 1040, 112},
+             {1008, 400, 336},
+             {64, 16, 1024},
+             {1040, 784, 528},
+             {144, 272, 80}},
+            s);
+  check_all({{512, 1024, 256}, {1024, 768, 1040}, {2048, 2048, 2048}, {384, 12288, 512}}, s);
+  check_all({{128, 4096, 4096}, {16, 2048, 8192}, {256, 1024, 3088}}, s);  // split-K chosen from the shape
+  GemmSchedule split = s;
+  split.split_k = 3;
+  check_all({{272, 528, 1008}}, split);
+  GemmSchedule one_per_tile = s;
+  one_per_tile.persistent = false;
+  one_per_tile.group_m = 1;
+  check_all({{1040, 784, 528}, {144, 272, 80}}, one_per_tile);
+  // Several items per block (the persistent grid has one block per SM), so the consumers hand the turn
+  // back and forth: items of one K step (the ring wraps across items), of K = 16, and of a few K steps.
+  check_all({{1024, 8192, 64}, {2048, 2048, 16}, {2048, 4096, 128}}, s);
+}
+
+TEST(SM90_Gemm, PingPongRejectsOtherTileShapes) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  GemmSchedule s;
+  s.consumers = consumer_schedule::pingpong;
+  s.block_n = 128;
+  GemmCheckOptions opt;
+  opt.time = false;
+  opt.schedule = s;
+  try {
+    check_gemm(256, 256, 64, b_layout::nk, out_type::bf16, opt);
+    FAIL() << "block_n 128 with the pingpong schedule was accepted";
+  } catch (const mp::user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("pingpong schedule has 64 x 256 tiles"), std::string::npos)
+        << e.what();
+  }
 }

@@ -27,6 +27,13 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
+  if (auto v = a.value({"--schedule"}))
+    if (!kernels::parse_consumer_schedule(*v, sched.consumers))
+      throw usage_error("metapipe gemm: --schedule is cooperative or pingpong, got '" + *v + "'");
+  if (sched.consumers == kernels::consumer_schedule::pingpong && (sched.block_n == 128 || sched.cluster == 2))
+    throw usage_error(
+        "metapipe gemm: --schedule pingpong has 64 x 256 tiles and no clusters "
+        "(no --block-n 128, no --cluster 2)");
   if (sched.cluster < 0 || sched.cluster > 2) throw usage_error("metapipe gemm: --cluster is 1 or 2");
   if (sched.block_n != 0 && sched.block_n != 128 && sched.block_n != 256)
     throw usage_error("metapipe gemm: --block-n is 128 or 256");
@@ -90,7 +97,10 @@ MP_REGISTER_COMMAND(
     "  --split-k N      split K N ways (1: never)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
-    "  --no-persistent  one block per tile instead of one block per SM\n",
+    "  --no-persistent  one block per tile instead of one block per SM\n"
+    "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
+    "                   pingpong: each owns a 64 x 256 tile and they alternate mainloop and\n"
+    "                   epilogue (opt-in)\n",
     run_gemm);
 
 std::vector<DemoRow> gemm_rows(const DemoContext& ctx) {
