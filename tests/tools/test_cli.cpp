@@ -82,9 +82,12 @@ TEST(Cli, DemoRunsAndChecks) {
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("matmul-blocked"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("all checks passed"), std::string::npos) << r.out;
-  auto j = run("demo --quick --json");
+  // The filtered JSON run only runs the providers whose rows can pass the filter.
+  auto j = run("demo --quick --json --target systolic");
   EXPECT_EQ(j.status, 0) << j.out;
   EXPECT_NE(j.out.find("\"ok\": true"), std::string::npos) << j.out;
+  EXPECT_NE(j.out.find("\"target\": \"systolic"), std::string::npos) << j.out;
+  EXPECT_EQ(j.out.find("\"target\": \"cpu"), std::string::npos) << j.out;
 }
 
 TEST(Cli, BadIntegerOptionNamesTheOption) {

@@ -57,8 +57,15 @@ struct DemoRow {
   bool ok = true;
 };
 struct DemoContext {
-  std::optional<GpuInfo> gpu;  // present when a CUDA device is usable
-  bool quick = false;          // smaller sizes (used by tests)
+  std::optional<GpuInfo> gpu;         // present when a CUDA device is usable
+  bool quick = false;                 // smaller sizes (used by tests)
+  std::optional<std::string> target;  // `demo --target PREFIX`: only rows whose target starts with it
+  // Whether rows of a target family (e.g. "rdu", "cpu", "systolic") can pass the --target filter; a
+  // provider returns early when not, so a filtered demo does not run work it would throw away.
+  bool wants(const std::string& family) const {
+    if (!target) return true;
+    return target->rfind(family, 0) == 0 || family.rfind(*target, 0) == 0;
+  }
 };
 using DemoFn = std::function<std::vector<DemoRow>(const DemoContext&)>;
 

@@ -23,6 +23,7 @@ int run_demo(Args& a) {
   ctx.quick = a.flag({"--quick"});
   bool json = a.flag({"--json"});
   auto only = a.value({"--target"});
+  ctx.target = only;
   a.positionals();
   a.finish();
   ctx.gpu = query_gpu();

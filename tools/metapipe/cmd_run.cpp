@@ -132,6 +132,7 @@ MP_REGISTER_COMMAND(
 
 // Demo rows: every example program through the interpreter and the executor (small sizes with --quick).
 std::vector<DemoRow> example_rows(const DemoContext& ctx) {
+  if (!ctx.wants("cpu")) return {};
   struct Case {
     const char* program;
     std::vector<std::string> sets, quick_sets;

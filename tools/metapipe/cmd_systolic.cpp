@@ -169,6 +169,7 @@ MP_REGISTER_COMMAND(
 
 // Demo rows: a cycle-level GEMM checked against a reference product, and the two modes agreeing.
 std::vector<DemoRow> systolic_demo(const DemoContext& ctx) {
+  if (!ctx.wants("systolic")) return {};
   std::vector<DemoRow> rows;
   const GemmShape g = ctx.quick ? GemmShape{48, 40, 36} : GemmShape{128, 96, 80};
   const uint64_t seed = fresh_seed();

@@ -10,6 +10,7 @@ namespace mp::cli {
 namespace {
 
 std::vector<DemoRow> blocked_matmul_row(const DemoContext& ctx) {
+  if (!ctx.wants("cpu")) return {};
   const int n = ctx.quick ? 96 : 256, blk = 32;
   auto seed = fresh_seed();
   auto A = random_floats(size_t(n) * n, seed), B = random_floats(size_t(n) * n, seed + 1);
