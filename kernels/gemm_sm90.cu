@@ -2,9 +2,9 @@
 // each, wgmma m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4- (6-) stage ring,
 // an epilogue through shared memory and TMA stores, a persistent grid walking tiles in M-groups for L2
 // reuse, split-K for shapes with too few tiles to fill the GPU, and optional 2-block clusters that share
-// the B tile through TMA multicast. Opt-in, the ping-pong schedule: 64 x 256 tiles, each owned by one
-// consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps the other's
-// mainloop (tile/pipeline_pingpong.cuh).
+// the B tile through TMA multicast. Opt-in, the ping-pong schedule: 64 x 256 or 128 x 128 tiles, each owned
+// by one consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps the
+// other's mainloop (tile/pipeline_pingpong.cuh).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -29,18 +29,20 @@ struct gemm_globals {
   int splits, iters_per_split;
 };
 
-// PP: the ping-pong schedule. A work item is then a 64 x BN tile of one consumer warpgroup (the template
-// of tile/pipeline_pingpong.cuh), instead of a 128 x BN tile that both consumers share (64 rows each).
+// PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
+// tile/pipeline_pingpong.cuh), 64 x 256 or 128 x 128 (two m64 slices; 128 accumulator registers either
+// way), instead of a 128 x BN tile that both consumers share (64 rows each).
 template <int BN, bool BT, class OutT, int CS, bool PP = false>
 struct gemm_kernel {
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
-  static constexpr int BM = PP ? 64 : 128, BK = 64;
+  static constexpr int BM = PP && BN == 256 ? 64 : 128, BK = 64;
+  static constexpr int MH = PP ? BM / 64 : 1;  // 64-row accumulator slices per consumer
   // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
   // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
   static constexpr int cluster = CS;
-  // Ping-pong stages are 40 KB (64 x 64 of A, 256 x 64 of B) and one stage is half the math of a shared
-  // 128-row stage, so it runs one stage deeper, with a single epilogue buffer per consumer to make room.
-  static constexpr int stages = PP ? 5 : BN == 256 ? 4 : 6, consumers = 2;
+  // Ping-pong stages (40 KB for 64 x 256, 32 KB for 128 x 128) hold half the math of a shared 128 x 256
+  // stage, so the ring is deeper, with a single epilogue buffer per consumer to make room.
+  static constexpr int stages = PP ? (BN == 256 ? 5 : 6) : BN == 256 ? 4 : 6, consumers = 2;
   static constexpr int producer_registers = 40, consumer_registers = 232;
   using a_tile = st_bf<BM, BK>;
   using b_tile = std::conditional_t<BT, st_bf<BN, BK>, st_bf<BK, BN>>;  // N x K, or K x N
@@ -61,7 +63,7 @@ struct gemm_kernel {
   };
   using globals = gemm_globals;
   struct state {
-    rt_fl<16, BN> acc;
+    rt_fl<16, BN> acc[MH];
   };
 
   __host__ __device__ static int work_count(const globals& g) { return g.tiles_m * g.tiles_n * g.splits; }
@@ -109,52 +111,56 @@ struct gemm_kernel {
   }
 
   __device__ static void compute(state& st, stage& s, const globals&, int, int it, int consumer) {
-    warpgroup::fence_accumulator(st.acc);
+#pragma unroll
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
-    auto& a = [&]() -> st_bf<64, BK>& {
-      if constexpr (PP)
-        return s.a;  // the whole 64-row A tile is this consumer's
+#pragma unroll
+    for (int h = 0; h < MH; ++h) {
+      // cooperative: this consumer's 64 rows of the shared A tile; ping-pong: every row is its own
+      auto& a = s.a.template subtile_rows<64>(PP ? h : consumer);
+      if constexpr (BT)
+        warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
       else
-        return s.a.template subtile_rows<64>(consumer);
-    }();
-    if constexpr (BT)
-      warpgroup::mma_ABt(st.acc, a, s.b, it > 0);
-    else
-      warpgroup::mma_AB(st.acc, a, s.b, it > 0);
+        warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
+    }
     warpgroup::mma_commit_group();
-    warpgroup::fence_accumulator(st.acc);
+#pragma unroll
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
   }
 
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, int work, int consumer) {
-    warpgroup::fence_accumulator(st.acc);
+#pragma unroll
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     const int2 t = tile_of(g, work);
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const bool leader = warpgroup::thread_in_group() == 0;
     const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
 #pragma unroll
-    for (int j = 0; j < BN / CW; ++j) {
-      c_tile& buf = fs.c[consumer][j % c_buffers];
-      if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
-      named_barrier_sync(bar, warpgroup_threads);
+    for (int h = 0; h < MH; ++h)
 #pragma unroll
-      for (int jb = 0; jb < CW / 16; ++jb)
+      for (int j = 0; j < BN / CW; ++j) {
+        c_tile& buf = fs.c[consumer][(h * (BN / CW) + j) % c_buffers];
+        if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
+        named_barrier_sync(bar, warpgroup_threads);
 #pragma unroll
-        for (int f = 0; f < 4; ++f) {
-          const float2 v = st.acc.tiles[0][j * (CW / 16) + jb][f];
-          OutT& dst = buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
-          if constexpr (std::is_same_v<OutT, float>)
-            *reinterpret_cast<float2*>(&dst) = v;
-          else
-            *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
+        for (int jb = 0; jb < CW / 16; ++jb)
+#pragma unroll
+          for (int f = 0; f < 4; ++f) {
+            const float2 v = st.acc[h].tiles[0][j * (CW / 16) + jb][f];
+            OutT& dst = buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
+            if constexpr (std::is_same_v<OutT, float>)
+              *reinterpret_cast<float2*>(&dst) = v;
+            else
+              *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
+          }
+        fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
+        named_barrier_sync(bar, warpgroup_threads);
+        if (leader) {
+          tma::store_async(&g.c, buf, m_row(g, work) + (PP ? h : consumer) * 64, t.y * BN + j * CW,
+                           split_of(g, work));
+          tma::commit_group();
         }
-      fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
-      named_barrier_sync(bar, warpgroup_threads);
-      if (leader) {
-        tma::store_async(&g.c, buf, m_row(g, work) + (PP ? 0 : consumer * 64), t.y * BN + j * CW,
-                         split_of(g, work));
-        tma::commit_group();
       }
-    }
   }
 };
 
@@ -200,17 +206,18 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   const int sms = sm_count();
   const bool pingpong = s.consumers == consumer_schedule::pingpong;
   if (pingpong) {
-    // One tile shape only, to keep the number of kernels (and CI's compile time) small.
-    MP_USER_CHECK(s.block_n == 0 || s.block_n == 256,
-                  "gemm: the pingpong schedule has 64 x 256 tiles (block_n 0 or 256), got block_n ",
+    // Two tile shapes, to keep the number of kernels (and CI's compile time) small.
+    MP_USER_CHECK(s.block_n == 0 || s.block_n == 256 || s.block_n == 128,
+                  "gemm: the pingpong schedule has 64 x 256 tiles (block_n 0 or 256) or 128 x 128 tiles "
+                  "(block_n 128), got block_n ",
                   s.block_n);
     MP_USER_CHECK(s.cluster == 0 || s.cluster == 1,
                   "gemm: the pingpong schedule runs without clusters (cluster 0 or 1), got cluster ",
                   s.cluster);
   }
-  const int bm = pingpong ? 64 : 128;
+  int bn = pingpong && s.block_n == 0 ? 256 : s.block_n;
+  const int bm = pingpong && bn == 256 ? 64 : 128;
   const int tm = (m + bm - 1) / bm;
-  int bn = pingpong ? 256 : s.block_n;
   if (bn == 0) {
     // 128 x 256 tiles do the most math per byte of shared memory; take 128 x 128 only when it fills the
     // GPU's last wave clearly better (wave efficiency: tiles / (waves * SMs)).
@@ -329,12 +336,19 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   const plan p = make_plan(m, n, k, s);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
-  if (p.pingpong) {  // 64 x 256 tiles, no cluster: four kernels (B layout x output type)
+  if (p.pingpong) {  // 64 x 256 or 128 x 128 tiles, no cluster: eight kernels (x B layout x output type)
+    if (p.bn == 256) {
+      if (bt)
+        return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+                   : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+      return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+                 : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+    }
     if (bt)
-      return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-                 : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
-    return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-               : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+      return f32 ? run<128, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+                 : run<128, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+    return f32 ? run<128, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
+               : run<128, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
   }
 #define MP_GEMM_CASE(BN, BT, OUT)                                                          \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \

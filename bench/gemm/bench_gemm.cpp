@@ -1,11 +1,12 @@
 // bf16 GEMM benchmark: the tile-layer GEMM against cuBLAS in the same process, on the shapes of issue 3
 // (squares and LLM projections). Each row is checked against CPU fp64 (sampled) before it is timed;
 // times are medians of CUDA-event samples over rotating inputs, interleaved with cuBLAS. Both consumer
-// schedules (cooperative, the default, and the opt-in ping-pong) get a row per shape, each against its own
-// interleaved cuBLAS timing; all cooperative rows run first, so a failing ping-pong kernel cannot take
-// them down. Prints one table, last, the two schedules' rows side by side.
+// schedules get rows per shape: cooperative (the default), and the opt-in ping-pong with 64 x 256
+// ("pingpong") and 128 x 128 ("pingpong-128") tiles, each timed against its own interleaved cuBLAS. All
+// cooperative rows run first, so a failing ping-pong kernel cannot take them down. Prints one table,
+// last, each shape's schedules side by side.
 //   usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N]
-//                     [--schedule cooperative|pingpong|both]
+//                     [--schedule all|both|cooperative|pingpong|pingpong-128]   (both: the first two)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -50,7 +51,7 @@ void watch_rows(int limit_s) {
 
 int main(int argc, char** argv) {
   bool quick = false;
-  std::string layout = "nk", out = "bf16", schedule = "both";
+  std::string layout = "nk", out = "bf16", schedule = "all";
   int samples = 20;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -67,21 +68,27 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] "
-                   "[--schedule cooperative|pingpong|both]\n");
+                   "[--schedule all|both|cooperative|pingpong|pingpong-128]\n");
       return 2;
     }
   }
-  std::vector<consumer_schedule> schedules;
-  if (schedule == "both") {
-    schedules = {consumer_schedule::cooperative, consumer_schedule::pingpong};
-  } else {
-    consumer_schedule c;
-    if (!parse_consumer_schedule(schedule, c)) {
-      std::fprintf(stderr, "bench_gemm: --schedule is cooperative, pingpong or both, got '%s'\n",
-                   schedule.c_str());
-      return 2;
-    }
-    schedules = {c};
+  struct Variant {
+    const char* name;
+    GemmSchedule sched;
+  };
+  GemmSchedule pp, pp128;
+  pp.consumers = pp128.consumers = consumer_schedule::pingpong;
+  pp128.block_n = 128;
+  const std::vector<Variant> all = {{"cooperative", {}}, {"pingpong", pp}, {"pingpong-128", pp128}};
+  std::vector<Variant> schedules;
+  for (size_t v = 0; v < all.size(); ++v)
+    if (schedule == "all" || schedule == all[v].name || (schedule == "both" && v < 2))
+      schedules.push_back(all[v]);
+  if (schedules.empty()) {
+    std::fprintf(stderr,
+                 "bench_gemm: --schedule is all, both, cooperative, pingpong or pingpong-128, got '%s'\n",
+                 schedule.c_str());
+    return 2;
   }
   auto gpu = mp::query_gpu();
   if (!gpu || !mp::gpu_is_hopper(*gpu)) {
@@ -119,8 +126,8 @@ int main(int argc, char** argv) {
         GemmCheckOptions opt;
         opt.samples = samples;
         opt.full_reference_limit = 1ll << 28;
-        opt.schedule.consumers = schedules[sc];
-        const char* sname = consumer_schedule_name(schedules[sc]);
+        opt.schedule = schedules[sc].sched;
+        const char* sname = schedules[sc].name;
         const char* op = bl == b_layout::nk ? "A*B^T" : "A*B  ";
         char buf[400];
         GemmCheckResult r;
@@ -129,13 +136,13 @@ int main(int argc, char** argv) {
         try {
           r = check_gemm(s.m, s.n, s.k, bl, ot, opt);
           std::snprintf(buf, sizeof buf,
-                        "| %5d x %6d x %5d | %-16s | %s | %-11s | %7.1f | %7.1f | %5.3f | %.1e | %s | %s |",
+                        "| %5d x %6d x %5d | %-16s | %s | %-12s | %7.1f | %7.1f | %5.3f | %.1e | %s | %s |",
                         s.m, s.n, s.k, s.what, op, sname, r.ours_tflops, r.cublas_tflops,
                         r.cublas_ms / r.ours_ms, r.rel_err, r.ok ? "ok" : "FAIL", r.plan.c_str());
           all_ok = all_ok && r.ok;
         } catch (const std::exception& e) {  // a CUDA error: this row fails, the others still print
           std::snprintf(buf, sizeof buf,
-                        "| %5d x %6d x %5d | %-16s | %s | %-11s | - | - | - | - | FAIL | error: %.200s |",
+                        "| %5d x %6d x %5d | %-16s | %s | %-12s | - | - | - | - | FAIL | error: %.200s |",
                         s.m, s.n, s.k, s.what, op, sname, e.what());
           all_ok = false;
         }

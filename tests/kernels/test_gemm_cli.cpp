@@ -42,7 +42,7 @@ TEST(GemmCli, BadUsage) {
   EXPECT_EQ(run("gemm 64 64 64 --out f16").status, 2);
   EXPECT_EQ(run("gemm 64 x 64").status, 2);
   EXPECT_EQ(run("gemm 64 64 64 --schedule zigzag").status, 2);
-  EXPECT_EQ(run("gemm 64 64 64 --schedule pingpong --block-n 128").status, 2);
+  EXPECT_EQ(run("gemm 64 64 64 --schedule pingpong --cluster 2").status, 2);
 }
 
 TEST(GemmCli, WithoutAGpuSaysSo) {

@@ -120,46 +120,47 @@ TEST(SM90_Gemm, EverySchedule) {
 // block), split-K (chosen and forced) and one block per tile.
 TEST(SM90_Gemm, PingPong) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog watchdog(300, "SM90_Gemm.PingPong");
-  GemmSchedule s;
-  s.consumers = consumer_schedule::pingpong;
-  check_all({{16, 16, 16},
-             {128, 128, 64},
-             {144, 80, 16},
-             {48, 272, 48},
-             {208, 1040, 112},
-             {1008, 400, 336},
-             {64, 16, 1024},
-             {1040, 784, 528},
-             {144, 272, 80}},
-            s);
-  check_all({{512, 1024, 256}, {1024, 768, 1040}, {2048, 2048, 2048}, {384, 12288, 512}}, s);
-  check_all({{128, 4096, 4096}, {16, 2048, 8192}, {256, 1024, 3088}}, s);  // split-K chosen from the shape
-  GemmSchedule split = s;
-  split.split_k = 3;
-  check_all({{272, 528, 1008}}, split);
-  GemmSchedule one_per_tile = s;
-  one_per_tile.persistent = false;
-  one_per_tile.group_m = 1;
-  check_all({{1040, 784, 528}, {144, 272, 80}}, one_per_tile);
-  // Several items per block (the persistent grid has one block per SM), so the consumers hand the turn
-  // back and forth: items of one K step (the ring wraps across items), of K = 16, and of a few K steps.
-  check_all({{1024, 8192, 64}, {2048, 2048, 16}, {2048, 4096, 128}}, s);
+  Watchdog watchdog(400, "SM90_Gemm.PingPong");
+  for (int bn : {256, 128}) {  // 64 x 256 and 128 x 128 tiles per consumer
+    GemmSchedule s;
+    s.consumers = consumer_schedule::pingpong;
+    s.block_n = bn;
+    check_all({{16, 16, 16},
+               {128, 128, 64},
+               {144, 80, 16},
+               {48, 272, 48},
+               {208, 1040, 112},
+               {1008, 400, 336},
+               {64, 16, 1024},
+               {1040, 784, 528},
+               {144, 272, 80}},
+              s);
+    check_all({{512, 1024, 256}, {1024, 768, 1040}, {2048, 2048, 2048}, {384, 12288, 512}}, s);
+    check_all({{128, 4096, 4096}, {16, 2048, 8192}, {256, 1024, 3088}}, s);  // split-K chosen from the shape
+    GemmSchedule split = s;
+    split.split_k = 3;
+    check_all({{272, 528, 1008}}, split);
+    GemmSchedule one_per_tile = s;
+    one_per_tile.persistent = false;
+    one_per_tile.group_m = 1;
+    check_all({{1040, 784, 528}, {144, 272, 80}}, one_per_tile);
+    // Several items per block (the persistent grid has one block per SM), so the consumers hand the turn
+    // back and forth: items of one K step (the ring wraps across items), of K = 16, and of a few K steps.
+    check_all({{1024, 8192, 64}, {2048, 2048, 16}, {2048, 4096, 128}}, s);
+  }
 }
 
-TEST(SM90_Gemm, PingPongRejectsOtherTileShapes) {
+TEST(SM90_Gemm, PingPongRejectsClusters) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  GemmSchedule s;
-  s.consumers = consumer_schedule::pingpong;
-  s.block_n = 128;
   GemmCheckOptions opt;
   opt.time = false;
-  opt.schedule = s;
+  opt.schedule.consumers = consumer_schedule::pingpong;
+  opt.schedule.cluster = 2;
   try {
     check_gemm(256, 256, 64, b_layout::nk, out_type::bf16, opt);
-    FAIL() << "block_n 128 with the pingpong schedule was accepted";
+    FAIL() << "cluster 2 with the pingpong schedule was accepted";
   } catch (const mp::user_error& e) {
-    EXPECT_NE(std::string(e.what()).find("pingpong schedule has 64 x 256 tiles"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("pingpong schedule runs without clusters"), std::string::npos)
         << e.what();
   }
 }

@@ -30,10 +30,8 @@ int run_gemm(Args& a) {
   if (auto v = a.value({"--schedule"}))
     if (!kernels::parse_consumer_schedule(*v, sched.consumers))
       throw usage_error("metapipe gemm: --schedule is cooperative or pingpong, got '" + *v + "'");
-  if (sched.consumers == kernels::consumer_schedule::pingpong && (sched.block_n == 128 || sched.cluster == 2))
-    throw usage_error(
-        "metapipe gemm: --schedule pingpong has 64 x 256 tiles and no clusters "
-        "(no --block-n 128, no --cluster 2)");
+  if (sched.consumers == kernels::consumer_schedule::pingpong && sched.cluster == 2)
+    throw usage_error("metapipe gemm: --schedule pingpong runs without clusters (no --cluster 2)");
   if (sched.cluster < 0 || sched.cluster > 2) throw usage_error("metapipe gemm: --cluster is 1 or 2");
   if (sched.block_n != 0 && sched.block_n != 128 && sched.block_n != 256)
     throw usage_error("metapipe gemm: --block-n is 128 or 256");
@@ -99,8 +97,8 @@ MP_REGISTER_COMMAND(
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --no-persistent  one block per tile instead of one block per SM\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
-    "                   pingpong: each owns a 64 x 256 tile and they alternate mainloop and\n"
-    "                   epilogue (opt-in)\n",
+    "                   pingpong: each owns its own tile, 64 x 256 (or 128 x 128 with\n"
+    "                   --block-n 128), and they alternate mainloop and epilogue (opt-in)\n",
     run_gemm);
 
 std::vector<DemoRow> gemm_rows(const DemoContext& ctx) {
