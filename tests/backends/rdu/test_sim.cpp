@@ -91,7 +91,9 @@ TEST(RduSim, NoProgramBeatsItsRoofs) {
     for (auto& p : graph_programs()) {
       Params prm = resolve_params(p, {}, true);
       Graph g = p.build(prm, false, 1);
-      auto r = run(a, g);
+      RunOptions o;
+      o.place = a.name != "sn40l";  // roofs do not depend on placement; keeps the test fast under ASan
+      auto r = run(a, g, o);
       EXPECT_GE(r.cycles, r.compute_roof_cycles) << p.name << " on " << an;
       EXPECT_GE(r.cycles, r.memory_roof_cycles) << p.name << " on " << an;
       EXPECT_LE(r.load_bw_pct + r.store_bw_pct, 100.0) << p.name << " on " << an;
@@ -126,20 +128,17 @@ TEST(RduSim, MoreParallelismWithPlaceAndRouteLosesAtMostRouteLatency) {
   // With placement, more units can mean longer routes: a few cycles of hop latency per iteration, never
   // more than a few percent on these short runs (the throughput itself never drops).
   Arch a = load_arch("plasticine");
-  for (const char* kv :
-       {"grid.rows=32", "grid.cols=32", "mesh.link_bytes=4096", "memory.ddr.channels=64", "agcu.count=64"})
+  for (const char* kv : {"grid.rows=16", "mesh.link_bytes=4096", "memory.ddr.channels=64", "agcu.count=64"})
     apply_override(a, kv);
-  for (const char* name : {"blackscholes", "gemm"}) {
-    const GraphProgram* p = find_graph_program(name);
-    double first = 0, prev = 1e300;
-    for (int par : {1, 2, 4, 8, 16}) {
-      Graph g = p->build(resolve_params(*p, {"par=" + std::to_string(par)}, true), false, 1);
-      double c = run(a, g).cycles;
-      if (par == 1) first = c;
-      EXPECT_LE(c, prev * 1.03) << name << " par " << par;
-      EXPECT_LE(c, first) << name << " par " << par;
-      prev = std::min(prev, c);
-    }
+  const GraphProgram* p = find_graph_program("gemm");
+  double first = 0, prev = 1e300;
+  for (int par : {1, 2, 4, 8, 16}) {
+    Graph g = p->build(resolve_params(*p, {"par=" + std::to_string(par)}, true), false, 1);
+    double c = run(a, g).cycles;
+    if (par == 1) first = c;
+    EXPECT_LE(c, prev * 1.03) << "gemm par " << par;
+    EXPECT_LE(c, first) << "gemm par " << par;
+    prev = std::min(prev, c);
   }
 }
 
