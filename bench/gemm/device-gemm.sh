@@ -27,7 +27,7 @@ echo "SASS: $(grep -c HGMMA "$OUT/gemm.sass") HGMMA, $(grep -cE '\bLDL|\bSTL' "$
 cuobjdump --dump-resource-usage "$lib" 2>&1 | grep -A1 "gemm_kernel" | grep -oE "Function [^:]*|REG:[0-9]+|STACK:[0-9]+|LOCAL:[0-9]+|SHARED:[0-9]+" | paste - - - - - | head -8
 if [ $tests = 1 ]; then
   for t in build-gemm/tests/tile/test_tile_sm90 build-gemm/tests/kernels/test_kernels_gemm_sm90; do
-    timeout 120 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
+    timeout 400 $t --gtest_brief=1 >"$OUT/$(basename $t).log" 2>&1; echo "$(basename $t): exit $? $(grep -E 'PASSED|FAILED' "$OUT/$(basename $t).log" | head -3 | tr '\n' ' ')"
     grep -B2 -A8 "Failure" "$OUT/$(basename $t).log" | head -40
   done
 fi
@@ -35,7 +35,7 @@ timeout 60 ./build-gemm/tools/metapipe/metapipe gemm 4096 4096 4096 --bt
 [ $bench = 1 ] && timeout 120 ./build-gemm/docs/gemm_steps/gemm_tutorial 2>&1 | tee "$OUT/tutorial.log"
 ./build-gemm/tools/metapipe/metapipe info
 [ $bench = 1 ] && timeout 120 ./build-gemm/tools/metapipe/metapipe demo
-[ $bench = 1 ] && timeout 240 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
+[ $bench = 1 ] && timeout 300 ./build-gemm/bench/gemm/bench_gemm $bench_args 2>&1 | tee "$OUT/bench.log"
 if [ $sweep = 1 ]; then  # schedule variants and repeats (run-to-run spread)
   g=./build-gemm/tools/metapipe/metapipe
   while read -r args; do
