@@ -51,3 +51,16 @@ TEST(Gemm, CpuReferenceBothLayouts) {
   EXPECT_EQ(c, (std::vector<double>{19, 22, 43, 50}));
   EXPECT_EQ(d, c);
 }
+
+TEST(Gemm, ConsumerScheduleNames) {
+  EXPECT_EQ(GemmSchedule{}.consumers, consumer_schedule::cooperative);  // ping-pong is opt-in
+  for (auto c : {consumer_schedule::cooperative, consumer_schedule::pingpong}) {
+    consumer_schedule back =
+        c == consumer_schedule::pingpong ? consumer_schedule::cooperative : consumer_schedule::pingpong;
+    EXPECT_TRUE(parse_consumer_schedule(consumer_schedule_name(c), back));
+    EXPECT_EQ(back, c);
+  }
+  consumer_schedule c = consumer_schedule::cooperative;
+  EXPECT_FALSE(parse_consumer_schedule("ping-pong", c));
+  EXPECT_EQ(c, consumer_schedule::cooperative);
+}
