@@ -211,6 +211,7 @@ MP_REGISTER_COMMAND(
     run_sim);
 
 std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
+  if (!ctx.wants("rdu")) return {};
   std::vector<DemoRow> rows;
   for (const char* an : {"plasticine", "sn40l"}) {
     rdu::Arch arch = rdu::load_arch(an);
