@@ -5,27 +5,13 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/text.h"
 #include "systolic/scalesim.h"
 
 namespace mp::systolic {
 namespace {
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<')
-      o += "&lt;";
-    else if (c == '>')
-      o += "&gt;";
-    else if (c == '&')
-      o += "&amp;";
-    else if (c == '"')
-      o += "&quot;";
-    else
-      o += c;
-  }
-  return o;
-}
+std::string esc(const std::string& s) { return xml_escape(s); }
 std::string num(double v, int prec = 1) {
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", prec, v);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/table.h"
+#include "core/text.h"
 
 namespace mp::rdu {
 namespace {
@@ -16,39 +17,9 @@ std::string fmt(const char* f, double v) {
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += c;
-  }
-  return o;
-}
-std::string xml(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<')
-      o += "&lt;";
-    else if (c == '>')
-      o += "&gt;";
-    else if (c == '&')
-      o += "&amp;";
-    else if (c == '"')
-      o += "&quot;";
-    else
-      o += c;
-  }
-  return o;
-}
-std::string count(double v) {
-  std::string s = std::to_string(int64_t(std::llround(v)));
-  for (int i = int(s.size()) - 3; i > (s[0] == '-' ? 1 : 0); i -= 3) s.insert(size_t(i), ",");
-  return s;
-}
+std::string esc(const std::string& s) { return json_escape(s); }
+std::string xml(const std::string& s) { return xml_escape(s); }
+std::string count(double v) { return thousands(std::llround(v)); }
 
 }  // namespace
 

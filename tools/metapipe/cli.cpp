@@ -1,6 +1,8 @@
 // Argument parsing and the command / demo registries of the metapipe CLI.
 #include "tools/metapipe/cli.h"
 
+#include "core/text.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -141,13 +143,6 @@ std::string format_ms(double ms) {
   return buf;
 }
 
-std::string format_count(long long n) {
-  std::string s = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
+std::string format_count(long long n) { return thousands(n); }
 
 }  // namespace mp::cli

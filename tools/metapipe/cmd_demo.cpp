@@ -3,20 +3,11 @@
 #include <iostream>
 
 #include "core/table.h"
+#include "core/text.h"
 #include "tools/metapipe/cli.h"
 
 namespace mp::cli {
 namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') { o += "\\n"; continue; }
-    o += c;
-  }
-  return o;
-}
 
 int run_demo(Args& a) {
   DemoContext ctx;

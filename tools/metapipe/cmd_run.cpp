@@ -7,23 +7,13 @@
 #include "core/random.h"
 #include "core/table.h"
 #include "examples/run.h"
+#include "core/text.h"
 #include "tools/metapipe/cli.h"
 
 namespace mp::cli {
 namespace {
 
-std::string jstr(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += c;
-  }
-  return o + "\"";
-}
+std::string jstr(const std::string& s) { return "\"" + json_escape(s) + "\""; }
 std::string jnum(double x) {
   std::ostringstream os;
   os << x;
