@@ -10,6 +10,7 @@
 
 #include "backends/cpu/interpreter.h"
 #include "examples/run.h"
+#include "tests/support/run_cli.h"
 
 using namespace mp;
 using namespace mp::examples;
@@ -29,22 +30,8 @@ void check(const std::string& program, const std::vector<std::string>& sets, uin
   }
 }
 
-struct Cli {
-  int status;
-  std::string out;
-};
-Cli cli(const std::string& args) {
-  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  Cli r{-1, ""};
-  if (!f) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Cli = mp::test::CliResult;
+Cli cli(const std::string& args) { return mp::test::run_cli(args); }
 
 }  // namespace
 

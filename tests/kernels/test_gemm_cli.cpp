@@ -7,22 +7,11 @@
 #include <string>
 
 #include "core/device.h"
+#include "tests/support/run_cli.h"
 
 namespace {
-struct Result {
-  int status;
-  std::string out;
-};
-Result run(const std::string& args) {
-  FILE* f = popen((std::string(MP_CLI_PATH) + " " + args + " 2>&1").c_str(), "r");
-  Result r{-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = mp::test::CliResult;
+Result run(const std::string& args) { return mp::test::run_cli(args); }
 }  // namespace
 
 TEST(GemmCli, Help) {

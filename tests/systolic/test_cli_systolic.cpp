@@ -12,28 +12,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/run_cli.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 const std::string kData = MP_SYSTOLIC_TEST_DATA;
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  EXPECT_NE(f, nullptr);
-  Result r{-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = mp::test::CliResult;
+Result run(const std::string& args) { return mp::test::run_cli(args); }
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);

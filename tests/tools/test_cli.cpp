@@ -4,27 +4,13 @@
 #include <array>
 #include <cstdio>
 #include <string>
-#include <sys/wait.h>
+
+#include "tests/support/run_cli.h"
 
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  EXPECT_NE(f, nullptr);
-  Result r{-1, ""};
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = mp::test::CliResult;
+Result run(const std::string& args) { return mp::test::run_cli(args); }
 
 int lines(const std::string& s) {
   int n = 0;

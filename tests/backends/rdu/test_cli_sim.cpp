@@ -6,47 +6,37 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/run_cli.h"
+
 namespace {
 
-struct Out {
-  int status;
-  std::string text;
-};
-
-Out sh(const std::string& args) {
-  std::string cmd = std::string(MP_CLI_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string text;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) text.append(buf.data(), n);
-  int st = pclose(p);
-  return {WEXITSTATUS(st), text};
-}
+using Out = mp::test::CliResult;
+Out sh(const std::string& args) { return mp::test::run_cli(args); }
 
 }  // namespace
 
 TEST(RduCli, HelpStartsWithUsage) {
   auto o = sh("sim --help");
   EXPECT_EQ(o.status, 0);
-  EXPECT_EQ(o.text.rfind("usage: metapipe sim", 0), 0u) << o.text;
+  EXPECT_EQ(o.out.rfind("usage: metapipe sim", 0), 0u) << o.out;
 }
 
 TEST(RduCli, JsonReportHasTheRequiredFields) {
   auto o = sh("sim matmul --arch sn40l --json");
-  ASSERT_EQ(o.status, 0) << o.text;
+  ASSERT_EQ(o.status, 0) << o.out;
   for (const char* k :
        {"\"cycles\"", "\"seconds\"", "\"kernel_calls\"", "\"utilization\"", "\"bytes_read\"",
         "\"bytes_written\"", "\"load_bw_pct\"", "\"store_bw_pct\"", "\"busy_cycles\"", "\"stall_cycles\""})
-    EXPECT_NE(o.text.find(k), std::string::npos) << k;
+    EXPECT_NE(o.out.find(k), std::string::npos) << k;
 }
 
 TEST(RduCli, FunctionalRunChecksAgainstTheReference) {
   auto o = sh("sim gda --functional");
-  EXPECT_EQ(o.status, 0) << o.text;
-  EXPECT_NE(o.text.find("functional check vs naive C++ reference"), std::string::npos);
-  EXPECT_NE(o.text.find(": ok"), std::string::npos) << o.text;
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("functional check vs naive C++ reference"), std::string::npos);
+  EXPECT_NE(o.out.find(": ok"), std::string::npos) << o.out;
   auto g = sh("sim graph:kmeans --functional --arch sn40l");
-  EXPECT_EQ(g.status, 0) << g.text;
+  EXPECT_EQ(g.status, 0) << g.out;
 }
 
 TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
@@ -57,8 +47,8 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
          "12.8\n";
   }
   auto o = sh("sim dotproduct --arch " + dir + "/ok.arch --set pcu.lanes=32 --svg " + dir + "/p.svg");
-  EXPECT_EQ(o.status, 0) << o.text;
-  EXPECT_NE(o.text.find("dotproduct on tiny"), std::string::npos) << o.text;
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("dotproduct on tiny"), std::string::npos) << o.out;
   std::ifstream svg(dir + "/p.svg");
   std::string first;
   std::getline(svg, first);
@@ -69,13 +59,13 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
   }
   auto b = sh("sim dotproduct --arch " + dir + "/bad.arch");
   EXPECT_EQ(b.status, 1);
-  EXPECT_NE(b.text.find("bad.arch:2: key 'pcu.lanes' expects a positive integer, got 'many'"),
+  EXPECT_NE(b.out.find("bad.arch:2: key 'pcu.lanes' expects a positive integer, got 'many'"),
             std::string::npos)
-      << b.text;
+      << b.out;
   auto s = sh("sim dotproduct --set pcu.lanez=3");
   EXPECT_EQ(s.status, 1);
-  EXPECT_NE(s.text.find("unknown key 'pcu.lanez'"), std::string::npos) << s.text;
+  EXPECT_NE(s.out.find("unknown key 'pcu.lanez'"), std::string::npos) << s.out;
   auto u = sh("sim no_such_program");
   EXPECT_EQ(u.status, 2);
-  EXPECT_NE(u.text.find("unknown program 'no_such_program'"), std::string::npos) << u.text;
+  EXPECT_NE(u.out.find("unknown program 'no_such_program'"), std::string::npos) << u.out;
 }
