@@ -147,6 +147,17 @@ std::vector<DemoRow> example_rows(const DemoContext& ctx) {
       rows.push_back({c.program, r.target, r.summary(), format_ms(r.ms), r.ok});
     }
   }
+  // Every other registered program (e.g. the Plasticine/Spatial benchmarks) at its default sizes.
+  for (auto* spec : examples::programs()) {
+    bool seen = false;
+    for (auto& c : cases) seen = seen || spec->name == c.program;
+    if (seen) continue;
+    auto params = examples::resolve(*spec, {});
+    for (auto mode : {examples::CpuMode::Interpreter, examples::CpuMode::Executor}) {
+      auto r = examples::run_on_cpu(*spec, params, mode, seed);
+      rows.push_back({spec->name, r.target, r.summary(), format_ms(r.ms), r.ok});
+    }
+  }
   return rows;
 }
 MP_REGISTER_DEMO("examples-cpu", 10, example_rows);
