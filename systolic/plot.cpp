@@ -36,7 +36,9 @@ std::string plot_svg(const std::string& title, const std::vector<PlotSeries>& se
   for (const auto& s : series) layers = std::max(layers, s.layers.size());
   const int bar = 18, gap = 26, left = 80, right = 30;
   const int group = static_cast<int>(series.size()) * bar + gap;
-  const int width = std::max(560, left + right + static_cast<int>(layers) * group);
+  // Wide enough for the bars and for the title (about 8.5 px per character at font-size 16).
+  const int width = std::max({560, left + right + static_cast<int>(layers) * group,
+                              40 + static_cast<int>(title.size() * 17 / 2)});
   const int panel_h = 220, top1 = 70, top2 = top1 + panel_h + 80, height = top2 + panel_h + 70;
   std::int64_t max_cycles = 1;
   for (const auto& s : series)
