@@ -7,19 +7,11 @@
 #include "ir/analysis.h"
 #include "ir/printer.h"
 #include "ir/verify.h"
+#include "tests/support/expect_user_error.h"
 
 using namespace mp;
 using namespace mp::ir;
 
-#define EXPECT_USER_ERROR(stmt, substr)                                             \
-  do {                                                                              \
-    try {                                                                           \
-      stmt;                                                                         \
-      ADD_FAILURE() << "expected a user_error containing: " << substr;              \
-    } catch (const mp::user_error& e) {                                             \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what(); \
-    }                                                                               \
-  } while (0)
 
 TEST(Expr, PrintsAndEvaluates) {
   Expr x = Expr::arg(0), y = Expr::arg(1);

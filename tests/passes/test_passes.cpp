@@ -9,21 +9,14 @@
 #include "ir/printer.h"
 #include "ir/verify.h"
 #include "passes/pipeline.h"
+#include "tests/support/expect_user_error.h"
+#include "tests/support/slide51.h"
 
 using namespace mp;
 using namespace mp::front;
 
 namespace {
 
-#define EXPECT_USER_ERROR(stmt, substr)                                             \
-  do {                                                                              \
-    try {                                                                           \
-      stmt;                                                                         \
-      ADD_FAILURE() << "expected a user_error containing: " << substr;              \
-    } catch (const mp::user_error& e) {                                             \
-      EXPECT_NE(std::string(e.what()).find(substr), std::string::npos) << e.what(); \
-    }                                                                               \
-  } while (0)
 
 bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
 
@@ -36,19 +29,7 @@ ir::Program softmax(int64_t R, int64_t C) {
   return b.finish();
 }
 
-ir::Program slide51(int64_t M, int64_t N, int64_t K, int64_t MM, int64_t NN) {
-  ProgramBuilder b("matmul");
-  auto A = b.input("A", {M, K}), B = b.input("B", {K, N});
-  auto C = b.output("C", {M, N});
-  METAPIPE(cdiv(M, MM), [&]() {
-    auto a_tile = LOAD_TILE(A, {MM, K});
-    METAPIPE(cdiv(N, NN), [&]() {
-      auto b_tile = LOAD_TILE(B, {K, NN}, row_par = 4);
-      STORE_TILE(C, BUFFER(MAT_MUL(a_tile, b_tile)));
-    });
-  });
-  return b.finish();
-}
+using mp::test::slide51;
 
 ir::Program gda(int64_t R, int64_t C, int64_t TR) {
   ProgramBuilder b("gda");

@@ -8,25 +8,14 @@
 #include "backends/cpu/interpreter.h"
 #include "front/front.h"
 #include "passes/pipeline.h"
+#include "tests/support/slide51.h"
 
 using namespace mp;
 using namespace mp::front;
 
 namespace {
 
-ir::Program slide51(int64_t M, int64_t N, int64_t K, int64_t MM, int64_t NN) {
-  ProgramBuilder b("matmul");
-  auto A = b.input("A", {M, K}), B = b.input("B", {K, N});
-  auto C = b.output("C", {M, N});
-  METAPIPE(cdiv(M, MM), [&]() {
-    auto a_tile = LOAD_TILE(A, {MM, K});
-    METAPIPE(cdiv(N, NN), [&]() {
-      auto b_tile = LOAD_TILE(B, {K, NN}, row_par = 4);
-      STORE_TILE(C, BUFFER(MAT_MUL(a_tile, b_tile)));
-    });
-  });
-  return b.finish();
-}
+using mp::test::slide51;
 
 ir::Program compiled(const ir::Program& p, bool masking = false) {
   passes::CompileOptions o;
