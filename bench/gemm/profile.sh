@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Nsight Compute profile of the GEMM kernels against cuBLAS on the device machine (one call): builds the
+# CLI for sm_90a, profiles one launch of each kernel with warp-state and per-instruction (SASS) stall
+# sampling, and writes the reports and CSV exports under $OUT.
+#   usage: bench/gemm/profile.sh [M N K [extra metapipe gemm options]]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/gemm-profile}"; mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/cuda/bin"
+shape="${*:-4096 4096 4096 --bt}"
+t0=$(date +%s)
+cmake --preset default >"$OUT/build.log" 2>&1 && cmake --build --preset default -j"$(nproc)" --target metapipe >>"$OUT/build.log" 2>&1 ||
+  { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+bin=./build/tools/metapipe/metapipe
+sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis"
+prof() {  # name, kernel regex, metapipe gemm arguments
+  local name=$1 re=$2; shift 2
+  timeout 240 ncu -k "regex:$re" --launch-count 1 $sections -f -o "$OUT/$name" $bin gemm "$@" --no-time >"$OUT/$name.ncu.log" 2>&1
+  echo "$name: ncu exit $?"
+  ncu -i "$OUT/$name.ncu-rep" --page details >"$OUT/$name.details.txt" 2>&1
+  ncu -i "$OUT/$name.ncu-rep" --page source --csv --print-source sass >"$OUT/$name.source.csv" 2>"$OUT/$name.source.err" ||
+    ncu -i "$OUT/$name.ncu-rep" --page source --csv >"$OUT/$name.source.csv" 2>>"$OUT/$name.source.err"
+  grep -E "Duration|Elapsed Cycles|SM Frequency|Compute \(SM\) Throughput|Warp Cycles Per Issued|Executed Ipc A" "$OUT/$name.details.txt" | head -8
+  grep -iE "stall|Stall" "$OUT/$name.details.txt" | head -6
+}
+prof ours '^kernel$' $shape
+prof cublas 'nvjet' $shape
+prof pingpong 'pingpong_kernel' $shape --schedule pingpong
+ncu --help 2>&1 | grep -A4 -E "^\s+--page|print-source" >"$OUT/ncu-help.txt"
+echo "done in $(( $(date +%s) - t0 )) s"
