@@ -29,6 +29,10 @@ struct GemmSchedule {
   int block_n = 0;         // 0: chosen from the shape; else 128 or 256
   int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
   consumer_schedule consumers = consumer_schedule::cooperative;
+  // wgmma groups a consumer leaves in flight when it moves to the next K step (0 or 1; -1: the
+  // default). With 1 a stage stays held for two K steps; with 0 it goes back to the producer as soon as
+  // its wgmma finish, which leaves the ring one stage deeper for loads in flight.
+  int mma_pending = -1;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

@@ -27,6 +27,7 @@ struct gemm_globals {
   int m, n, k;
   int tiles_m, tiles_n, k_iters, group_m;
   int splits, iters_per_split;
+  int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -302,6 +303,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.tiles_n = (n + BN - 1) / BN;
   g.k_iters = (k + K::BK - 1) / K::BK;
   g.group_m = std::max(1, s.group_m);
+  g.mma_pending = s.mma_pending < 0 ? 1 : s.mma_pending;
   g.iters_per_split = (g.k_iters + splits - 1) / splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;

@@ -35,6 +35,16 @@ constexpr int cluster_of() {
     return 1;
 }
 
+// How many wgmma groups a consumer leaves in flight when it moves on to the next stage: K::globals may
+// carry `mma_pending` (0 or 1); 1 when it does not.
+template <class K>
+__device__ int mma_pending_of(const typename K::globals& g) {
+  if constexpr (requires { g.mma_pending; })
+    return g.mma_pending;
+  else
+    return 1;
+}
+
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
@@ -121,12 +131,18 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       }
     };
     const bool signaller = threadIdx.x % warp_threads == 0;
+    const int pending = mma_pending_of<K>(g);
     for (int work = cluster_id; work < nwork; work += clusters) {
       const int iters = K::iters(g, work);
       int prev = -1;
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
         K::compute(st, stages[p.stage], g, work, it, wg);
+        if (pending == 0) {  // this iteration's wgmma are done: free its stage now
+          warpgroup::mma_async_wait<0>();
+          if (signaller) release(empty[p.stage]);
+          continue;
+        }
         warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
         if (prev >= 0 && signaller) release(empty[prev]);
         prev = p.stage;

@@ -5,7 +5,7 @@
 #   usage: bench/gemm/profile.sh [M N K [extra metapipe gemm options]]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/gemm-profile}"; mkdir -p "$OUT"
+FINAL="${OUT:-/tmp/gemm-profile}"; OUT=/tmp/gemm-profile-work; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
 export PATH="$PATH:/usr/local/cuda/bin"
 shape="${*:-4096 4096 4096 --bt}"
 t0=$(date +%s)
@@ -27,5 +27,8 @@ prof() {  # name, kernel regex, metapipe gemm arguments
 prof ours '^kernel$' $shape
 prof cublas 'nvjet' $shape
 prof pingpong 'pingpong_kernel' $shape --schedule pingpong
+prof ours_c2 '^kernel$' $shape --cluster 2
 ncu --help 2>&1 | grep -A4 -E "^\s+--page|print-source" >"$OUT/ncu-help.txt"
+# the device tool returns at most 8 files: everything goes back as one archive
+tar -czf "$FINAL/profile.tgz" -C "$OUT" . && cp "$OUT"/*.details.txt "$FINAL"/ 2>/dev/null
 echo "done in $(( $(date +%s) - t0 )) s"

@@ -27,6 +27,9 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
+  if (auto v = a.integer({"--mma-pending"})) sched.mma_pending = int(*v);
+  if (sched.mma_pending < -1 || sched.mma_pending > 1)
+    throw usage_error("metapipe gemm: --mma-pending is 0 or 1");
   if (auto v = a.value({"--schedule"}))
     if (!kernels::parse_consumer_schedule(*v, sched.consumers))
       throw usage_error("metapipe gemm: --schedule is cooperative or pingpong, got '" + *v + "'");
@@ -95,6 +98,7 @@ MP_REGISTER_COMMAND(
     "  --split-k N      split K N ways (1: never)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
+    "  --mma-pending N  wgmma groups left in flight per K step, 0 or 1\n"
     "  --no-persistent  one block per tile instead of one block per SM\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
     "                   pingpong: each owns its own tile, 64 x 256 (or 128 x 128 with\n"
