@@ -33,6 +33,9 @@ struct GemmSchedule {
   // default). With 1 a stage stays held for two K steps; with 0 it goes back to the producer as soon as
   // its wgmma finish, which leaves the ring one stage deeper for loads in flight.
   int mma_pending = -1;
+  // K steps ahead that the producer asks L2 to fetch the A and B tiles (cp.async.bulk.prefetch), so the
+  // loads into shared memory find them there; 0: no prefetch; -1: the default.
+  int prefetch = -1;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

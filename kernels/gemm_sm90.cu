@@ -28,6 +28,7 @@ struct gemm_globals {
   int tiles_m, tiles_n, k_iters, group_m;
   int splits, iters_per_split;
   int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
+  int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -108,6 +109,18 @@ struct gemm_kernel {
         constexpr int half = b_tile::layout::chunks / 2;
         tma::load_chunks_multicast(s.b, &g.b, full, 0b11, rank * half, half, kk, t.y * BN);
       }
+    }
+    // L2 prefetch of K step it + prefetch of the same tile (this block's share of it)
+    if (g.prefetch > 0 && it + g.prefetch < iters(g, work)) {
+      const int kp = kk + g.prefetch * BK;
+      tma::prefetch_l2<a_tile>(&g.a, m_row(g, work), kp);
+      const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
+      if constexpr (BT)
+        tma::prefetch_l2<b_box>(&g.b, t.y * BN + rank * (BN / CS), kp);
+      else if constexpr (CS == 1)
+        tma::prefetch_l2<b_tile>(&g.b, kp, t.y * BN);
+      else
+        tma::prefetch_l2<st_bf<BK, BN / 2>>(&g.b, kp, t.y * BN + rank * (BN / 2));
     }
   }
 
@@ -304,6 +317,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.k_iters = (k + K::BK - 1) / K::BK;
   g.group_m = std::max(1, s.group_m);
   g.mma_pending = s.mma_pending < 0 ? 1 : s.mma_pending;
+  g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
   g.iters_per_split = (g.k_iters + splits - 1) / splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;

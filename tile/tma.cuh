@@ -52,6 +52,19 @@ __device__ inline void load_async_multicast(ST& dst, const CUtensorMap* map, sem
   load_chunks_multicast(dst, map, bar, cta_mask, 0, ST::layout::chunks, row, col, d, b);
 }
 
+// Ask for the tile at (row, col) to be brought into L2 (no shared memory, no completion to wait for), so
+// that a later load_async of it does not pay DRAM latency.
+template <class ST>
+__device__ inline void prefetch_l2(const CUtensorMap* map, int row, int col, int d = 0, int b = 0) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j)
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b)
+                 : "memory");
+}
+
 // Store a tile to global memory (elements out of bounds are skipped). Completion: commit_group() then
 // wait_read<0>() before the shared tile is reused, or wait_all<0>() before the data is read elsewhere.
 template <class ST>

@@ -28,6 +28,8 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
   if (auto v = a.integer({"--mma-pending"})) sched.mma_pending = int(*v);
+  if (auto v = a.integer({"--prefetch"})) sched.prefetch = int(*v);
+  if (sched.prefetch < -1 || sched.prefetch > 64) throw usage_error("metapipe gemm: --prefetch is 0 to 64");
   if (sched.mma_pending < -1 || sched.mma_pending > 1)
     throw usage_error("metapipe gemm: --mma-pending is 0 or 1");
   if (auto v = a.value({"--schedule"}))
@@ -99,6 +101,7 @@ MP_REGISTER_COMMAND(
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0 or 1\n"
+    "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --no-persistent  one block per tile instead of one block per SM\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
     "                   pingpong: each owns its own tile, 64 x 256 (or 128 x 128 with\n"
