@@ -36,6 +36,9 @@ struct GemmSchedule {
   // K steps ahead that the producer asks L2 to fetch the A and B tiles (cp.async.bulk.prefetch), so the
   // loads into shared memory find them there; 0: no prefetch; -1: the default.
   int prefetch = -1;
+  // Diagnostic: move every A and B tile through the ring as usual but issue no wgmma, so the time is
+  // that of the data movement alone (the result is NOT computed). Never set outside measurements.
+  bool data_only = false;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

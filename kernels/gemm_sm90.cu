@@ -29,6 +29,7 @@ struct gemm_globals {
   int splits, iters_per_split;
   int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
+  int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -124,7 +125,8 @@ struct gemm_kernel {
     }
   }
 
-  __device__ static void compute(state& st, stage& s, const globals&, int, int it, int consumer) {
+  __device__ static void compute(state& st, stage& s, const globals& g, int, int it, int consumer) {
+    if (g.data_only) return;
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
@@ -318,6 +320,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.group_m = std::max(1, s.group_m);
   g.mma_pending = s.mma_pending < 0 ? 1 : s.mma_pending;
   g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
+  g.data_only = s.data_only;
   g.iters_per_split = (g.k_iters + splits - 1) / splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
