@@ -39,6 +39,9 @@ struct GemmSchedule {
   // Diagnostic: move every A and B tile through the ring as usual but issue no wgmma, so the time is
   // that of the data movement alone (the result is NOT computed). Never set outside measurements.
   bool data_only = false;
+  // Diagnostic: the opposite, all the wgmma on whatever the ring's shared memory holds, with no loads (the
+  // producer only signals each stage full). The result is NOT computed.
+  bool compute_only = false;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

@@ -30,6 +30,7 @@ struct gemm_globals {
   int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
+  int compute_only; // diagnostic: no loads (GemmSchedule::compute_only)
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -92,6 +93,10 @@ struct gemm_kernel {
   }
 
   __device__ static void load(stage& s, const globals& g, int work, int it, semaphore& full) {
+    if (g.compute_only) {  // diagnostic: no data, only the signal that the stage is full
+      arrive(full);
+      return;
+    }
     const int2 t = tile_of(g, work);
     const int kk = (split_of(g, work) * g.iters_per_split + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
@@ -321,6 +326,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.mma_pending = s.mma_pending < 0 ? 1 : s.mma_pending;
   g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
   g.data_only = s.data_only;
+  g.compute_only = s.compute_only;
   g.iters_per_split = (g.k_iters + splits - 1) / splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
