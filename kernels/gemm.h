@@ -42,6 +42,11 @@ struct GemmSchedule {
   // Diagnostic: the opposite, all the wgmma on whatever the ring's shared memory holds, with no loads (the
   // producer only signals each stage full). The result is NOT computed.
   bool compute_only = false;
+  // Stream-K for the last waves: when the tile count leaves the last wave of the persistent grid partly
+  // idle, the last P + T % P tiles are cut into equal K ranges, one per block, and blocks that share a
+  // tile add their fp32 partials in a workspace (in-kernel; the last to finish stores the tile).
+  // -1: the default (on where it applies: persistent, no cluster, cooperative, no split-K); 0: off.
+  int stream_k = -1;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

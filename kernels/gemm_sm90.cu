@@ -23,10 +23,19 @@ using namespace mp::tile;
 // What the kernels take (the same for every tile shape and output type, so split-K can hand a bf16
 // call's arguments to the fp32 kernel).
 struct gemm_globals {
-  CUtensorMap a, b, c;  // c: the output, or (split-K) an fp32 buffer with one M x N slice per split
+  CUtensorMap a, b, c;  // c: the output
   int m, n, k;
   int tiles_m, tiles_n, k_iters, group_m;
+  // How tiles become work items (see segment_of): split-K (splits > 1) cuts every tile into `splits` K
+  // ranges; otherwise the first dp_tiles tiles are one item each and the sk_tiles after them are shared
+  // out over the `grid` blocks as equal K ranges (stream-K), so that the last wave has no idle SMs.
   int splits, iters_per_split;
+  int dp_tiles, sk_tiles, grid;
+  // Tiles finished by several blocks: each writes its fp32 partial to ws (slot `which` of the tile), and
+  // the last to arrive (counters, left at zero after each tile) adds the others' to its own and stores.
+  float4* ws;
+  int* counters;
+  int slots;
   int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
@@ -64,22 +73,51 @@ struct gemm_kernel {
   using c_tile = st<OutT, 64, CW>;
   struct finish_smem {
     c_tile c[consumers][c_buffers];
+    int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
   };
   using globals = gemm_globals;
   struct state {
     rt_fl<16, BN> acc[MH];
   };
 
-  __host__ __device__ static int work_count(const globals& g) { return g.tiles_m * g.tiles_n * g.splits; }
-  __device__ static int split_of(const globals& g, int work) { return work / (g.tiles_m * g.tiles_n); }
-  __device__ static int iters(const globals& g, int work) {
-    const int first = split_of(g, work) * g.iters_per_split;
-    return min(g.iters_per_split, g.k_iters - first);
+  // A work item is a K range of one tile. Items of one block are work = blockIdx.x + j * gridDim.x.
+  struct segment {
+    int tile;     // tile index (tile_of() turns it into a position)
+    int k_first;  // first K step
+    int iters;    // K steps (0: an empty item, nothing to do)
+    int which;    // which of the tile's `count` partial results this is
+    int count;    // how many items share the tile (1: this one stores it alone)
+    int fix;      // index of the tile among those shared (workspace and counter)
+  };
+  __host__ __device__ static int work_count(const globals& g) {
+    if (g.splits > 1) return g.tiles_m * g.tiles_n * g.splits;
+    return g.dp_tiles + (g.sk_tiles > 0 ? 3 * g.grid : 0);  // a block's K range touches at most 3 tiles
   }
+  __device__ static segment segment_of(const globals& g, int work) {
+    const int tiles = g.tiles_m * g.tiles_n, I = g.k_iters;
+    if (g.splits > 1) {  // split-K: item = split * tiles + tile
+      const int s = work / tiles, t = work % tiles, first = s * g.iters_per_split;
+      return {t, first, min(g.iters_per_split, I - first), s, g.splits, t};
+    }
+    if (work < g.dp_tiles) return {work, 0, I, 0, 1, 0};
+    // stream-K: block b owns K steps [b*U/P, (b+1)*U/P) of the shared tiles laid end to end (U of them);
+    // its j-th item is the part of that range inside the j-th tile it touches.
+    const int P = g.grid, j = (work - g.dp_tiles) / P, b = (work - g.dp_tiles) % P;
+    const long long U = 1ll * g.sk_tiles * I;
+    const long long s = b * U / P, e = (b + 1) * U / P;
+    const int t = int(s / I) + j;
+    const long long ts = 1ll * t * I, te = ts + I;
+    if (ts >= e) return {0, 0, 0, 0, 1, 0};
+    // the block owning K step u: the largest b with b*U/P <= u
+    auto owner = [&](long long u) { return int(((u + 1) * P - 1) / U); };
+    const int first = owner(ts), last = owner(te - 1);
+    const long long from = s > ts ? s : ts, to = e < te ? e : te;
+    return {g.dp_tiles + t, int(from - ts), int(to - from), b - first, last - first + 1, t};
+  }
+  __device__ static int iters(const globals& g, int work) { return segment_of(g, work).iters; }
   // Tile (tm, tn) of a work item (tm counts M-tile groups of CS tiles): groups of group_m M-tiles are
   // walked column by column, so the blocks running at one time share A rows and B columns in L2.
-  __device__ static int2 tile_of(const globals& g, int work) {
-    const int t = work % (g.tiles_m * g.tiles_n);
+  __device__ static int2 tile_of(const globals& g, int t) {
     const int per_group = g.group_m * g.tiles_n;
     const int first_m = (t / per_group) * g.group_m;
     const int rows = min(g.group_m, g.tiles_m - first_m);
@@ -87,9 +125,9 @@ struct gemm_kernel {
     return {first_m + in % rows, in / rows};
   }
 
-  __device__ static int m_row(const globals& g, int work) {
+  __device__ static int m_row(const globals& g, int2 t) {
     const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
-    return (tile_of(g, work).x * CS + rank) * BM;
+    return (t.x * CS + rank) * BM;
   }
 
   __device__ static void load(stage& s, const globals& g, int work, int it, semaphore& full) {
@@ -97,10 +135,11 @@ struct gemm_kernel {
       arrive(full);
       return;
     }
-    const int2 t = tile_of(g, work);
-    const int kk = (split_of(g, work) * g.iters_per_split + it) * BK;
+    const segment sg = segment_of(g, work);
+    const int2 t = tile_of(g, sg.tile);
+    const int kk = (sg.k_first + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
-    tma::load_async(s.a, &g.a, full, m_row(g, work), kk);
+    tma::load_async(s.a, &g.a, full, m_row(g, t), kk);
     if constexpr (CS == 1) {
       if constexpr (BT)
         tma::load_async(s.b, &g.b, full, t.y * BN, kk);
@@ -117,9 +156,9 @@ struct gemm_kernel {
       }
     }
     // L2 prefetch of K step it + prefetch of the same tile (this block's share of it)
-    if (g.prefetch > 0 && it + g.prefetch < iters(g, work)) {
+    if (g.prefetch > 0 && it + g.prefetch < sg.iters) {
       const int kp = kk + g.prefetch * BK;
-      tma::prefetch_l2<a_tile>(&g.a, m_row(g, work), kp);
+      tma::prefetch_l2<a_tile>(&g.a, m_row(g, t), kp);
       const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
       if constexpr (BT)
         tma::prefetch_l2<b_box>(&g.b, t.y * BN + rank * (BN / CS), kp);
@@ -149,10 +188,55 @@ struct gemm_kernel {
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
   }
 
+  // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
+  static constexpr int acc_float4 = MH * BN / 8;
+  static constexpr int parts = PP ? 1 : consumers;  // consumers holding one part of a tile each
+  __device__ static float2* acc_pair(state& st, int i) {  // the two float2 of float4 number i
+    const int h = i / (BN / 8), r = i % (BN / 8);
+    return &st.acc[h].tiles[0][r / 2][2 * (r % 2)];
+  }
+
+  // A tile several items share: write this part's partial sums to its workspace slot, count the arrival,
+  // and, if this is the last of the tile's items to arrive, add the others' partials to the accumulators
+  // (true: the caller then stores the tile). Fences order the partials before the count (classic
+  // last-block reduction); the counter goes back to zero for the next launch.
+  __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
+    const int part = PP ? 0 : consumer, t = warpgroup::thread_in_group(), bar = 1 + consumer;
+    const size_t slot_float4 = size_t(acc_float4) * warpgroup_threads;
+    float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
+#pragma unroll
+    for (int i = 0; i < acc_float4; ++i) {
+      const float2* p = acc_pair(st, i);
+      __stcg(&mine[size_t(i) * warpgroup_threads + t], make_float4(p[0].x, p[0].y, p[1].x, p[1].y));
+    }
+    __threadfence();
+    named_barrier_sync(bar, warpgroup_threads);
+    int* counter = &g.counters[sg.fix * parts + part];
+    if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1);
+    named_barrier_sync(bar, warpgroup_threads);
+    if (fs.arrivals[consumer] != sg.count - 1) return false;
+    __threadfence();
+    const float4* base = g.ws + (size_t(sg.fix) * parts + part) * g.slots * slot_float4;
+    for (int w = 0; w < sg.count; ++w) {
+      if (w == sg.which) continue;
+#pragma unroll
+      for (int i = 0; i < acc_float4; ++i) {
+        const float4 v = __ldcg(&base[w * slot_float4 + size_t(i) * warpgroup_threads + t]);
+        float2* p = acc_pair(st, i);
+        p[0].x += v.x, p[0].y += v.y, p[1].x += v.z, p[1].y += v.w;
+      }
+    }
+    if (t == 0) *counter = 0;
+    return true;
+  }
+
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, int work, int consumer) {
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
-    const int2 t = tile_of(g, work);
+    const segment sg = segment_of(g, work);
+    if (sg.iters == 0) return;
+    if (sg.count > 1 && !fixup(st, fs, g, sg, consumer)) return;
+    const int2 t = tile_of(g, sg.tile);
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const bool leader = warpgroup::thread_in_group() == 0;
     const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
@@ -177,33 +261,12 @@ struct gemm_kernel {
         fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
         named_barrier_sync(bar, warpgroup_threads);
         if (leader) {
-          tma::store_async(&g.c, buf, m_row(g, work) + (PP ? h : consumer) * 64, t.y * BN + j * CW,
-                           split_of(g, work));
+          tma::store_async(&g.c, buf, m_row(g, t) + (PP ? h : consumer) * 64, t.y * BN + j * CW);
           tma::commit_group();
         }
       }
   }
 };
-
-// Sum the split-K slices (fp32, splits x M x N) into the output.
-template <class OutT>
-__global__ void reduce_splits(const float* __restrict__ ws, OutT* __restrict__ out, size_t mn, int splits) {
-  const size_t n4 = mn / 4;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n4;
-       i += size_t(gridDim.x) * blockDim.x) {
-    float4 acc = reinterpret_cast<const float4*>(ws)[i];
-    for (int s = 1; s < splits; ++s) {
-      const float4 v = reinterpret_cast<const float4*>(ws + s * mn)[i];
-      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
-    }
-    if constexpr (std::is_same_v<OutT, float>) {
-      reinterpret_cast<float4*>(out)[i] = acc;
-    } else {
-      reinterpret_cast<__nv_bfloat162*>(out)[2 * i] = __floats2bfloat162_rn(acc.x, acc.y);
-      reinterpret_cast<__nv_bfloat162*>(out)[2 * i + 1] = __floats2bfloat162_rn(acc.z, acc.w);
-    }
-  }
-}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
@@ -222,7 +285,16 @@ int sm_count() {
 struct plan {
   int bm, bn, splits, tiles, cluster;
   bool pingpong;
+  int sk_tiles;  // tiles shared out by stream-K over the persistent grid (0: none)
 };
+
+// Stream-K for the tail: with T tiles on P blocks and T % P != 0, the last wave would leave SMs idle. The
+// tiles of the last full wave and of the partial one (P + T % P of them) are cut into equal K ranges
+// instead, one per block; the others stay whole (data-parallel). Returns how many tiles are shared.
+int stream_k_tiles(int tiles, int grid) {
+  if (grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
+  return grid + tiles % grid;
+}
 plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   const int sms = sm_count();
   const bool pingpong = s.consumers == consumer_schedule::pingpong;
@@ -247,6 +319,10 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
       return double(t) / (double((t + sms - 1) / sms) * sms);
     };
     bn = eff(256) >= 0.85 * eff(128) ? 256 : 128;
+    // With more 128 x 256 tiles than SMs, stream-K (below) fills the last wave, so the wave efficiency
+    // no longer argues for the narrower tiles, which move 1.33x the bytes per flop.
+    const bool sk_possible = s.stream_k != 0 && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
+    if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
   }
   MP_USER_CHECK(bn == 128 || bn == 256, "gemm: block_n must be 128 or 256, got ", bn);
   const int tiles = tm * ((n + bn - 1) / bn);
@@ -262,7 +338,10 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   // bench/RESULTS.md), so they are opt-in.
   if (cluster == 0) cluster = 1;
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
-  return {bm, bn, splits, tiles, cluster, pingpong};
+  MP_USER_CHECK(s.stream_k >= -1 && s.stream_k <= 1, "gemm: stream_k is -1 (default), 0 or 1, got ", s.stream_k);
+  // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
+  const bool sk = s.stream_k != 0 && splits == 1 && s.persistent && cluster == 1 && !pingpong;
+  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0};
 }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
@@ -286,38 +365,46 @@ const CUtensorMap& cached_map(const void* p, int depth, int rows, int cols) {
   return e.map;
 }
 
-// The split-K workspace: grow-only, one per stream in use.
-float* workspace(cudaStream_t stream, size_t bytes) {
+// The workspace for tiles that several blocks finish (split-K, stream-K): per stream in use, grow-only,
+// the tile counters first (zeroed when allocated; every launch leaves them at zero), then fp32 partials.
+struct fixup_space {
+  int* counters;
+  float4* partials;
+};
+fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float4) {
   struct entry {
     cudaStream_t s;
-    float* p;
+    void* p;
     size_t bytes;
   };
+  const size_t counter_bytes = (counters * sizeof(int) + 255) / 256 * 256;
+  const size_t bytes = counter_bytes + partial_float4 * sizeof(float4);
   thread_local std::vector<entry> ws;
-  for (auto& e : ws)
-    if (e.s == stream) {
-      if (e.bytes < bytes) {
-        check_cuda(cudaFreeAsync(e.p, stream), "freeing the split-K workspace");
-        check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&e.p), bytes, stream),
-                   "allocating the split-K workspace");
-        e.bytes = bytes;
-      }
-      return e.p;
-    }
-  float* p = nullptr;
-  check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&p), bytes, stream),
-             "allocating the split-K workspace");
-  ws.push_back({stream, p, bytes});
-  return p;
+  entry* e = nullptr;
+  for (auto& x : ws)
+    if (x.s == stream) e = &x;
+  if (!e) {
+    ws.push_back({stream, nullptr, 0});
+    e = &ws.back();
+  }
+  if (e->bytes < bytes) {
+    if (e->p) check_cuda(cudaFreeAsync(e->p, stream), "freeing the GEMM workspace");
+    check_cuda(cudaMallocAsync(&e->p, bytes, stream), "allocating the GEMM workspace");
+    check_cuda(cudaMemsetAsync(e->p, 0, bytes, stream), "clearing the GEMM workspace");
+    e->bytes = bytes;
+  }
+  auto* base = static_cast<uint8_t*>(e->p);
+  return {reinterpret_cast<int*>(base), reinterpret_cast<float4*>(base + counter_bytes)};
 }
 
 template <int BN, bool BT, class OutT, int CS, bool PP = false>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
-         const GemmSchedule& s, int splits) {
+         const GemmSchedule& s, const plan& p) {
   using K = gemm_kernel<BN, BT, OutT, CS, PP>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
+  g.c = cached_map<typename K::c_tile>(c, 1, m, n);
   g.m = m, g.n = n, g.k = k;
   g.tiles_m = ((m + K::BM - 1) / K::BM + CS - 1) / CS;
   g.tiles_n = (n + BN - 1) / BN;
@@ -327,27 +414,28 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
-  g.iters_per_split = (g.k_iters + splits - 1) / splits;
+  g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
-  const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
-  if (g.splits == 1) {
-    g.c = cached_map<typename K::c_tile>(c, 1, m, n);
-    if constexpr (PP)
-      check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks), "the GEMM kernel launch");
-    else
-      check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
-    return;
+  const int tiles = g.tiles_m * g.tiles_n;
+  size_t fix_tiles = 0;
+  if (g.splits > 1) {
+    fix_tiles = tiles, g.slots = g.splits;
+  } else if (p.sk_tiles > 0) {
+    if constexpr (!PP && CS == 1) g.grid = pc::resident_blocks<K>();
+    g.sk_tiles = stream_k_tiles(tiles, g.grid);  // the plan assumed one block per SM; this is the grid
+    fix_tiles = g.sk_tiles, g.slots = 2;         // each block's K range is >= one tile: <= 2 per tile
   }
-  // split-K: each split writes its fp32 partial tile into its own slice; a second kernel sums them.
-  using KF = gemm_kernel<BN, BT, float, CS, PP>;
-  float* ws = workspace(stream, size_t(g.splits) * m * n * sizeof(float));
-  g.c = cached_map<typename KF::c_tile>(ws, g.splits, m, n);
+  g.dp_tiles = tiles - g.sk_tiles;
+  if (fix_tiles > 0) {
+    const auto w = workspace(stream, fix_tiles * K::parts,
+                             fix_tiles * K::parts * g.slots * K::acc_float4 * warpgroup_threads);
+    g.counters = w.counters, g.ws = w.partials;
+  }
+  const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
   if constexpr (PP)
-    check_cuda(pc::launch_pingpong<KF>(g, stream, max_blocks), "the GEMM kernel launch");
+    check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks), "the GEMM kernel launch");
   else
-    check_cuda(pc::launch<KF>(g, stream, max_blocks), "the GEMM kernel launch");
-  reduce_splits<OutT><<<sm_count() * 4, 256, 0, stream>>>(ws, static_cast<OutT*>(c), size_t(m) * n, g.splits);
-  check_cuda(cudaGetLastError(), "the split-K reduction launch");
+    check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
 }
 
 }  // namespace
@@ -364,21 +452,21 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   if (p.pingpong) {  // 64 x 256 or 128 x 128 tiles, no cluster: eight kernels (x B layout x output type)
     if (p.bn == 256) {
       if (bt)
-        return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-                   : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
-      return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-                 : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+        return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p)
+                   : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
+      return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p)
+                 : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
     }
     if (bt)
-      return f32 ? run<128, true, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-                 : run<128, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
-    return f32 ? run<128, false, float, 1, true>(a, b, c, m, n, k, stream, s, p.splits)
-               : run<128, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p.splits);
+      return f32 ? run<128, true, float, 1, true>(a, b, c, m, n, k, stream, s, p)
+                 : run<128, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
+    return f32 ? run<128, false, float, 1, true>(a, b, c, m, n, k, stream, s, p)
+               : run<128, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
   }
 #define MP_GEMM_CASE(BN, BT, OUT)                                                          \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \
-    if (p.cluster == 2) return run<BN, BT, OUT, 2>(a, b, c, m, n, k, stream, s, p.splits); \
-    return run<BN, BT, OUT, 1>(a, b, c, m, n, k, stream, s, p.splits);                     \
+    if (p.cluster == 2) return run<BN, BT, OUT, 2>(a, b, c, m, n, k, stream, s, p); \
+    return run<BN, BT, OUT, 1>(a, b, c, m, n, k, stream, s, p);                     \
   }
   MP_GEMM_CASE(256, true, bf16)
   MP_GEMM_CASE(256, false, bf16)
@@ -396,8 +484,10 @@ std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSch
   check_gemm_shape(m, n, k);
   const plan p = make_plan(m, n, k, s);
   char buf[200];
-  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles, split-K %d, cluster %d, %s grid",
-                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, p.splits, p.cluster,
+  char sk[48] = "";
+  if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
+  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d, cluster %d, %s grid",
+                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, p.cluster,
                 s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }

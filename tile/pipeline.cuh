@@ -157,16 +157,10 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   if constexpr (T::cluster > 1) cluster_sync();
 }
 
-// Launch K: a persistent grid of as many blocks (whole clusters) as can be resident at once, or
-// `max_blocks` blocks when given, never more than the work needs. Resident counts are queried once.
 template <class K>
-cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
+cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* at) {
   using T = traits<K>;
-  static cudaError_t attr =
-      cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
-  if (attr != cudaSuccess) return attr;
   cudaLaunchConfig_t cfg{};
-  cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = T::cluster;
   at[0].val.clusterDim.y = 1;
@@ -176,20 +170,43 @@ cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_bl
   cfg.stream = stream;
   cfg.attrs = at;
   cfg.numAttrs = 1;
-  static int resident = [&] {
+  return cfg;
+}
+
+// The persistent grid of K: as many blocks (whole clusters) as can be resident at once, queried once.
+// Kernels that cut work by the grid size (stream-K) ask for it before launching.
+template <class K>
+int resident_blocks() {
+  using T = traits<K>;
+  static int resident = [] {
+    cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
     int dev = 0, sms = 0, clusters = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    cudaLaunchConfig_t q = cfg;
+    cudaLaunchAttribute at[1];
+    cudaLaunchConfig_t q = launch_config<K>(nullptr, at);
     q.gridDim = dim3(sms / T::cluster * T::cluster);
     if (T::cluster > 1 && cudaOccupancyMaxActiveClusters(&clusters, kernel<K>, &q) == cudaSuccess &&
         clusters > 0)
       return clusters * T::cluster;
     return sms / T::cluster * T::cluster;
   }();
+  return resident;
+}
+
+// Launch K: the persistent grid (resident_blocks), or `max_blocks` blocks when given, never more than the
+// work needs.
+template <class K>
+cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
+  using T = traits<K>;
+  static cudaError_t attr =
+      cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
+  if (attr != cudaSuccess) return attr;
+  cudaLaunchAttribute at[1];
+  cudaLaunchConfig_t cfg = launch_config<K>(stream, at);
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
-  int blocks = max_blocks > 0 ? max_blocks : resident;
+  int blocks = max_blocks > 0 ? max_blocks : resident_blocks<K>();
   blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
   if constexpr (T::cluster == 1) {  // a plain launch: no cluster scheduling constraints at all
     kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);

@@ -97,6 +97,22 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
   check_all({{272, 528, 1008}}, s);
 }
 
+// Stream-K: tile counts above the SM count and not a multiple of it, so the last waves' tiles are shared
+// out by K ranges and finished in-kernel by whichever block arrives last. Partial tiles in M, N and K,
+// K = 16 (every range whole tiles), both tile widths, the same shape twice in a row (the tile counters
+// must be back at zero after a launch), and stream-K turned off for comparison.
+TEST(SM90_Gemm, StreamK) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog dog(600, "SM90_Gemm.StreamK");
+  check_all({{2304, 2560, 352}, {2304, 2560, 352}, {2320, 2576, 400}, {2304, 2560, 16}, {4096, 4096, 1024}});
+  GemmSchedule narrow;
+  narrow.block_n = 128;
+  check_all({{1200, 3000, 208}, {1200, 3000, 208}}, narrow);
+  GemmSchedule off;
+  off.stream_k = 0;
+  check_all({{2304, 2560, 352}}, off);
+}
+
 TEST(SM90_Gemm, EverySchedule) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (int bn : {128, 256})

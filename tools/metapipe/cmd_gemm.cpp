@@ -29,6 +29,8 @@ int run_gemm(Args& a) {
   if (a.flag({"--no-persistent"})) sched.persistent = false;
   if (auto v = a.integer({"--mma-pending"})) sched.mma_pending = int(*v);
   if (auto v = a.integer({"--prefetch"})) sched.prefetch = int(*v);
+  if (auto v = a.integer({"--stream-k"})) sched.stream_k = int(*v);
+  if (sched.stream_k < -1 || sched.stream_k > 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
   sched.data_only = a.flag({"--data-only"});
   sched.compute_only = a.flag({"--compute-only"});
   if (sched.data_only && sched.compute_only)
@@ -108,6 +110,7 @@ MP_REGISTER_COMMAND(
     "  --split-k N      split K N ways (1: never)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
+    "  --stream-k 0|1   share the last waves' tiles out by K ranges (default: where it applies)\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0 or 1\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
