@@ -114,7 +114,20 @@ struct gemm_kernel {
     const long long from = s > ts ? s : ts, to = e < te ? e : te;
     return {g.dp_tiles + t, int(from - ts), int(to - from), b - first, last - first + 1, t};
   }
-  __device__ static int iters(const globals& g, int work) { return segment_of(g, work).iters; }
+  // A work item decoded once per item (the producer's per-step load must stay cheap): its K range and
+  // the tile's position (tile_of, m_row).
+  struct item : segment {
+    int2 pos;  // (M-tile group, N-tile) of tile_of()
+    int row;   // first row of this block's A / C rows
+  };
+  __device__ static item item_of(const globals& g, int work) {
+    item w;
+    static_cast<segment&>(w) = segment_of(g, work);
+    w.pos = tile_of(g, w.tile);
+    w.row = m_row(g, w.pos);
+    return w;
+  }
+  __device__ static int iters(const item& w) { return w.iters; }
   // Tile (tm, tn) of a work item (tm counts M-tile groups of CS tiles): groups of group_m M-tiles are
   // walked column by column, so the blocks running at one time share A rows and B columns in L2.
   __device__ static int2 tile_of(const globals& g, int t) {
@@ -130,16 +143,15 @@ struct gemm_kernel {
     return (t.x * CS + rank) * BM;
   }
 
-  __device__ static void load(stage& s, const globals& g, int work, int it, semaphore& full) {
+  __device__ static void load(stage& s, const globals& g, const item& w, int it, semaphore& full) {
     if (g.compute_only) {  // diagnostic: no data, only the signal that the stage is full
       arrive(full);
       return;
     }
-    const segment sg = segment_of(g, work);
-    const int2 t = tile_of(g, sg.tile);
-    const int kk = (sg.k_first + it) * BK;
+    const int2 t = w.pos;
+    const int kk = (w.k_first + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
-    tma::load_async(s.a, &g.a, full, m_row(g, t), kk);
+    tma::load_async(s.a, &g.a, full, w.row, kk);
     if constexpr (CS == 1) {
       if constexpr (BT)
         tma::load_async(s.b, &g.b, full, t.y * BN, kk);
@@ -156,9 +168,9 @@ struct gemm_kernel {
       }
     }
     // L2 prefetch of K step it + prefetch of the same tile (this block's share of it)
-    if (g.prefetch > 0 && it + g.prefetch < sg.iters) {
+    if (g.prefetch > 0 && it + g.prefetch < w.iters) {
       const int kp = kk + g.prefetch * BK;
-      tma::prefetch_l2<a_tile>(&g.a, m_row(g, t), kp);
+      tma::prefetch_l2<a_tile>(&g.a, w.row, kp);
       const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
       if constexpr (BT)
         tma::prefetch_l2<b_box>(&g.b, t.y * BN + rank * (BN / CS), kp);
@@ -169,7 +181,7 @@ struct gemm_kernel {
     }
   }
 
-  __device__ static void compute(state& st, stage& s, const globals& g, int, int it, int consumer) {
+  __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
     if (g.data_only) return;
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
@@ -190,7 +202,9 @@ struct gemm_kernel {
 
   // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
   static constexpr int acc_float4 = MH * BN / 8;
-  static constexpr int parts = PP ? 1 : consumers;  // consumers holding one part of a tile each
+  // The parts of a tile (work item) held by different consumers: one per consumer warpgroup (cooperative)
+  // or one (ping-pong), times the blocks of a cluster (each computes its own M-tile of the item).
+  static constexpr int parts = (PP ? 1 : consumers) * CS;
   __device__ static float2* acc_pair(state& st, int i) {  // the two float2 of float4 number i
     const int h = i / (BN / 8), r = i % (BN / 8);
     return &st.acc[h].tiles[0][r / 2][2 * (r % 2)];
@@ -201,7 +215,9 @@ struct gemm_kernel {
   // (true: the caller then stores the tile). Fences order the partials before the count (classic
   // last-block reduction); the counter goes back to zero for the next launch.
   __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
-    const int part = PP ? 0 : consumer, t = warpgroup::thread_in_group(), bar = 1 + consumer;
+    const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
+    const int part = (PP ? 0 : consumer) + rank * (PP ? 1 : consumers);
+    const int t = warpgroup::thread_in_group(), bar = 1 + consumer;
     const size_t slot_float4 = size_t(acc_float4) * warpgroup_threads;
     float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
 #pragma unroll
@@ -230,13 +246,12 @@ struct gemm_kernel {
     return true;
   }
 
-  __device__ static void finish(state& st, finish_smem& fs, const globals& g, int work, int consumer) {
+  __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
-    const segment sg = segment_of(g, work);
-    if (sg.iters == 0) return;
-    if (sg.count > 1 && !fixup(st, fs, g, sg, consumer)) return;
-    const int2 t = tile_of(g, sg.tile);
+    if (w.iters == 0) return;
+    if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
+    const int2 t = w.pos;
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const bool leader = warpgroup::thread_in_group() == 0;
     const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
@@ -261,7 +276,7 @@ struct gemm_kernel {
         fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
         named_barrier_sync(bar, warpgroup_threads);
         if (leader) {
-          tma::store_async(&g.c, buf, m_row(g, t) + (PP ? h : consumer) * 64, t.y * BN + j * CW);
+          tma::store_async(&g.c, buf, w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW);
           tma::commit_group();
         }
       }

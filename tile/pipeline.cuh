@@ -7,10 +7,12 @@
 //     static constexpr int stages, consumers, producer_registers, consumer_registers;
 //     struct globals;  struct stage;  struct finish_smem;  struct state;   // state: consumer registers
 //     __host__ __device__ static int work_count(const globals&);
-//     __device__ static int iters(const globals&, int work);
-//     __device__ static void load(stage&, const globals&, int work, int iter, semaphore& full);  // 1 thread
-//     __device__ static void compute(state&, stage&, const globals&, int work, int iter, int consumer);
-//     __device__ static void finish(state&, finish_smem&, const globals&, int work, int consumer);
+//     struct item;                                           // what a work index means (decoded once)
+//     __device__ static item item_of(const globals&, int work);
+//     __device__ static int iters(const item&);
+//     __device__ static void load(stage&, const globals&, const item&, int iter, semaphore& full);  // 1 thread
+//     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
+//     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -109,10 +111,11 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     if (warpgroup::thread_in_group() == 0) {
       ring_pos<T::stages> p;
       for (int work = cluster_id; work < nwork; work += clusters) {
-        const int iters = K::iters(g, work);
+        const typename K::item w = K::item_of(g, work);
+        const int iters = K::iters(w);
         for (int it = 0; it < iters; ++it, p.advance()) {
           wait(empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
-          K::load(stages[p.stage], g, work, it, full[p.stage]);
+          K::load(stages[p.stage], g, w, it, full[p.stage]);
         }
       }
     }
@@ -133,11 +136,12 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const bool signaller = threadIdx.x % warp_threads == 0;
     const int pending = mma_pending_of<K>(g);
     for (int work = cluster_id; work < nwork; work += clusters) {
-      const int iters = K::iters(g, work);
+      const typename K::item w = K::item_of(g, work);
+      const int iters = K::iters(w);
       int prev = -1;
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
-        K::compute(st, stages[p.stage], g, work, it, wg);
+        K::compute(st, stages[p.stage], g, w, it, wg);
         if (pending == 0) {  // this iteration's wgmma are done: free its stage now
           warpgroup::mma_async_wait<0>();
           if (signaller) release(empty[p.stage]);
@@ -149,7 +153,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       }
       warpgroup::mma_async_wait<0>();
       if (prev >= 0 && signaller) release(empty[prev]);
-      K::finish(st, *fin, g, work, wg);
+      K::finish(st, *fin, g, w, wg);
     }
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }

@@ -44,10 +44,11 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     if (warpgroup::thread_in_group() == 0) {
       ring_pos<T::stages> p;
       for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
-        const int iters = K::iters(g, work);
+        const typename K::item w = K::item_of(g, work);
+        const int iters = K::iters(w);
         for (int it = 0; it < iters; ++it, p.advance()) {
           wait(empty[p.stage], p.phase ^ 1u);
-          K::load(stages[p.stage], g, work, it, full[p.stage]);
+          K::load(stages[p.stage], g, w, it, full[p.stage]);
         }
       }
     }
@@ -58,7 +59,8 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const bool signaller = threadIdx.x % warp_threads == 0;
     int j = 0;
     for (int work = blockIdx.x; work < nwork; work += gridDim.x, ++j) {
-      const int iters = K::iters(g, work);
+      const typename K::item w = K::item_of(g, work);
+      const int iters = K::iters(w);
       if ((j & 1) != wg) {
         p.advance(iters);
         continue;
@@ -70,7 +72,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       int prev = -1;
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
-        K::compute(st, stages[p.stage], g, work, it, wg);
+        K::compute(st, stages[p.stage], g, w, it, wg);
         warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
         if (prev >= 0 && signaller) arrive(empty[prev]);
         prev = p.stage;
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       if (work + gridDim.x < nwork) named_barrier_arrive(turn_barrier + (wg ^ 1), 2 * warpgroup_threads);
       warpgroup::mma_async_wait<0>();
       if (prev >= 0 && signaller) arrive(empty[prev]);
-      K::finish(st, *fin, g, work, wg);
+      K::finish(st, *fin, g, w, wg);
     }
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }
