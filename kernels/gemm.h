@@ -19,6 +19,7 @@ enum class out_type { bf16, f32 };
 // 64 x 256 (block_n 0 or 256) or 128 x 128 (block_n 128), and the two take turns at the tensor cores, so
 // one's epilogue overlaps the other's mainloop (cluster 0 or 1).
 enum class consumer_schedule { cooperative, pingpong };
+enum class epilogue_mode { immediate, deferred };
 
 // How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
 // benchmarks turn features off to measure what each buys.
@@ -45,8 +46,13 @@ struct GemmSchedule {
   // Stream-K for the last waves: when the tile count leaves the last wave of the persistent grid partly
   // idle, the last P + T % P tiles are cut into equal K ranges, one per block, and blocks that share a
   // tile add their fp32 partials in a workspace (in-kernel; the last to finish stores the tile).
-  // -1: the default (on where it applies: persistent, no cluster, cooperative, no split-K); 0: off.
-  int stream_k = -1;
+  // 1 (or -1): on where it applies (persistent, no cluster, cooperative, no split-K); 0, the default: off,
+  // because it measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
+  int stream_k = 0;
+  // When a tile's result goes out: immediate (after its last K step, tensor cores idle meanwhile) or
+  // deferred (bf16 output, cooperative consumers: packed into registers, then written one 64-column chunk
+  // per K step of the next tile, overlapping its wgmma). The default is deferred where it applies.
+  epilogue_mode epilogue = epilogue_mode::deferred;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

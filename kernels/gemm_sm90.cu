@@ -16,6 +16,12 @@
 #include "tile/tile.cuh"
 #include "tile/tma_host.h"
 
+// How many 64-column output chunks of a tile the deferred epilogue keeps in registers (16 each per
+// thread) to write during the next tile; the rest go out at once. Register-bound: see gemm_kernel.
+#ifndef MP_GEMM_DEFERRED
+#define MP_GEMM_DEFERRED 2
+#endif
+
 namespace mp::kernels {
 namespace {
 using namespace mp::tile;
@@ -40,6 +46,7 @@ struct gemm_globals {
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
   int compute_only; // diagnostic: no loads (GemmSchedule::compute_only)
+  int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -76,8 +83,20 @@ struct gemm_kernel {
     int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
   };
   using globals = gemm_globals;
+  // The deferred epilogue (bf16 output, cooperative consumers): finish() only packs the accumulators into
+  // bf16 registers (the stash, 64 of them for 64 x 256), and its 64 x CW chunks go out through shared
+  // memory and TMA one per K step of the block's next work item, while that item's wgmma keep the tensor
+  // cores busy, instead of with the tensor cores idle between tiles.
+  static constexpr bool can_defer = !PP && std::is_same_v<OutT, bf16>;
+  // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
+  // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
+  static constexpr int chunks = MH * (BN / CW);
+  static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
+  static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
   struct state {
     rt_fl<16, BN> acc[MH];
+    uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
+    int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
   };
 
   // A work item is a K range of one tile. Items of one block are work = blockIdx.x + j * gridDim.x.
@@ -246,12 +265,79 @@ struct gemm_kernel {
     return true;
   }
 
+  // Write chunk J of the stash to shared memory and start its TMA store (both consumer warpgroups each
+  // write their own rows; named barrier 1 + consumer).
+  template <int J>  // J-th deferred chunk: chunk chunks - deferred_chunks + J of the tile
+  __device__ static void stash_chunk(state& st, finish_smem& fs, const globals& g, int consumer) {
+    constexpr int C = chunks - deferred_chunks + J, h = C / (BN / CW), j = C % (BN / CW);
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, bar = 1 + consumer;
+    const bool leader = warpgroup::thread_in_group() == 0;
+    c_tile& buf = fs.c[consumer][C % c_buffers];
+    if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
+    named_barrier_sync(bar, warpgroup_threads);
+#pragma unroll
+    for (int jb = 0; jb < CW / 16; ++jb)
+#pragma unroll
+      for (int f = 0; f < 4; ++f)
+        *reinterpret_cast<uint32_t*>(&buf.at(warp * 16 + lane / 4 + 8 * (f & 1),
+                                             16 * jb + 2 * (lane % 4) + 8 * (f >> 1))) =
+            st.stash[J * stash_regs + jb * 4 + f];
+    fence_async_shared();
+    named_barrier_sync(bar, warpgroup_threads);
+    if (leader) {
+      tma::store_async(&g.c, buf, st.stash_row + h * 64, st.stash_col + j * CW);
+      tma::commit_group();
+    }
+  }
+  // The next chunk of the stash, if any (the chunk index is dispatched to a compile-time one, so the
+  // stash stays in registers).
+  __device__ static void drain_one(state& st, finish_smem& fs, const globals& g, int consumer) {
+    if constexpr (can_defer) {
+      if (st.stash_left == 0) return;
+      const int next = deferred_chunks - st.stash_left;
+      [&]<int... J>(std::integer_sequence<int, J...>) {
+        ((next == J ? stash_chunk<J>(st, fs, g, consumer) : void()), ...);
+      }(std::make_integer_sequence<int, deferred_chunks>{});
+      --st.stash_left;
+    }
+  }
+  // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile; at the end of
+  // the block's work, whatever is left.
+  __device__ static void after_compute(state& st, finish_smem& fs, const globals& g, int consumer) {
+    if (g.deferred) drain_one(st, fs, g, consumer);
+  }
+  __device__ static void flush(state& st, finish_smem& fs, const globals& g, int consumer) {
+    while (st.stash_left > 0) drain_one(st, fs, g, consumer);
+  }
+
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
     if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
     const int2 t = w.pos;
+    if constexpr (can_defer) {
+      if (g.deferred && deferred_chunks > 0) {
+        flush(st, fs, g, consumer);  // the previous tile's chunks (normally all out by now)
+#pragma unroll
+        for (int J = 0; J < deferred_chunks; ++J) {
+          constexpr int first = chunks - deferred_chunks;
+          const int h = (first + J) / (BN / CW), j = (first + J) % (BN / CW);
+#pragma unroll
+          for (int jb = 0; jb < CW / 16; ++jb)
+#pragma unroll
+            for (int f = 0; f < 4; ++f) {
+              const __nv_bfloat162 b = __float22bfloat162_rn(st.acc[h].tiles[0][j * (CW / 16) + jb][f]);
+              st.stash[J * stash_regs + jb * 4 + f] = *reinterpret_cast<const uint32_t*>(&b);
+            }
+        }
+        st.stash_row = w.row + consumer * 64;
+        st.stash_col = t.y * BN;
+        st.stash_left = deferred_chunks;
+      }
+    }
+    // the chunks written now: all, or those before the stash
+    const int now = can_defer && g.deferred ? chunks - deferred_chunks : chunks;
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const bool leader = warpgroup::thread_in_group() == 0;
     const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
@@ -259,6 +345,7 @@ struct gemm_kernel {
     for (int h = 0; h < MH; ++h)
 #pragma unroll
       for (int j = 0; j < BN / CW; ++j) {
+        if (h * (BN / CW) + j >= now) break;
         c_tile& buf = fs.c[consumer][(h * (BN / CW) + j) % c_buffers];
         if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
         named_barrier_sync(bar, warpgroup_threads);
@@ -429,6 +516,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
+  g.deferred = s.epilogue != epilogue_mode::immediate;
   g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int tiles = g.tiles_m * g.tiles_n;

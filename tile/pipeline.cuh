@@ -145,16 +145,19 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         if (pending == 0) {  // this iteration's wgmma are done: free its stage now
           warpgroup::mma_async_wait<0>();
           if (signaller) release(empty[p.stage]);
-          continue;
+        } else {
+          warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
+          if (prev >= 0 && signaller) release(empty[prev]);
+          prev = p.stage;
         }
-        warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
-        if (prev >= 0 && signaller) release(empty[prev]);
-        prev = p.stage;
+        // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
+        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
       warpgroup::mma_async_wait<0>();
       if (prev >= 0 && signaller) release(empty[prev]);
       K::finish(st, *fin, g, w, wg);
     }
+    if constexpr (requires { K::flush(st, *fin, g, wg); }) K::flush(st, *fin, g, wg);
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }
   // No block may leave while a peer can still multicast into it or arrive on its semaphores.

@@ -97,20 +97,37 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
   check_all({{272, 528, 1008}}, s);
 }
 
-// Stream-K: tile counts above the SM count and not a multiple of it, so the last waves' tiles are shared
-// out by K ranges and finished in-kernel by whichever block arrives last. Partial tiles in M, N and K,
-// K = 16 (every range whole tiles), both tile widths, the same shape twice in a row (the tile counters
-// must be back at zero after a launch), and stream-K turned off for comparison.
+// Stream-K (opt-in): tile counts above the SM count and not a multiple of it, so the last waves' tiles
+// are shared out by K ranges and finished in-kernel by whichever block arrives last. Partial tiles in M,
+// N and K, K = 16 (every range whole tiles), both tile widths, the same shape twice in a row (the tile
+// counters must be back at zero after a launch), and the immediate epilogue.
 TEST(SM90_Gemm, StreamK) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(600, "SM90_Gemm.StreamK");
-  check_all({{2304, 2560, 352}, {2304, 2560, 352}, {2320, 2576, 400}, {2304, 2560, 16}, {4096, 4096, 1024}});
-  GemmSchedule narrow;
+  GemmSchedule sk;
+  sk.stream_k = 1;
+  check_all({{2304, 2560, 352}, {2304, 2560, 352}, {2320, 2576, 400}, {2304, 2560, 16}, {4096, 4096, 1024}},
+            sk);
+  GemmSchedule narrow = sk;
   narrow.block_n = 128;
-  check_all({{1200, 3000, 208}, {1200, 3000, 208}}, narrow);
-  GemmSchedule off;
-  off.stream_k = 0;
-  check_all({{2304, 2560, 352}}, off);
+  check_all({{1200, 3008, 208}, {1200, 3008, 208}}, narrow);
+  GemmSchedule immediate = sk;
+  immediate.epilogue = epilogue_mode::immediate;
+  check_all({{2304, 2560, 352}}, immediate);
+}
+
+// The two epilogues: deferred (the default for bf16 output: the last chunks of a tile are written during
+// the next tile's first K steps, or at the end of the block's work) and immediate; items with fewer K
+// steps than deferred chunks (K = 16, 64), many tiles per block, one tile per block.
+TEST(SM90_Gemm, Epilogues) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (auto e : {epilogue_mode::deferred, epilogue_mode::immediate}) {
+    GemmSchedule s;
+    s.epilogue = e;
+    check_all({{4096, 2048, 16}, {2048, 4096, 64}, {1040, 784, 528}, {128, 256, 1024}}, s);
+    s.block_n = 128;
+    check_all({{4096, 2048, 80}}, s);
+  }
 }
 
 TEST(SM90_Gemm, EverySchedule) {
