@@ -49,10 +49,11 @@ struct GemmSchedule {
   // 1 (or -1): on where it applies (persistent, no cluster, cooperative, no split-K); 0, the default: off,
   // because it measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
   int stream_k = 0;
-  // When a tile's result goes out: immediate (after its last K step, tensor cores idle meanwhile) or
-  // deferred (bf16 output, cooperative consumers: packed into registers, then written one 64-column chunk
-  // per K step of the next tile, overlapping its wgmma). The default is deferred where it applies.
-  epilogue_mode epilogue = epilogue_mode::deferred;
+  // When a tile's result goes out: immediate (the default: after its last K step, the tensor cores idle
+  // meanwhile) or deferred (bf16 output, cooperative consumers: the tile's last two 64-column chunks are
+  // packed into registers and written during the next tile's first K steps, overlapping its wgmma). The
+  // deferred epilogue measured no faster on the H200 (bench/RESULTS.md, 2026-11-30), so it is opt-in.
+  epilogue_mode epilogue = epilogue_mode::immediate;
 };
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

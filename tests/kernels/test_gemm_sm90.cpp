@@ -116,8 +116,8 @@ TEST(SM90_Gemm, StreamK) {
   check_all({{2304, 2560, 352}}, immediate);
 }
 
-// The two epilogues: deferred (the default for bf16 output: the last chunks of a tile are written during
-// the next tile's first K steps, or at the end of the block's work) and immediate; items with fewer K
+// The two epilogues: immediate (the default) and deferred (bf16 output: the last chunks of a tile are
+// written during the next tile's first K steps, or at the end of the block's work); items with fewer K
 // steps than deferred chunks (K = 16, 64), many tiles per block, one tile per block.
 TEST(SM90_Gemm, Epilogues) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();

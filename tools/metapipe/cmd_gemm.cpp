@@ -31,9 +31,9 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--prefetch"})) sched.prefetch = int(*v);
   if (auto v = a.integer({"--stream-k"})) sched.stream_k = int(*v);
   if (auto v = a.value({"--epilogue"})) {
-    if (*v == "immediate")
-      sched.epilogue = kernels::epilogue_mode::immediate;
-    else if (*v != "deferred")
+    if (*v == "deferred")
+      sched.epilogue = kernels::epilogue_mode::deferred;
+    else if (*v != "immediate")
       throw usage_error("metapipe gemm: --epilogue is immediate or deferred, got '" + *v + "'");
   }
   if (sched.stream_k < -1 || sched.stream_k > 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
@@ -117,9 +117,9 @@ MP_REGISTER_COMMAND(
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
-    "  --epilogue E     deferred (default; bf16 output): write a tile's last 64-column chunks\n"
-    "                   during the next tile's first K steps; immediate: all after its last\n"
-    "                   K step\n"
+    "  --epilogue E     immediate (default): write a tile after its last K step; deferred\n"
+    "                   (bf16 output): its last two 64-column chunks during the next tile's\n"
+    "                   first K steps\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0 or 1\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
