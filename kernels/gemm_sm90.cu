@@ -1,10 +1,13 @@
 // The tile-layer GEMM for Hopper: 128 x BN x 64 tiles (BN = 256 or 128), two consumer warpgroups (64 rows
 // each, wgmma m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4- (6-) stage ring,
 // an epilogue through shared memory and TMA stores, a persistent grid walking tiles in M-groups for L2
-// reuse, split-K for shapes with too few tiles to fill the GPU, and optional 2-block clusters that share
-// the B tile through TMA multicast. Opt-in, the ping-pong schedule: 64 x 256 or 128 x 128 tiles, each owned
-// by one consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps the
-// other's mainloop (tile/pipeline_pingpong.cuh).
+// reuse. Work items are decoded once each (item_of), so the producer thread's per-K-step work is two TMA
+// issues. Tiles that several blocks finish (split-K for shapes with too few tiles; stream-K for the last
+// waves, opt-in) are fixed up in-kernel: partials in a workspace, the last block to arrive adds them.
+// Options: 2-block clusters sharing the B tile through TMA multicast; a deferred epilogue (part of a tile
+// written during the next tile's first K steps); the ping-pong schedule (64 x 256 or 128 x 128 tiles, each
+// owned by one consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps
+// the other's mainloop; tile/pipeline_pingpong.cuh); and the diagnostics data_only / compute_only.
 #include <cuda_runtime.h>
 
 #include <cstdio>
