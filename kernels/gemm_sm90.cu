@@ -377,15 +377,7 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-int sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
-  }();
-  return n;
-}
+int sm_count() { return pc::device_sm_count(); }
 
 struct plan {
   int bm, bn, splits, tiles, cluster;

@@ -77,27 +77,73 @@ struct traits {
                 "pipeline: the register split exceeds the 64K registers of an SM");
 };
 
+// The block's dynamic shared memory as the templates lay it out (aligned up to 1024 bytes for swizzled
+// tiles): the stage ring, the finish region, then a full and an empty semaphore per stage.
+template <class K>
+struct block_smem {
+  typename K::stage* stages;
+  typename K::finish_smem* fin;
+  semaphore* full;   // completes on the producer's expect_bytes arrival and the TMA bytes
+  semaphore* empty;  // completes on `empty_arrivals` consumer-warp arrivals
+  // Thread 0 initialises the semaphores; the caller then syncs the block (or the cluster).
+  __device__ static block_smem carve(uint8_t* raw, int empty_arrivals) {
+    using T = traits<K>;
+    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    block_smem m;
+    m.stages = reinterpret_cast<typename K::stage*>(base);
+    m.fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
+    m.full = reinterpret_cast<semaphore*>(base + T::stage_bytes * T::stages + T::finish_bytes);
+    m.empty = m.full + T::stages;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < T::stages; ++s) {
+        init_semaphore(m.full[s], 1);
+        init_semaphore(m.empty[s], empty_arrivals);
+      }
+      fence_barrier_init();
+    }
+    return m;
+  }
+};
+
+// The producer's loop (one thread): every K step of work items first, first + step, ..., each into the
+// next ring stage once its consumers have freed it.
+template <class K>
+__device__ void produce(const typename K::globals& g, const block_smem<K>& m, int first, int step) {
+  ring_pos<traits<K>::stages> p;
+  const int nwork = K::work_count(g);
+  for (int work = first; work < nwork; work += step) {
+    const typename K::item w = K::item_of(g, work);
+    const int iters = K::iters(w);
+    for (int it = 0; it < iters; ++it, p.advance()) {
+      wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+      K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
+    }
+  }
+}
+
+// SMs of the current device, queried once.
+inline int device_sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  return n;
+}
+
 template <class K>
 __global__ void __launch_bounds__(traits<K>::threads, 1)
     kernel(const __grid_constant__ typename K::globals g) {
   using T = traits<K>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  auto* stages = reinterpret_cast<typename K::stage*>(base);
-  auto* fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
-  auto* full = reinterpret_cast<semaphore*>(base + T::stage_bytes * T::stages + T::finish_bytes);
-  semaphore* empty = full + T::stages;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < T::stages; ++s) {
-      init_semaphore(full[s], 1);  // the producer's expect_bytes arrival (+ TMA bytes)
-      // one arrival per consumer warp of every block of the cluster: with multicast, a peer writes into
-      // this block's stage, so the stage is free only when all blocks have consumed it
-      init_semaphore(empty[s], T::consumers * warpgroup_warps * T::cluster);
-    }
-    fence_barrier_init();
-  }
+  // One arrival per consumer warp of every block of the cluster on `empty`: with multicast, a peer writes
+  // into this block's stage, so the stage is free only when all blocks have consumed it.
+  const auto m = block_smem<K>::carve(smem_raw, T::consumers * warpgroup_warps * T::cluster);
+  auto* stages = m.stages;
+  auto* fin = m.fin;
+  semaphore* full = m.full;
+  semaphore* empty = m.empty;
   if constexpr (T::cluster > 1)
     cluster_sync();
   else
@@ -108,17 +154,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int wg = warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
-    if (warpgroup::thread_in_group() == 0) {
-      ring_pos<T::stages> p;
-      for (int work = cluster_id; work < nwork; work += clusters) {
-        const typename K::item w = K::item_of(g, work);
-        const int iters = K::iters(w);
-        for (int it = 0; it < iters; ++it, p.advance()) {
-          wait(empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
-          K::load(stages[p.stage], g, w, it, full[p.stage]);
-        }
-      }
-    }
+    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
   } else {  // consumer warpgroups
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
@@ -187,9 +223,8 @@ int resident_blocks() {
   using T = traits<K>;
   static int resident = [] {
     cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
-    int dev = 0, sms = 0, clusters = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    const int sms = device_sm_count();
+    int clusters = 0;
     cudaLaunchAttribute at[1];
     cudaLaunchConfig_t q = launch_config<K>(nullptr, at);
     q.gridDim = dim3(sms / T::cluster * T::cluster);

@@ -21,37 +21,19 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   static_assert(T::consumers == 2, "pingpong: exactly two consumer warpgroups take turns");
   static_assert(T::cluster == 1, "pingpong: no thread-block clusters (each item has one consumer)");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  auto* stages = reinterpret_cast<typename K::stage*>(base);
-  auto* fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
-  auto* full = reinterpret_cast<semaphore*>(base + T::stage_bytes * T::stages + T::finish_bytes);
-  semaphore* empty = full + T::stages;
-
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < T::stages; ++s) {
-      init_semaphore(full[s], 1);                 // the producer's expect_bytes arrival (+ TMA bytes)
-      init_semaphore(empty[s], warpgroup_warps);  // one arrival per warp of the one consumer of the stage
-    }
-    fence_barrier_init();
-  }
+  // one arrival per warp of the one consumer of a stage on `empty`
+  const auto m = block_smem<K>::carve(smem_raw, warpgroup_warps);
+  auto* stages = m.stages;
+  auto* fin = m.fin;
+  semaphore* full = m.full;
+  semaphore* empty = m.empty;
   __syncthreads();
 
   const int nwork = K::work_count(g);
   const int wg = warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup: the block's items in order, every K step of each
     warpgroup::decrease_registers<K::producer_registers>();
-    if (warpgroup::thread_in_group() == 0) {
-      ring_pos<T::stages> p;
-      for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
-        const typename K::item w = K::item_of(g, work);
-        const int iters = K::iters(w);
-        for (int it = 0; it < iters; ++it, p.advance()) {
-          wait(empty[p.stage], p.phase ^ 1u);
-          K::load(stages[p.stage], g, w, it, full[p.stage]);
-        }
-      }
-    }
+    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, blockIdx.x, gridDim.x);
   } else {  // consumer warpgroups 0 and 1, alternating items
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
@@ -96,15 +78,9 @@ cudaError_t launch_pingpong(const typename K::globals& g, cudaStream_t stream, i
   static cudaError_t attr =
       cudaFuncSetAttribute(pingpong_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
-  static int sms = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
-  }();
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
-  const int blocks = std::min(max_blocks > 0 ? max_blocks : sms, nwork);
+  const int blocks = std::min(max_blocks > 0 ? max_blocks : device_sm_count(), nwork);
   pingpong_kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
   return cudaGetLastError();
 }

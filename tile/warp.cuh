@@ -179,15 +179,22 @@ __device__ inline void row_reduce(V& dst, const S& src, Op op, float init, bool 
       dst.v[i][h] = from_float<E>(accumulate ? op(to_float(dst.v[i][h]), acc) : acc);
     }
 }
+// The reductions' operators and their identities.
+struct max_op {
+  static constexpr float identity = -INFINITY;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct sum_op {
+  static constexpr float identity = 0.f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
 template <class V, class S>
 __device__ inline void row_max(V& dst, const S& src, bool accumulate = false) {
-  row_reduce(
-      dst, src, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, accumulate);
+  row_reduce(dst, src, max_op{}, max_op::identity, accumulate);
 }
 template <class V, class S>
 __device__ inline void row_sum(V& dst, const S& src, bool accumulate = false) {
-  row_reduce(
-      dst, src, [](float a, float b) { return a + b; }, 0.f, accumulate);
+  row_reduce(dst, src, sum_op{}, sum_op::identity, accumulate);
 }
 template <class V, class S, class Op>
 __device__ inline void col_reduce(V& dst, const S& src, Op op, float init, bool accumulate) {
@@ -214,13 +221,11 @@ __device__ inline void col_reduce(V& dst, const S& src, Op op, float init, bool 
 }
 template <class V, class S>
 __device__ inline void col_max(V& dst, const S& src, bool accumulate = false) {
-  col_reduce(
-      dst, src, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, accumulate);
+  col_reduce(dst, src, max_op{}, max_op::identity, accumulate);
 }
 template <class V, class S>
 __device__ inline void col_sum(V& dst, const S& src, bool accumulate = false) {
-  col_reduce(
-      dst, src, [](float a, float b) { return a + b; }, 0.f, accumulate);
+  col_reduce(dst, src, sum_op{}, sum_op::identity, accumulate);
 }
 
 // ---- broadcasts: dst[r][c] = op(src[r][c], v[r]) (row vectors) or op(src[r][c], v[c]) (column vectors) ----
