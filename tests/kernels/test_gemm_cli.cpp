@@ -34,6 +34,21 @@ TEST(GemmCli, BadUsage) {
   EXPECT_EQ(run("gemm 64 64 64 --schedule pingpong --cluster 2").status, 2);
 }
 
+// The schedule options added for tuning: each out-of-range value is a one-line usage error naming the
+// option.
+TEST(GemmCli, ScheduleOptionsAreChecked) {
+  for (auto [args, option] : {std::pair<const char*, const char*>{"--stream-k 2", "--stream-k"},
+                              {"--epilogue later", "--epilogue"},
+                              {"--mma-pending 3", "--mma-pending"},
+                              {"--prefetch -2", "--prefetch"},
+                              {"--data-only --compute-only", "--data-only"}}) {
+    auto r = run(std::string("gemm 64 64 64 ") + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "not one line: " << r.out;
+  }
+}
+
 TEST(GemmCli, WithoutAGpuSaysSo) {
   auto g = mp::query_gpu();
   if (g && mp::gpu_is_hopper(*g)) GTEST_SKIP() << "a Hopper GPU is present";
