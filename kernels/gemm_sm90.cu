@@ -86,10 +86,11 @@ struct gemm_kernel {
     int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
   };
   using globals = gemm_globals;
-  // The deferred epilogue (bf16 output, cooperative consumers): finish() only packs the accumulators into
-  // bf16 registers (the stash, 64 of them for 64 x 256), and its 64 x CW chunks go out through shared
-  // memory and TMA one per K step of the block's next work item, while that item's wgmma keep the tensor
-  // cores busy, instead of with the tensor cores idle between tiles.
+  // The deferred epilogue (bf16 output, cooperative consumers): finish() writes the tile's first chunks
+  // at once and packs the last `deferred_chunks` 64 x CW chunks into bf16 registers (the stash), which go
+  // out through shared memory and TMA one per K step of the block's next work item, while that item's
+  // wgmma keep the tensor cores busy. Two chunks (32 registers) fit beside the 128 accumulators; three
+  // or four spill (ptxas -v), so MP_GEMM_DEFERRED is 2.
   static constexpr bool can_defer = !PP && std::is_same_v<OutT, bf16>;
   // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
   // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
