@@ -30,13 +30,13 @@ struct GemmSchedule {
   int block_n = 0;         // 0: chosen from the shape; else 128 or 256
   int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
   consumer_schedule consumers = consumer_schedule::cooperative;
-  // wgmma groups a consumer leaves in flight when it moves to the next K step (0 or 1; -1: the
-  // default). With 1 a stage stays held for two K steps; with 0 it goes back to the producer as soon as
-  // its wgmma finish, which leaves the ring one stage deeper for loads in flight.
-  int mma_pending = -1;
-  // K steps ahead that the producer asks L2 to fetch the A and B tiles (cp.async.bulk.prefetch), so the
-  // loads into shared memory find them there; 0: no prefetch; -1: the default.
-  int prefetch = -1;
+  // wgmma groups a consumer leaves in flight when it moves to the next K step (0 or 1). With 1 a stage
+  // stays held for two K steps; with 0 it goes back to the producer as soon as its wgmma finish, which
+  // leaves the ring one stage deeper for loads in flight (measured no faster: bench/RESULTS.md).
+  int mma_pending = 1;
+  // K steps ahead (0 to 64) that the producer asks L2 to fetch the A and B tiles
+  // (cp.async.bulk.prefetch); 0, the default: no prefetch (it measured 0.6x: bench/RESULTS.md).
+  int prefetch = 0;
   // Diagnostic: move every A and B tile through the ring as usual but issue no wgmma, so the time is
   // that of the data movement alone (the result is NOT computed). Never set outside measurements.
   bool data_only = false;
@@ -46,9 +46,9 @@ struct GemmSchedule {
   // Stream-K for the last waves: when the tile count leaves the last wave of the persistent grid partly
   // idle, the last P + T % P tiles are cut into equal K ranges, one per block, and blocks that share a
   // tile add their fp32 partials in a workspace (in-kernel; the last to finish stores the tile).
-  // 1 (or -1): on where it applies (persistent, no cluster, cooperative, no split-K); 0, the default: off,
-  // because it measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
-  int stream_k = 0;
+  // On where it applies (persistent, no cluster, cooperative, no split-K); off by default, because it
+  // measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
+  bool stream_k = false;
   // When a tile's result goes out: immediate (the default: after its last K step, the tensor cores idle
   // meanwhile) or deferred (bf16 output, cooperative consumers: the tile's last two 64-column chunks are
   // packed into registers and written during the next tile's first K steps, overlapping its wgmma). The

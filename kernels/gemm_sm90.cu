@@ -29,8 +29,7 @@ namespace mp::kernels {
 namespace {
 using namespace mp::tile;
 
-// What the kernels take (the same for every tile shape and output type, so split-K can hand a bf16
-// call's arguments to the fp32 kernel).
+// What the kernels take (one struct for every tile shape and output type).
 struct gemm_globals {
   CUtensorMap a, b, c;  // c: the output
   int m, n, k;
@@ -378,7 +377,6 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-int sm_count() { return pc::device_sm_count(); }
 
 struct plan {
   int bm, bn, splits, tiles, cluster;
@@ -394,7 +392,7 @@ int stream_k_tiles(int tiles, int grid) {
   return grid + tiles % grid;
 }
 plan make_plan(int m, int n, int k, const GemmSchedule& s) {
-  const int sms = sm_count();
+  const int sms = pc::device_sm_count();
   const bool pingpong = s.consumers == consumer_schedule::pingpong;
   if (pingpong) {
     // Two tile shapes, to keep the number of kernels (and CI's compile time) small.
@@ -419,7 +417,7 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
     bn = eff(256) >= 0.85 * eff(128) ? 256 : 128;
     // With more 128 x 256 tiles than SMs, stream-K (below) fills the last wave, so the wave efficiency
     // no longer argues for the narrower tiles, which move 1.33x the bytes per flop.
-    const bool sk_possible = s.stream_k != 0 && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
+    const bool sk_possible = s.stream_k && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
     if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
   }
   MP_USER_CHECK(bn == 128 || bn == 256, "gemm: block_n must be 128 or 256, got ", bn);
@@ -436,9 +434,12 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   // bench/RESULTS.md), so they are opt-in.
   if (cluster == 0) cluster = 1;
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
-  MP_USER_CHECK(s.stream_k >= -1 && s.stream_k <= 1, "gemm: stream_k is -1 (default), 0 or 1, got ", s.stream_k);
+  MP_USER_CHECK(s.mma_pending == 0 || s.mma_pending == 1, "gemm: mma_pending must be 0 or 1, got ",
+                s.mma_pending);
+  MP_USER_CHECK(s.prefetch >= 0 && s.prefetch <= 64, "gemm: prefetch must be 0 to 64 K steps, got ", s.prefetch);
+  MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
   // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
-  const bool sk = s.stream_k != 0 && splits == 1 && s.persistent && cluster == 1 && !pingpong;
+  const bool sk = s.stream_k && splits == 1 && s.persistent && cluster == 1 && !pingpong;
   return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0};
 }
 
@@ -508,8 +509,8 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.tiles_n = (n + BN - 1) / BN;
   g.k_iters = (k + K::BK - 1) / K::BK;
   g.group_m = std::max(1, s.group_m);
-  g.mma_pending = s.mma_pending < 0 ? 1 : s.mma_pending;
-  g.prefetch = s.prefetch < 0 ? 0 : s.prefetch;
+  g.mma_pending = s.mma_pending;
+  g.prefetch = s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue != epilogue_mode::immediate;

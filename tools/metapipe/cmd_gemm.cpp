@@ -27,23 +27,28 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
-  if (auto v = a.integer({"--mma-pending"})) sched.mma_pending = int(*v);
-  if (auto v = a.integer({"--prefetch"})) sched.prefetch = int(*v);
-  if (auto v = a.integer({"--stream-k"})) sched.stream_k = int(*v);
+  if (auto v = a.integer({"--mma-pending"})) {
+    if (*v < 0 || *v > 1) throw usage_error("metapipe gemm: --mma-pending is 0 or 1");
+    sched.mma_pending = int(*v);
+  }
+  if (auto v = a.integer({"--prefetch"})) {
+    if (*v < 0 || *v > 64) throw usage_error("metapipe gemm: --prefetch is 0 to 64");
+    sched.prefetch = int(*v);
+  }
+  if (auto v = a.integer({"--stream-k"})) {
+    if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
+    sched.stream_k = *v == 1;
+  }
   if (auto v = a.value({"--epilogue"})) {
     if (*v == "deferred")
       sched.epilogue = kernels::epilogue_mode::deferred;
     else if (*v != "immediate")
       throw usage_error("metapipe gemm: --epilogue is immediate or deferred, got '" + *v + "'");
   }
-  if (sched.stream_k < -1 || sched.stream_k > 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
   sched.data_only = a.flag({"--data-only"});
   sched.compute_only = a.flag({"--compute-only"});
   if (sched.data_only && sched.compute_only)
     throw usage_error("metapipe gemm: --data-only and --compute-only exclude each other");
-  if (sched.prefetch < -1 || sched.prefetch > 64) throw usage_error("metapipe gemm: --prefetch is 0 to 64");
-  if (sched.mma_pending < -1 || sched.mma_pending > 1)
-    throw usage_error("metapipe gemm: --mma-pending is 0 or 1");
   if (auto v = a.value({"--schedule"}))
     if (!kernels::parse_consumer_schedule(*v, sched.consumers))
       throw usage_error("metapipe gemm: --schedule is cooperative or pingpong, got '" + *v + "'");
