@@ -243,6 +243,28 @@ Graph blackscholes(const Params& p, bool data, uint64_t seed) {
   return g;
 }
 
+// The functional kernel of a tile MatMul stage: out (m x n) += in[0] (m x k) * in[1] (k x n), the output
+// cleared first on every `clear_every`-th iteration (1: every iteration, no accumulation across them).
+Kernel tile_matmul_kernel(int64_t m, int64_t n, int64_t k, int64_t clear_every) {
+  return [m, n, k, clear_every](StageIO& io) {
+    float* o = io.out[0];
+    if (io.iter % clear_every == 0) std::fill_n(o, m * n, 0.f);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const float av = io.in[0][i * k + kk];
+        for (int64_t j = 0; j < n; ++j) o[i * n + j] += av * io.in[1][kk * n + j];
+      }
+  };
+}
+
+// Where iteration `it` of a store of m x n tiles of an (. x N) row-major matrix goes, J tiles per tile row.
+Access tile_store_access(int64_t m, int64_t n, int64_t N, int64_t J) {
+  Access ac;
+  ac.rows = m, ac.row_bytes = n * 4, ac.row_stride = N * 4;
+  ac.base = [J, m, n, N](int64_t it) { return ((it / J) * m * N + (it % J) * n) * 4; };
+  return ac;
+}
+
 // ------------------------------------------------------------------------------------------------------ GEMM
 // Blocked (Spatial's GEMM): METAPIPE(M/mm, N/nn) { METAPIPE(K/kk) { a, b = LOAD_TILE; c += MatMul(a, b) };
 // STORE_TILE(C, c) }
@@ -276,20 +298,9 @@ Graph gemm(const Params& p, bool data, uint64_t seed) {
   m.m = mm, m.k = kk, m.n = nn;
   m.accumulate = KT;
   m.par = int(p.at("par"));
-  m.kernel = [mm, nn, kk, KT](StageIO& io) {
-    float* o = io.out[0];
-    if (io.iter % KT == 0) std::fill_n(o, mm * nn, 0.f);
-    for (int64_t i = 0; i < mm; ++i)
-      for (int64_t k = 0; k < kk; ++k) {
-        float av = io.in[0][i * kk + k];
-        for (int64_t j = 0; j < nn; ++j) o[i * nn + j] += av * io.in[1][k * nn + j];
-      }
-  };
+  m.kernel = tile_matmul_kernel(mm, nn, kk, KT);
   g.add_stage(std::move(m));
-  Access ac;
-  ac.rows = mm, ac.row_bytes = nn * 4, ac.row_stride = N * 4;
-  ac.base = [J, mm, nn, N](int64_t it) { return ((it / J) * mm * N + (it % J) * nn) * 4; };
-  g.add_stage(mem_stage(StageKind::Store, "store C", C, c, I * J, ac));
+  g.add_stage(mem_stage(StageKind::Store, "store C", C, c, I * J, tile_store_access(mm, nn, N, J)));
   return g;
 }
 
@@ -322,20 +333,9 @@ Graph matmul51(const Params& p, bool data, uint64_t seed) {
   m.outputs = {c};
   m.m = MM, m.k = K, m.n = NN;
   m.par = int(p.at("row_par"));
-  m.kernel = [MM, NN, K](StageIO& io) {
-    float* o = io.out[0];
-    std::fill_n(o, MM * NN, 0.f);
-    for (int64_t i = 0; i < MM; ++i)
-      for (int64_t k = 0; k < K; ++k) {
-        float av = io.in[0][i * K + k];
-        for (int64_t j = 0; j < NN; ++j) o[i * NN + j] += av * io.in[1][k * NN + j];
-      }
-  };
+  m.kernel = tile_matmul_kernel(MM, NN, K, 1);
   g.add_stage(std::move(m));
-  Access ac;
-  ac.rows = MM, ac.row_bytes = NN * 4, ac.row_stride = N * 4;
-  ac.base = [J, MM, NN, N](int64_t it) { return ((it / J) * MM * N + (it % J) * NN) * 4; };
-  g.add_stage(mem_stage(StageKind::Store, "store C", C, c, I * J, ac));
+  g.add_stage(mem_stage(StageKind::Store, "store C", C, c, I * J, tile_store_access(MM, NN, N, J)));
   return g;
 }
 
