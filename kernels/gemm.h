@@ -27,12 +27,17 @@ struct GemmSchedule {
   bool persistent = true;  // one block per SM walking tiles; false: one block per tile
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
-  int block_n = 0;         // 0: chosen from the shape; else 128 or 256
+  // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
+  // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
+  // shapes whose 128-row tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.
+  int block_m = 0;
+  int block_n = 0;
   int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
   consumer_schedule consumers = consumer_schedule::cooperative;
-  // wgmma groups a consumer leaves in flight when it moves to the next K step (0 or 1). With 1 a stage
-  // stays held for two K steps; with 0 it goes back to the producer as soon as its wgmma finish, which
-  // leaves the ring one stage deeper for loads in flight (measured no faster: bench/RESULTS.md).
+  // wgmma groups a consumer leaves in flight when it moves to the next K step (0, 1 or 2). With 1 a
+  // stage stays held for two K steps; with 0 it goes back to the producer as soon as its wgmma finish,
+  // which leaves the ring one stage deeper for loads in flight (measured no faster: bench/RESULTS.md);
+  // 2 keeps more small wgmma queued at the tensor cores, at the cost of a ring stage.
   int mma_pending = 1;
   // K steps ahead (0 to 64) that the producer asks L2 to fetch the A and B tiles
   // (cp.async.bulk.prefetch); 0, the default: no prefetch (it measured 0.6x: bench/RESULTS.md).

@@ -44,7 +44,7 @@ struct gemm_globals {
   float4* ws;
   int* counters;
   int slots;
-  int mma_pending;  // wgmma groups left in flight per K step (0 or 1), read by the pipeline template
+  int mma_pending;  // wgmma groups left in flight per K step (0 to 2), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
   int compute_only; // diagnostic: no loads (GemmSchedule::compute_only)
@@ -54,17 +54,20 @@ struct gemm_globals {
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
 // tile/pipeline_pingpong.cuh), 64 x 256 or 128 x 128 (two m64 slices; 128 accumulator registers either
 // way), instead of a 128 x BN tile that both consumers share (64 rows each).
-template <int BN, bool BT, class OutT, int CS, bool PP = false>
+// NC: consumer warpgroups of the cooperative schedule, 64 rows each (BM = 64 * NC); NC = 1 is the small
+// tile (64 x 64 or 64 x 128) for problems with too few 128-row tiles to fill the GPU (small M or N).
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
 struct gemm_kernel {
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
-  static constexpr int BM = PP && BN == 256 ? 64 : 128, BK = 64;
+  static_assert(!PP || NC == 2, "gemm: the ping-pong schedule has two consumer warpgroups");
+  static constexpr int BM = PP ? (BN == 256 ? 64 : 128) : 64 * NC, BK = 64;
   static constexpr int MH = PP ? BM / 64 : 1;  // 64-row accumulator slices per consumer
   // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
   // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
   static constexpr int cluster = CS;
   // Ping-pong stages (40 KB for 64 x 256, 32 KB for 128 x 128) hold half the math of a shared 128 x 256
   // stage, so the ring is deeper, with a single epilogue buffer per consumer to make room.
-  static constexpr int stages = PP ? (BN == 256 ? 5 : 6) : BN == 256 ? 4 : 6, consumers = 2;
+  static constexpr int consumers = NC;
   static constexpr int producer_registers = 40, consumer_registers = 232;
   using a_tile = st_bf<BM, BK>;
   using b_tile = std::conditional_t<BT, st_bf<BN, BK>, st_bf<BK, BN>>;  // N x K, or K x N
@@ -85,6 +88,11 @@ struct gemm_kernel {
     int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
   };
   using globals = gemm_globals;
+  // The ring: as deep as the shared memory allows beside the epilogue buffers (at most 16 stages).
+  static constexpr int stage_bytes = (BM + BN) * BK * 2;
+  static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
+  static constexpr int stages_fit = (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 16) / stage_bytes;
+  static constexpr int stages = stages_fit < 16 ? stages_fit : 16;
   // The deferred epilogue (bf16 output, cooperative consumers): finish() writes the tile's first chunks
   // at once and packs the last `deferred_chunks` 64 x CW chunks into bf16 registers (the stash), which go
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
@@ -404,8 +412,29 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
                   "gemm: the pingpong schedule runs without clusters (cluster 0 or 1), got cluster ",
                   s.cluster);
   }
+  MP_USER_CHECK(s.block_m == 0 || s.block_m == 64 || s.block_m == 128, "gemm: block_m must be 64 or 128, got ",
+                s.block_m);
+  MP_USER_CHECK(!(pingpong && s.block_m != 0),
+                "gemm: the pingpong schedule picks its own tile height (set block_n, not block_m)");
   int bn = pingpong && s.block_n == 0 ? 256 : s.block_n;
-  const int bm = pingpong && bn == 256 ? 64 : 128;
+  int bm = pingpong ? (bn == 256 ? 64 : 128) : s.block_m;
+  if (bm == 0) {
+    // 64-row tiles (one consumer warpgroup) when 128 x 128 tiles would leave half the GPU idle without
+    // split-K, and no other option asks for 128-row tiles: more, smaller tiles over the whole K beat
+    // splitting K and adding the partials (bench/RESULTS.md, 2026-11-30, third session).
+    const int t128 = (m + 127) / 128 * ((n + 127) / 128);
+    const bool wide = bn == 256 || s.cluster == 2 || s.stream_k;
+    bm = !wide && t128 * 2 <= sms ? 64 : 128;
+    if (bm == 64 && bn == 0) bn = 64;
+  }
+  if (bm == 64 && !pingpong) {
+    if (bn == 0) bn = 64;
+    MP_USER_CHECK(bn == 64 || bn == 128, "gemm: 64-row tiles are 64 or 128 wide (block_n 64 or 128), got ",
+                  bn);
+    MP_USER_CHECK(s.cluster <= 1 || bn == 128,
+                  "gemm: 64-row tiles run in clusters of 2 only when 128 wide (block_n 128)");
+    MP_USER_CHECK(!s.stream_k, "gemm: stream-K runs on 128-row tiles (block_m 0 or 128)");
+  }
   const int tm = (m + bm - 1) / bm;
   if (bn == 0) {
     // 128 x 256 tiles do the most math per byte of shared memory; take 128 x 128 only when it fills the
@@ -420,7 +449,9 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
     const bool sk_possible = s.stream_k && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
     if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
   }
-  MP_USER_CHECK(bn == 128 || bn == 256, "gemm: block_n must be 128 or 256, got ", bn);
+  if (bm == 128 && !pingpong)
+    MP_USER_CHECK(bn == 128 || bn == 256, "gemm: 128-row tiles are 128 or 256 wide (block_n 128 or 256), got ",
+                  bn);
   const int tiles = tm * ((n + bn - 1) / bn);
   const int k_iters = (k + 63) / 64;
   int splits = s.split_k;
@@ -434,7 +465,7 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   // bench/RESULTS.md), so they are opt-in.
   if (cluster == 0) cluster = 1;
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
-  MP_USER_CHECK(s.mma_pending == 0 || s.mma_pending == 1, "gemm: mma_pending must be 0 or 1, got ",
+  MP_USER_CHECK(s.mma_pending >= 0 && s.mma_pending <= 2, "gemm: mma_pending must be 0, 1 or 2, got ",
                 s.mma_pending);
   MP_USER_CHECK(s.prefetch >= 0 && s.prefetch <= 64, "gemm: prefetch must be 0 to 64 K steps, got ", s.prefetch);
   MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
@@ -496,10 +527,10 @@ fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float
   return {reinterpret_cast<int*>(base), reinterpret_cast<float4*>(base + counter_bytes)};
 }
 
-template <int BN, bool BT, class OutT, int CS, bool PP = false>
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const plan& p) {
-  using K = gemm_kernel<BN, BT, OutT, CS, PP>;
+  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -562,6 +593,24 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
                  : run<128, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
     return f32 ? run<128, false, float, 1, true>(a, b, c, m, n, k, stream, s, p)
                : run<128, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
+  }
+  if (p.bm == 64) {  // one consumer warpgroup: 64 x 64 or 64 x 128 tiles (the latter also in pairs)
+#define MP_GEMM_SMALL(BN, BT, OUT)                                                            \
+  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                          \
+    if constexpr (BN == 128)                                                                  \
+      if (p.cluster == 2) return run<BN, BT, OUT, 2, false, 1>(a, b, c, m, n, k, stream, s, p); \
+    return run<BN, BT, OUT, 1, false, 1>(a, b, c, m, n, k, stream, s, p);                     \
+  }
+    MP_GEMM_SMALL(64, true, bf16)
+    MP_GEMM_SMALL(64, false, bf16)
+    MP_GEMM_SMALL(64, true, float)
+    MP_GEMM_SMALL(64, false, float)
+    MP_GEMM_SMALL(128, true, bf16)
+    MP_GEMM_SMALL(128, false, bf16)
+    MP_GEMM_SMALL(128, true, float)
+    MP_GEMM_SMALL(128, false, float)
+#undef MP_GEMM_SMALL
+    fail_internal("gemm: no 64-row kernel for block_n ", p.bn);
   }
 #define MP_GEMM_CASE(BN, BT, OUT)                                                          \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \

@@ -38,7 +38,8 @@ constexpr int cluster_of() {
 }
 
 // How many wgmma groups a consumer leaves in flight when it moves on to the next stage: K::globals may
-// carry `mma_pending` (0 or 1); 1 when it does not.
+// carry `mma_pending` (0, 1 or 2; fewer than the stages); 1 when it does not. A stage goes back to the
+// producer once the wgmma reading it are done, so it is held for 1 + mma_pending K steps.
 template <class K>
 __device__ int mma_pending_of(const typename K::globals& g) {
   if constexpr (requires { g.mma_pending; })
@@ -174,23 +175,25 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
-      int prev = -1;
+      // The stage `back` K steps behind the current one.
+      auto behind = [&p](int back) { return (p.stage + T::stages - back) % T::stages; };
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
         K::compute(st, stages[p.stage], g, w, it, wg);
-        if (pending == 0) {  // this iteration's wgmma are done: free its stage now
+        // At most `pending` groups stay in flight; the step they were issued before is done: free it.
+        if (pending == 0)
           warpgroup::mma_async_wait<0>();
-          if (signaller) release(empty[p.stage]);
-        } else {
-          warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
-          if (prev >= 0 && signaller) release(empty[prev]);
-          prev = p.stage;
-        }
+        else if (pending == 1)
+          warpgroup::mma_async_wait<1>();
+        else
+          warpgroup::mma_async_wait<2>();
+        if (it >= pending && signaller) release(empty[behind(pending)]);
         // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
       warpgroup::mma_async_wait<0>();
-      if (prev >= 0 && signaller) release(empty[prev]);
+      if (signaller)  // the item's last steps, oldest first (p is one past the last)
+        for (int back = min(pending, iters); back >= 1; --back) release(empty[behind(back)]);
       K::finish(st, *fin, g, w, wg);
     }
     if constexpr (requires { K::flush(st, *fin, g, wg); }) K::flush(st, *fin, g, wg);

@@ -41,7 +41,9 @@ TEST(GemmCli, ScheduleOptionsAreChecked) {
                               {"--epilogue later", "--epilogue"},
                               {"--mma-pending 3", "--mma-pending"},
                               {"--prefetch -2", "--prefetch"},
-                              {"--data-only --compute-only", "--data-only"}}) {
+                              {"--data-only --compute-only", "--data-only"},
+                              {"--block-m 32", "--block-m"},
+                              {"--block-n 96", "--block-n"}}) {
     auto r = run(std::string("gemm 64 64 64 ") + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;

@@ -73,15 +73,28 @@ void check_all(const std::vector<Shape>& shapes, const GemmSchedule& sched = {})
 }
 }  // namespace
 
+// Both tile heights: 128 rows (two consumer warpgroups) and 64 rows (one; 64 or 128 wide), whatever the
+// shape would choose.
+std::vector<GemmSchedule> tile_heights() {
+  std::vector<GemmSchedule> v(4);
+  v[0].block_m = 128;
+  v[1].block_m = 64;
+  v[2].block_m = 64;
+  v[2].block_n = 128;
+  return v;  // v[3]: chosen from the shape
+}
+
 TEST(SM90_Gemm, SmallAndOddMultiplesOf16) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  check_all({{16, 16, 16},
-             {128, 128, 64},
-             {144, 80, 16},
-             {48, 272, 48},
-             {208, 1040, 112},
-             {1008, 400, 336},
-             {64, 16, 1024}});
+  for (const GemmSchedule& s : tile_heights())
+    check_all({{16, 16, 16},
+               {128, 128, 64},
+               {144, 80, 16},
+               {48, 272, 48},
+               {208, 1040, 112},
+               {1008, 400, 336},
+               {64, 16, 1024}},
+              s);
 }
 
 TEST(SM90_Gemm, LargeAndNonSquare) {
@@ -91,10 +104,11 @@ TEST(SM90_Gemm, LargeAndNonSquare) {
 
 TEST(SM90_Gemm, SplitKAndSmallM) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  check_all({{128, 4096, 4096}, {16, 2048, 8192}, {256, 1024, 3088}});
-  GemmSchedule s;
-  s.split_k = 3;
-  check_all({{272, 528, 1008}}, s);
+  for (GemmSchedule s : tile_heights()) {
+    check_all({{128, 4096, 4096}, {16, 2048, 8192}, {256, 1024, 3088}, {4096, 128, 2048}}, s);
+    s.split_k = 3;
+    check_all({{272, 528, 1008}}, s);
+  }
 }
 
 // Stream-K (opt-in): tile counts above the SM count and not a multiple of it, so the last waves' tiles
@@ -136,6 +150,7 @@ TEST(SM90_Gemm, EverySchedule) {
     for (bool persistent : {true, false})
       for (int cluster : {1, 2}) {
         GemmSchedule s;
+        s.block_m = 128;
         s.block_n = bn;
         s.persistent = persistent;
         s.group_m = persistent ? 4 : 1;
@@ -146,6 +161,28 @@ TEST(SM90_Gemm, EverySchedule) {
   s.cluster = 2;
   s.split_k = 2;
   check_all({{400, 512, 1024}}, s);  // split-K with clusters
+  for (int bn : {64, 128})  // 64-row tiles: persistent or one block per tile, several tiles per block
+    for (bool persistent : {true, false}) {
+      GemmSchedule small;
+      small.block_m = 64;
+      small.block_n = bn;
+      small.persistent = persistent;
+      small.group_m = persistent ? 4 : 1;
+      check_all({{1040, 784, 528}, {144, 272, 80}, {2048, 2048, 64}}, small);
+      if (bn == 128) {  // block pairs sharing B (odd and even numbers of M-tiles)
+        small.cluster = 2;
+        check_all({{1040, 784, 528}, {144, 272, 80}, {128, 4096, 1024}}, small);
+      }
+    }
+  // wgmma groups left in flight: none, or two (a stage is then held for three K steps; items of 1 and 2
+  // K steps release theirs at the end)
+  for (int pending : {0, 2})
+    for (int bm : {128, 64}) {
+      GemmSchedule p;
+      p.mma_pending = pending;
+      p.block_m = bm;
+      check_all({{1040, 784, 528}, {144, 272, 16}, {2048, 2048, 128}, {512, 512, 2048}}, p);
+    }
 }
 
 // The opt-in ping-pong schedule (64 x 256 tiles, one per consumer warpgroup, the two alternating): the same

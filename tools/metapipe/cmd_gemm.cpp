@@ -22,13 +22,14 @@ int run_gemm(Args& a) {
   const auto samples = a.integer({"--samples"});
   const bool no_time = a.flag({"--no-time"});
   kernels::GemmSchedule sched;
+  if (auto v = a.integer({"--block-m"})) sched.block_m = int(*v);
   if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
   if (auto v = a.integer({"--split-k"})) sched.split_k = int(*v);
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
   if (auto v = a.integer({"--mma-pending"})) {
-    if (*v < 0 || *v > 1) throw usage_error("metapipe gemm: --mma-pending is 0 or 1");
+    if (*v < 0 || *v > 2) throw usage_error("metapipe gemm: --mma-pending is 0, 1 or 2");
     sched.mma_pending = int(*v);
   }
   if (auto v = a.integer({"--prefetch"})) {
@@ -55,8 +56,10 @@ int run_gemm(Args& a) {
   if (sched.consumers == kernels::consumer_schedule::pingpong && sched.cluster == 2)
     throw usage_error("metapipe gemm: --schedule pingpong runs without clusters (no --cluster 2)");
   if (sched.cluster < 0 || sched.cluster > 2) throw usage_error("metapipe gemm: --cluster is 1 or 2");
-  if (sched.block_n != 0 && sched.block_n != 128 && sched.block_n != 256)
-    throw usage_error("metapipe gemm: --block-n is 128 or 256");
+  if (sched.block_m != 0 && sched.block_m != 64 && sched.block_m != 128)
+    throw usage_error("metapipe gemm: --block-m is 64 or 128");
+  if (sched.block_n != 0 && sched.block_n != 64 && sched.block_n != 128 && sched.block_n != 256)
+    throw usage_error("metapipe gemm: --block-n is 64, 128 or 256");
   if (sched.split_k < 0 || sched.group_m < 1)
     throw usage_error("metapipe gemm: --split-k >= 0 and --group-m >= 1");
   auto pos = a.positionals();
@@ -117,7 +120,9 @@ MP_REGISTER_COMMAND(
     "  --samples N    timed samples (default 20)\n"
     "  --no-time      check only\n\n"
     "schedule options (the defaults are chosen from the shape):\n"
-    "  --block-n N      tile width, 128 or 256\n"
+    "  --block-m N      tile height: 128 (two consumer warpgroups; 128 or 256 wide) or 64\n"
+    "                   (one; 64 or 128 wide, for shapes with few 128-row tiles)\n"
+    "  --block-n N      tile width: 64, 128 or 256\n"
     "  --split-k N      split K N ways (1: never)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
@@ -125,7 +130,7 @@ MP_REGISTER_COMMAND(
     "  --epilogue E     immediate (default): write a tile after its last K step; deferred\n"
     "                   (bf16 output): its last two 64-column chunks during the next tile's\n"
     "                   first K steps\n"
-    "  --mma-pending N  wgmma groups left in flight per K step, 0 or 1\n"
+    "  --mma-pending N  wgmma groups left in flight per K step, 0, 1 or 2\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
     "                   computed, so the check is skipped)\n"
