@@ -25,6 +25,11 @@
 #define MP_GEMM_DEFERRED 2
 #endif
 
+// Independent wgmma chains (accumulator sets) of the 64-row tiles' lone consumer: see gemm_kernel::CH.
+#ifndef MP_GEMM_CHAINS
+#define MP_GEMM_CHAINS 2
+#endif
+
 namespace mp::kernels {
 namespace {
 using namespace mp::tile;
@@ -104,8 +109,14 @@ struct gemm_kernel {
   static constexpr int chunks = MH * (BN / CW);
   static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
   static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
+  // Independent wgmma chains per accumulator slice: a lone consumer (64-row tiles) spreads each K step's
+  // four 16-wide slices over two accumulators, so that two wgmma chains are in flight instead of one
+  // dependent chain (whose per-instruction latency, not the math, bounds a 64 x 64 tile); finish() adds
+  // them up. The 128-row tiles have two consumers, and so two chains, already.
+  static constexpr int CH = NC == 1 ? (BN == 64 || MP_GEMM_CHAINS < 2 ? MP_GEMM_CHAINS : 2) : 1;  // 4 x 64 regs spill
+  static_assert(CH == 1 || CH == 2 || CH == 4, "gemm: 1, 2 or 4 wgmma chains");
   struct state {
-    rt_fl<16, BN> acc[MH];
+    rt_fl<16, BN> acc[MH * CH];  // chain c of slice h: acc[h + MH * c]
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
   };
@@ -214,20 +225,30 @@ struct gemm_kernel {
   __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
     if (g.data_only) return;
 #pragma unroll
-    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
 #pragma unroll
     for (int h = 0; h < MH; ++h) {
       // cooperative: this consumer's 64 rows of the shared A tile; ping-pong: every row is its own
       auto& a = s.a.template subtile_rows<64>(PP ? h : consumer);
-      if constexpr (BT)
-        warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
-      else
-        warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
+      if constexpr (CH == 1) {
+        if constexpr (BT)
+          warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
+        else
+          warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
+      } else {  // slice ks into chain ks % CH; a chain's first slice of the item overwrites
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+          if constexpr (BT)
+            warpgroup::mma_ABt_slice(st.acc[h + MH * (ks % CH)], a, s.b, ks, it > 0 || ks >= CH);
+          else
+            warpgroup::mma_AB_slice(st.acc[h + MH * (ks % CH)], a, s.b, ks, it > 0 || ks >= CH);
+        }
+      }
     }
     warpgroup::mma_commit_group();
 #pragma unroll
-    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
   }
 
   // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
@@ -323,8 +344,12 @@ struct gemm_kernel {
 
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
 #pragma unroll
-    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
+#pragma unroll
+    for (int c = 1; c < CH; ++c)  // the chains' sums into the first
+#pragma unroll
+      for (int h = 0; h < MH; ++h) warpgroup::add(st.acc[h], st.acc[h], st.acc[h + MH * c]);
     if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
     const int2 t = w.pos;
     if constexpr (can_defer) {

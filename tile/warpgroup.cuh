@@ -73,7 +73,34 @@ __device__ inline void mma(rt_fl<16, N>& acc, const SA& a, const SB& b, bool acc
     wgmma_ss_bf16<N>::template mma<BM == major::mn ? 1 : 0>(d, da, db, (accumulate || ks > 0) ? 1 : 0);
   }
 }
+// One K slice of 16 (number ks) of the same product: a single wgmma instruction.
+template <int N, major BM, class SA, class SB>
+__device__ inline void mma_slice(rt_fl<16, N>& acc, const SA& a, const SB& b, int ks, bool accumulate) {
+  static_assert(std::is_same_v<typename SA::elem, bf16> && std::is_same_v<typename SB::elem, bf16>,
+                "warpgroup::mma: this build has bf16 wgmma only");
+  static_assert(SA::rows == 64,
+                "warpgroup::mma: A must be a 64-row shared tile (the wgmma M), one warpgroup's slice");
+  static_assert((BM == major::k ? SB::rows : SB::cols) == N,
+                "warpgroup::mma: B's N dimension must equal the accumulator's columns");
+  const uint64_t da = wgmma_operand_desc<typename SA::layout, major::k>(a.smem_addr(), ks);
+  const uint64_t db = wgmma_operand_desc<typename SB::layout, BM>(b.smem_addr(), ks);
+  wgmma_ss_bf16<N>::template mma<BM == major::mn ? 1 : 0>(reinterpret_cast<float*>(acc.tiles), da, db,
+                                                          accumulate ? 1 : 0);
+}
 }  // namespace detail
+
+// acc (+)= A[:, 16 ks : 16 ks + 16] * B[16 ks : 16 ks + 16, :] (one wgmma; B stored K x N): a kernel that
+// spreads the K slices of a step over several accumulators (independent wgmma chains, summed at the
+// end) issues them one by one.
+template <int N, class SA, class SB>
+__device__ inline void mma_AB_slice(rt_fl<16, N>& acc, const SA& a, const SB& b, int ks, bool accumulate) {
+  detail::mma_slice<N, major::mn>(acc, a, b, ks, accumulate);
+}
+// The same with B stored N x K (acc (+)= A_ks * B_ks^T).
+template <int N, class SA, class SB>
+__device__ inline void mma_ABt_slice(rt_fl<16, N>& acc, const SA& a, const SB& b, int ks, bool accumulate) {
+  detail::mma_slice<N, major::k>(acc, a, b, ks, accumulate);
+}
 
 // acc (+)= A * B with A 64 x K (K-major) and B K x N stored row-major (MN-major). Asynchronous: issue
 // mma_fence() before and mma_commit_group() / mma_async_wait<>() after. mma_* accumulates, mm_* overwrites.
