@@ -25,11 +25,6 @@
 #define MP_GEMM_DEFERRED 2
 #endif
 
-// Independent wgmma chains (accumulator sets) of the 64-row tiles' lone consumer: see gemm_kernel::CH.
-#ifndef MP_GEMM_CHAINS
-#define MP_GEMM_CHAINS 2
-#endif
-
 namespace mp::kernels {
 namespace {
 using namespace mp::tile;
@@ -109,14 +104,8 @@ struct gemm_kernel {
   static constexpr int chunks = MH * (BN / CW);
   static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
   static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
-  // Independent wgmma chains per accumulator slice: a lone consumer (64-row tiles) spreads each K step's
-  // four 16-wide slices over two accumulators, so that two wgmma chains are in flight instead of one
-  // dependent chain (whose per-instruction latency, not the math, bounds a 64 x 64 tile); finish() adds
-  // them up. The 128-row tiles have two consumers, and so two chains, already.
-  static constexpr int CH = NC == 1 ? (BN == 64 || MP_GEMM_CHAINS < 2 ? MP_GEMM_CHAINS : 2) : 1;  // 4 x 64 regs spill
-  static_assert(CH == 1 || CH == 2 || CH == 4, "gemm: 1, 2 or 4 wgmma chains");
   struct state {
-    rt_fl<16, BN> acc[MH * CH];  // chain c of slice h: acc[h + MH * c]
+    rt_fl<16, BN> acc[MH];
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
   };
@@ -225,30 +214,20 @@ struct gemm_kernel {
   __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
     if (g.data_only) return;
 #pragma unroll
-    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
 #pragma unroll
     for (int h = 0; h < MH; ++h) {
       // cooperative: this consumer's 64 rows of the shared A tile; ping-pong: every row is its own
       auto& a = s.a.template subtile_rows<64>(PP ? h : consumer);
-      if constexpr (CH == 1) {
-        if constexpr (BT)
-          warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
-        else
-          warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
-      } else {  // slice ks into chain ks % CH; a chain's first slice of the item overwrites
-#pragma unroll
-        for (int ks = 0; ks < BK / 16; ++ks) {
-          if constexpr (BT)
-            warpgroup::mma_ABt_slice(st.acc[h + MH * (ks % CH)], a, s.b, ks, it > 0 || ks >= CH);
-          else
-            warpgroup::mma_AB_slice(st.acc[h + MH * (ks % CH)], a, s.b, ks, it > 0 || ks >= CH);
-        }
-      }
+      if constexpr (BT)
+        warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
+      else
+        warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
     }
     warpgroup::mma_commit_group();
 #pragma unroll
-    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
   }
 
   // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
@@ -261,27 +240,36 @@ struct gemm_kernel {
     return &st.acc[h].tiles[0][r / 2][2 * (r % 2)];
   }
 
-  // A tile several items share: write this part's partial sums to its workspace slot, count the arrival,
-  // and, if this is the last of the tile's items to arrive, add the others' partials to the accumulators
-  // (true: the caller then stores the tile). Fences order the partials before the count (classic
-  // last-block reduction); the counter goes back to zero for the next launch.
+  // A tile several items share. Each item first counts its arrival on the tile's counter. All but the
+  // last to arrive write their partial sums to their workspace slot and count again once written; the
+  // last skips its own write, waits until the others' writes are counted (they are running: they have
+  // arrived), adds their partials to its accumulators and returns true (the caller then stores the
+  // tile). Fences order the partials before the counts; the counter goes back to zero for the next launch.
   __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
     const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
     const int part = (PP ? 0 : consumer) + rank * (PP ? 1 : consumers);
     const int t = warpgroup::thread_in_group(), bar = 1 + consumer;
     const size_t slot_float4 = size_t(acc_float4) * warpgroup_threads;
-    float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
-#pragma unroll
-    for (int i = 0; i < acc_float4; ++i) {
-      const float2* p = acc_pair(st, i);
-      __stcg(&mine[size_t(i) * warpgroup_threads + t], make_float4(p[0].x, p[0].y, p[1].x, p[1].y));
-    }
-    __threadfence();
-    named_barrier_sync(bar, warpgroup_threads);
     int* counter = &g.counters[sg.fix * parts + part];
     if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1);
     named_barrier_sync(bar, warpgroup_threads);
-    if (fs.arrivals[consumer] != sg.count - 1) return false;
+    const bool last = fs.arrivals[consumer] == sg.count - 1;
+    named_barrier_sync(bar, warpgroup_threads);  // everyone has read arrivals before it is reused
+    if (!last) {
+      float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
+#pragma unroll
+      for (int i = 0; i < acc_float4; ++i) {
+        const float2* p = acc_pair(st, i);
+        __stcg(&mine[size_t(i) * warpgroup_threads + t], make_float4(p[0].x, p[0].y, p[1].x, p[1].y));
+      }
+      __threadfence();
+      named_barrier_sync(bar, warpgroup_threads);
+      if (t == 0) atomicAdd(counter, 1);  // written
+      return false;
+    }
+    if (t == 0)  // count arrivals + (count - 1) writes
+      while (atomicAdd(counter, 0) != 2 * sg.count - 1) __nanosleep(32);
+    named_barrier_sync(bar, warpgroup_threads);
     __threadfence();
     const float4* base = g.ws + (size_t(sg.fix) * parts + part) * g.slots * slot_float4;
     for (int w = 0; w < sg.count; ++w) {
@@ -344,12 +332,8 @@ struct gemm_kernel {
 
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
 #pragma unroll
-    for (int h = 0; h < MH * CH; ++h) warpgroup::fence_accumulator(st.acc[h]);
+    for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
-#pragma unroll
-    for (int c = 1; c < CH; ++c)  // the chains' sums into the first
-#pragma unroll
-      for (int h = 0; h < MH; ++h) warpgroup::add(st.acc[h], st.acc[h], st.acc[h + MH * c]);
     if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
     const int2 t = w.pos;
     if constexpr (can_defer) {
@@ -445,15 +429,17 @@ plan make_plan(int m, int n, int k, const GemmSchedule& s) {
   int bm = pingpong ? (bn == 256 ? 64 : 128) : s.block_m;
   if (bm == 0) {
     // 64-row tiles (one consumer warpgroup) when 128 x 128 tiles would leave half the GPU idle without
-    // split-K, and no other option asks for 128-row tiles: more, smaller tiles over the whole K beat
-    // splitting K and adding the partials (bench/RESULTS.md, 2026-11-30, third session).
+    // split-K, and no other option asks for 128-row tiles: twice the tiles, so half the K splits
+    // (bench/RESULTS.md, 2026-11-30, third session).
     const int t128 = (m + 127) / 128 * ((n + 127) / 128);
     const bool wide = bn == 256 || s.cluster == 2 || s.stream_k;
     bm = !wide && t128 * 2 <= sms ? 64 : 128;
-    if (bm == 64 && bn == 0) bn = 64;
   }
   if (bm == 64 && !pingpong) {
-    if (bn == 0) bn = 64;
+    // 64 x 128 by default: 64 x 64 tiles measured slower even where they fill the GPU without split-K
+    // (0.66x against 0.89x cuBLAS at 128 x 4096 x 4096): a lone consumer's 64 x 64 x 64 K step costs about
+    // as much time as a 64 x 128 one (bench/RESULTS.md, 2026-11-30, third session).
+    if (bn == 0) bn = 128;
     MP_USER_CHECK(bn == 64 || bn == 128, "gemm: 64-row tiles are 64 or 128 wide (block_n 64 or 128), got ",
                   bn);
     MP_USER_CHECK(s.cluster <= 1 || bn == 128,

@@ -132,8 +132,9 @@ TEST(SM90_Tile, TmaLoadAndWarpOps) {
   }
 }
 
-// One warpgroup: TMA-load A (64x64) and B (64xN as K x N, or N x 64 as N x K), wgmma, store fp32.
-template <int N, bool BT>
+// One warpgroup: TMA-load A (64x64) and B (64xN as K x N, or N x 64 as N x K), wgmma, store fp32. Sliced:
+// the four 16-wide K slices one wgmma at a time, alternately into two accumulators, added at the end.
+template <int N, bool BT, bool Sliced = false>
 __global__ void wgmma_kernel(const __grid_constant__ CUtensorMap ma, const __grid_constant__ CUtensorMap mb,
                              float* c) {
   using b_tile = std::conditional_t<BT, st_bf<N, 64>, st_bf<64, N>>;
@@ -155,14 +156,26 @@ __global__ void wgmma_kernel(const __grid_constant__ CUtensorMap ma, const __gri
   wait(bar, 0);
   rt_fl<16, N> acc;
   warp::fill(acc, 7.f);  // overwritten by mm_*
+  rt_fl<16, N> odd;
+  warp::fill(odd, 7.f);
   warpgroup::mma_fence();
-  if constexpr (BT)
+  if constexpr (Sliced) {
+    for (int ks = 0; ks < 4; ++ks) {  // slices 0 and 1 overwrite, 2 and 3 accumulate
+      if constexpr (BT)
+        warpgroup::mma_ABt_slice(ks % 2 ? odd : acc, a, b, ks, ks >= 2);
+      else
+        warpgroup::mma_AB_slice(ks % 2 ? odd : acc, a, b, ks, ks >= 2);
+    }
+  } else if constexpr (BT) {
     warpgroup::mm_ABt(acc, a, b);
-  else
+  } else {
     warpgroup::mm_AB(acc, a, b);
+  }
   warpgroup::mma_commit_group();
   warpgroup::mma_async_wait<0>();
   warpgroup::fence_accumulator(acc);
+  warpgroup::fence_accumulator(odd);
+  if constexpr (Sliced) warpgroup::add(acc, acc, odd);
   gl<float, 1, 1, 64, N> gc(c, 1, 1, 64, N);
   // Round trip through a shared tile at warpgroup scope, then out to global memory.
   auto& cs = *reinterpret_cast<st_fl<64, N>*>(base + sizeof(st_bf<64, 64>) + sizeof(b_tile));
@@ -173,7 +186,7 @@ __global__ void wgmma_kernel(const __grid_constant__ CUtensorMap ma, const __gri
   warpgroup::store(gc, back, 0, 0);
 }
 
-template <int N, bool BT>
+template <int N, bool BT, bool Sliced = false>
 void check_wgmma() {
   auto seed = mp::fresh_seed();
   std::vector<float> ar, br;
@@ -189,8 +202,8 @@ void check_wgmma() {
   auto mb = BT ? make_tma_map<b_tile>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(db.p), 1, 1, N, 64))
                : make_tma_map<b_tile>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(db.p), 1, 1, 64, N));
   const int smem = 2048 + sizeof(st_bf<64, 64>) + sizeof(b_tile) + sizeof(st_fl<64, N>);
-  cudaFuncSetAttribute(wgmma_kernel<N, BT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  wgmma_kernel<N, BT><<<1, 128, smem>>>(ma, mb, dc.p);
+  cudaFuncSetAttribute(wgmma_kernel<N, BT, Sliced>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  wgmma_kernel<N, BT, Sliced><<<1, 128, smem>>>(ma, mb, dc.p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   auto c = dc.get();
   auto ref = mp::kernels::gemm_reference_cpu(ar, br, 64, N, 64,
@@ -203,11 +216,13 @@ TEST(SM90_Tile, WgmmaAB) {
   SKIP_WITHOUT_HOPPER();
   check_wgmma<64, false>();
   check_wgmma<256, false>();
+  check_wgmma<128, false, true>();
 }
 TEST(SM90_Tile, WgmmaABt) {
   SKIP_WITHOUT_HOPPER();
   check_wgmma<64, true>();
   check_wgmma<256, true>();
+  check_wgmma<128, true, true>();
 }
 
 }  // namespace
