@@ -240,18 +240,20 @@ struct gemm_kernel {
     return &st.acc[h].tiles[0][r / 2][2 * (r % 2)];
   }
 
-  // A tile several items share. Each item first counts its arrival on the tile's counter. All but the
-  // last to arrive write their partial sums to their workspace slot and count again once written; the
-  // last skips its own write, waits until the others' writes are counted (they are running: they have
-  // arrived), adds their partials to its accumulators and returns true (the caller then stores the
-  // tile). Fences order the partials before the counts; the counter goes back to zero for the next launch.
+  // A tile several items share. Each item first counts its arrival on the tile's counter (low 16 bits).
+  // All but the last to arrive write their partial sums to their workspace slot and then count the write
+  // (in units of written_unit, so that an early write never looks like an arrival); the last skips its
+  // own write, waits until the others' writes are counted (they are running: they have arrived), adds
+  // their partials to its accumulators and returns true (the caller then stores the tile). Fences order
+  // the partials before the counts; the counter goes back to zero for the next launch.
   __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
     const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
     const int part = (PP ? 0 : consumer) + rank * (PP ? 1 : consumers);
     const int t = warpgroup::thread_in_group(), bar = 1 + consumer;
     const size_t slot_float4 = size_t(acc_float4) * warpgroup_threads;
     int* counter = &g.counters[sg.fix * parts + part];
-    if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1);
+    constexpr int written_unit = 1 << 16;  // items per tile stay far below this
+    if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1) % written_unit;
     named_barrier_sync(bar, warpgroup_threads);
     const bool last = fs.arrivals[consumer] == sg.count - 1;
     named_barrier_sync(bar, warpgroup_threads);  // everyone has read arrivals before it is reused
@@ -264,11 +266,11 @@ struct gemm_kernel {
       }
       __threadfence();
       named_barrier_sync(bar, warpgroup_threads);
-      if (t == 0) atomicAdd(counter, 1);  // written
+      if (t == 0) atomicAdd(counter, written_unit);
       return false;
     }
-    if (t == 0)  // count arrivals + (count - 1) writes
-      while (atomicAdd(counter, 0) != 2 * sg.count - 1) __nanosleep(32);
+    if (t == 0)  // all arrivals and count - 1 writes
+      while (atomicAdd(counter, 0) != sg.count + (sg.count - 1) * written_unit) __nanosleep(32);
     named_barrier_sync(bar, warpgroup_threads);
     __threadfence();
     const float4* base = g.ws + (size_t(sg.fix) * parts + part) * g.slots * slot_float4;
