@@ -2,7 +2,9 @@
 # Nsight Compute profile of the GEMM kernels against cuBLAS on the device machine (one call): builds the
 # CLI for sm_90a, profiles one launch of each kernel with warp-state and per-instruction (SASS) stall
 # sampling, and writes the reports and CSV exports under $OUT.
-#   usage: bench/gemm/profile.sh [M N K [extra metapipe gemm options]]
+#   usage: [PROFILES="ours cublas ..."] bench/gemm/profile.sh [M N K [extra metapipe gemm options]]
+# PROFILES picks the kernels (default: ours cublas pingpong ours_c2; also ours_compute, ours_data: the
+# --compute-only / --data-only diagnostics).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 FINAL="${OUT:-/tmp/gemm-profile}"; OUT=/tmp/gemm-profile-work; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
@@ -24,10 +26,17 @@ prof() {  # name, kernel regex, metapipe gemm arguments
   grep -E "Duration|Elapsed Cycles|SM Frequency|Compute \(SM\) Throughput|Warp Cycles Per Issued|Executed Ipc A" "$OUT/$name.details.txt" | head -8
   grep -iE "stall|Stall" "$OUT/$name.details.txt" | head -6
 }
-prof ours '^kernel$' $shape
-prof cublas 'nvjet' $shape
-prof pingpong 'pingpong_kernel' $shape --schedule pingpong
-prof ours_c2 '^kernel$' $shape --cluster 2
+for p in ${PROFILES:-ours cublas pingpong ours_c2}; do
+  case $p in
+    ours) prof ours '^kernel$' $shape ;;
+    ours_compute) prof ours_compute '^kernel$' $shape --compute-only ;;
+    ours_data) prof ours_data '^kernel$' $shape --data-only ;;
+    cublas) prof cublas 'nvjet' $shape ;;
+    pingpong) prof pingpong 'pingpong_kernel' $shape --schedule pingpong ;;
+    ours_c2) prof ours_c2 '^kernel$' $shape --cluster 2 ;;
+    *) echo "profile.sh: unknown profile '$p'" ;;
+  esac
+done
 ncu --help 2>&1 | grep -A4 -E "^\s+--page|print-source" >"$OUT/ncu-help.txt"
 # the device tool returns at most 8 files: everything goes back as one archive
 tar -czf "$FINAL/profile.tgz" -C "$OUT" . && cp "$OUT"/*.details.txt "$FINAL"/ 2>/dev/null
