@@ -54,18 +54,13 @@ struct gemm_globals {
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
 // tile/pipeline_pingpong.cuh), 64 x 256 or 128 x 128 (two m64 slices; 128 accumulator registers either
 // way), instead of a 128 x BN tile that both consumers share (64 rows each).
-// NC: consumer warpgroups of the cooperative schedule, 64 rows each (BM = 64 * NC). KS: the 64-row tile
-// (64 x 64 or 64 x 128, for problems with too few 128-row tiles to fill the GPU: small M or N) with two
-// consumer warpgroups that take turns by K step: consumer c computes the steps it with it % 2 == c into its
-// own accumulators, waiting for each step's wgmma before it frees the stage, while the other issues the
-// next step; finish() adds consumer 1's sums to consumer 0's, which writes the tile. (A lone consumer
-// warpgroup, waiting on its own wgmma, kept the tensor cores about half busy on these tiles.)
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KS = false>
+// NC: consumer warpgroups of the cooperative schedule, 64 rows each (BM = 64 * NC); NC = 1 is the small
+// tile (64 x 64 or 64 x 128) for problems with too few 128-row tiles to fill the GPU (small M or N).
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
 struct gemm_kernel {
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
   static_assert(!PP || NC == 2, "gemm: the ping-pong schedule has two consumer warpgroups");
-  static_assert(!KS || (NC == 2 && !PP), "gemm: K-step turns are for two cooperative consumers");
-  static constexpr int BM = PP ? (BN == 256 ? 64 : 128) : KS ? 64 : 64 * NC, BK = 64;
+  static constexpr int BM = PP ? (BN == 256 ? 64 : 128) : 64 * NC, BK = 64;
   static constexpr int MH = PP ? BM / 64 : 1;  // 64-row accumulator slices per consumer
   // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
   // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
@@ -103,7 +98,7 @@ struct gemm_kernel {
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
   // wgmma keep the tensor cores busy. Two chunks (32 registers) fit beside the 128 accumulators; three
   // or four spill (ptxas -v), so MP_GEMM_DEFERRED is 2.
-  static constexpr bool can_defer = !PP && !KS && std::is_same_v<OutT, bf16>;
+  static constexpr bool can_defer = !PP && std::is_same_v<OutT, bf16>;
   // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
   // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
   static constexpr int chunks = MH * (BN / CW);
@@ -218,20 +213,17 @@ struct gemm_kernel {
 
   __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
     if (g.data_only) return;
-    if constexpr (KS)
-      if (it % 2 != consumer) return;  // the other consumer's K step
-    const bool accumulate = KS ? it >= 2 : it > 0;  // this consumer's first step of the item overwrites
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
 #pragma unroll
     for (int h = 0; h < MH; ++h) {
       // cooperative: this consumer's 64 rows of the shared A tile; ping-pong: every row is its own
-      auto& a = s.a.template subtile_rows<64>(PP ? h : KS ? 0 : consumer);
+      auto& a = s.a.template subtile_rows<64>(PP ? h : consumer);
       if constexpr (BT)
-        warpgroup::mma_ABt(st.acc[h], a, s.b, accumulate);
+        warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
       else
-        warpgroup::mma_AB(st.acc[h], a, s.b, accumulate);
+        warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
     }
     warpgroup::mma_commit_group();
 #pragma unroll
@@ -295,37 +287,6 @@ struct gemm_kernel {
     return true;
   }
 
-  // K-step turns (KS): consumer 1 hands its sums to consumer 0 through the epilogue buffers (once the TMA
-  // stores of consumer 0's previous tile have read them) and is done with the item (false); consumer 0 adds
-  // them (true: it goes on to write the tile). An item of one K step has no sums of consumer 1.
-  __device__ static bool combine_turns(state& st, finish_smem& fs, const item& w, int consumer) {
-    static_assert(sizeof(fs.c) >= sizeof(float4) * acc_float4 * warpgroup_threads,
-                  "gemm: the epilogue buffers must hold one consumer's accumulators");
-    float4* xfer = reinterpret_cast<float4*>(&fs.c[0][0]);
-    const int t = warpgroup::thread_in_group();
-    if (consumer == 0 && t == 0) tma::wait_read<0>();
-    named_barrier_sync(turns_barrier, 2 * warpgroup_threads);
-    if (consumer == 1) {
-      if (w.iters > 1)
-#pragma unroll
-        for (int i = 0; i < acc_float4; ++i) {
-          const float2* p = acc_pair(st, i);
-          xfer[i * warpgroup_threads + t] = make_float4(p[0].x, p[0].y, p[1].x, p[1].y);
-        }
-    }
-    named_barrier_sync(turns_barrier, 2 * warpgroup_threads);
-    if (consumer == 1) return false;
-    if (w.iters > 1)
-#pragma unroll
-      for (int i = 0; i < acc_float4; ++i) {
-        const float4 v = xfer[i * warpgroup_threads + t];
-        float2* p = acc_pair(st, i);
-        p[0].x += v.x, p[0].y += v.y, p[1].x += v.z, p[1].y += v.w;
-      }
-    return true;
-  }
-  static constexpr int turns_barrier = 3;  // both consumers (1 and 2 are each consumer's own)
-
   // Write chunk J of the stash to shared memory and start its TMA store (both consumer warpgroups each
   // write their own rows; named barrier 1 + consumer).
   template <int J>  // J-th deferred chunk: chunk chunks - deferred_chunks + J of the tile
@@ -375,9 +336,6 @@ struct gemm_kernel {
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
-    if constexpr (KS) {
-      if (!combine_turns(st, fs, w, consumer)) return;
-    }
     if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
     const int2 t = w.pos;
     if constexpr (can_defer) {
@@ -582,10 +540,10 @@ fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float
   return {reinterpret_cast<int*>(base), reinterpret_cast<float4*>(base + counter_bytes)};
 }
 
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KS = false>
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const plan& p) {
-  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC, KS>;
+  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -595,7 +553,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.tiles_n = (n + BN - 1) / BN;
   g.k_iters = (k + K::BK - 1) / K::BK;
   g.group_m = std::max(1, s.group_m);
-  g.mma_pending = KS ? 0 : s.mma_pending;  // K-step turns: each step's wgmma are waited for (see gemm_kernel)
+  g.mma_pending = s.mma_pending;
   g.prefetch = s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
@@ -653,8 +611,8 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
 #define MP_GEMM_SMALL(BN, BT, OUT)                                                            \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                          \
     if constexpr (BN == 128)                                                                  \
-      if (p.cluster == 2) return run<BN, BT, OUT, 2, false, 2, true>(a, b, c, m, n, k, stream, s, p); \
-    return run<BN, BT, OUT, 1, false, 2, true>(a, b, c, m, n, k, stream, s, p);                     \
+      if (p.cluster == 2) return run<BN, BT, OUT, 2, false, 1>(a, b, c, m, n, k, stream, s, p); \
+    return run<BN, BT, OUT, 1, false, 1>(a, b, c, m, n, k, stream, s, p);                     \
   }
     MP_GEMM_SMALL(64, true, bf16)
     MP_GEMM_SMALL(64, false, bf16)
