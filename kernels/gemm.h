@@ -77,7 +77,21 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
 void gemm_bf16_cublas(const void* a, const void* b, void* c, int m, int n, int k, b_layout bl, out_type out,
                       CUstream_st* stream = nullptr);
 
-// What gemm_bf16 would run for this shape ("128x256 tiles, split-K 1, 132 blocks"), for reports.
+// The schedule gemm_bf16 picks for a shape on a GPU with `sms` SMs (host only, no GPU needed): the tile
+// (bm x bn x 64), the number of tiles, the K splits, the cluster size, and how many tiles stream-K shares
+// out. Throws mp::user_error for a schedule that names an unsupported combination.
+struct GemmPlan {
+  int bm, bn, splits, tiles, cluster;
+  bool pingpong;
+  int sk_tiles;  // tiles shared out by stream-K over the persistent grid (0: none)
+};
+GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms);
+// Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).
+int stream_k_tiles(int tiles, int grid);
+// "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"
+std::string describe_plan(const GemmPlan& p, const GemmSchedule& sched);
+
+// What gemm_bf16 would run for this shape on the current GPU ("128x256x64 tiles, ..."), for reports.
 std::string describe_gemm(int m, int n, int k, b_layout bl, out_type out, const GemmSchedule& sched = {});
 
 // CPU fp64 reference on bf16 inputs given as float (already rounded to bf16): C = A*B or A*B^T.

@@ -397,95 +397,7 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 
-struct plan {
-  int bm, bn, splits, tiles, cluster;
-  bool pingpong;
-  int sk_tiles;  // tiles shared out by stream-K over the persistent grid (0: none)
-};
-
-// Stream-K for the tail: with T tiles on P blocks and T % P != 0, the last wave would leave SMs idle. The
-// tiles of the last full wave and of the partial one (P + T % P of them) are cut into equal K ranges
-// instead, one per block; the others stay whole (data-parallel). Returns how many tiles are shared.
-int stream_k_tiles(int tiles, int grid) {
-  if (grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
-  return grid + tiles % grid;
-}
-plan make_plan(int m, int n, int k, const GemmSchedule& s) {
-  const int sms = pc::device_sm_count();
-  const bool pingpong = s.consumers == consumer_schedule::pingpong;
-  if (pingpong) {
-    // Two tile shapes, to keep the number of kernels (and CI's compile time) small.
-    MP_USER_CHECK(s.block_n == 0 || s.block_n == 256 || s.block_n == 128,
-                  "gemm: the pingpong schedule has 64 x 256 tiles (block_n 0 or 256) or 128 x 128 tiles "
-                  "(block_n 128), got block_n ",
-                  s.block_n);
-    MP_USER_CHECK(s.cluster == 0 || s.cluster == 1,
-                  "gemm: the pingpong schedule runs without clusters (cluster 0 or 1), got cluster ",
-                  s.cluster);
-  }
-  MP_USER_CHECK(s.block_m == 0 || s.block_m == 64 || s.block_m == 128, "gemm: block_m must be 64 or 128, got ",
-                s.block_m);
-  MP_USER_CHECK(!(pingpong && s.block_m != 0),
-                "gemm: the pingpong schedule picks its own tile height (set block_n, not block_m)");
-  int bn = pingpong && s.block_n == 0 ? 256 : s.block_n;
-  int bm = pingpong ? (bn == 256 ? 64 : 128) : s.block_m;
-  if (bm == 0) {
-    // 64-row tiles (one consumer warpgroup) when 128 x 128 tiles would leave half the GPU idle without
-    // split-K, and no other option asks for 128-row tiles: twice the tiles, so half the K splits
-    // (bench/RESULTS.md, 2026-11-30, third session).
-    const int t128 = (m + 127) / 128 * ((n + 127) / 128);
-    const bool wide = bn == 256 || s.cluster == 2 || s.stream_k;
-    bm = !wide && t128 * 2 <= sms ? 64 : 128;
-  }
-  if (bm == 64 && !pingpong) {
-    // 64 x 128 by default: 64 x 64 tiles measured slower even where they fill the GPU without split-K
-    // (0.66x against 0.89x cuBLAS at 128 x 4096 x 4096): a lone consumer's 64 x 64 x 64 K step costs about
-    // as much time as a 64 x 128 one (bench/RESULTS.md, 2026-11-30, third session).
-    if (bn == 0) bn = 128;
-    MP_USER_CHECK(bn == 64 || bn == 128, "gemm: 64-row tiles are 64 or 128 wide (block_n 64 or 128), got ",
-                  bn);
-    MP_USER_CHECK(s.cluster <= 1 || bn == 128,
-                  "gemm: 64-row tiles run in clusters of 2 only when 128 wide (block_n 128)");
-    MP_USER_CHECK(!s.stream_k, "gemm: stream-K runs on 128-row tiles (block_m 0 or 128)");
-  }
-  const int tm = (m + bm - 1) / bm;
-  if (bn == 0) {
-    // 128 x 256 tiles do the most math per byte of shared memory; take 128 x 128 only when it fills the
-    // GPU's last wave clearly better (wave efficiency: tiles / (waves * SMs)).
-    auto eff = [&](int b) {
-      const int t = tm * ((n + b - 1) / b);
-      return double(t) / (double((t + sms - 1) / sms) * sms);
-    };
-    bn = eff(256) >= 0.85 * eff(128) ? 256 : 128;
-    // With more 128 x 256 tiles than SMs, stream-K (below) fills the last wave, so the wave efficiency
-    // no longer argues for the narrower tiles, which move 1.33x the bytes per flop.
-    const bool sk_possible = s.stream_k && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
-    if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
-  }
-  if (bm == 128 && !pingpong)
-    MP_USER_CHECK(bn == 128 || bn == 256, "gemm: 128-row tiles are 128 or 256 wide (block_n 128 or 256), got ",
-                  bn);
-  const int tiles = tm * ((n + bn - 1) / bn);
-  const int k_iters = (k + 63) / 64;
-  int splits = s.split_k;
-  if (splits == 0) {
-    splits = 1;
-    if (tiles * 2 <= sms && k_iters >= 16) splits = std::min(std::min(sms / tiles, k_iters / 8), 8);
-  }
-  splits = std::max(1, std::min(splits, k_iters));
-  int cluster = s.cluster;
-  // Block pairs sharing B (multicast) measured no faster than single blocks on the H200 (see
-  // bench/RESULTS.md), so they are opt-in.
-  if (cluster == 0) cluster = 1;
-  MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
-  MP_USER_CHECK(s.mma_pending >= 0 && s.mma_pending <= 2, "gemm: mma_pending must be 0, 1 or 2, got ",
-                s.mma_pending);
-  MP_USER_CHECK(s.prefetch >= 0 && s.prefetch <= 64, "gemm: prefetch must be 0 to 64 K steps, got ", s.prefetch);
-  MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
-  // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
-  const bool sk = s.stream_k && splits == 1 && s.persistent && cluster == 1 && !pingpong;
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0};
-}
+GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s) { return plan_gemm(m, n, k, s, pc::device_sm_count()); }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
 // of host time, which small GEMMs would otherwise pay on every call.
@@ -542,7 +454,7 @@ fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float
 
 template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
-         const GemmSchedule& s, const plan& p) {
+         const GemmSchedule& s, const GemmPlan& p) {
   using K = gemm_kernel<BN, BT, OutT, CS, PP, NC>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
@@ -590,7 +502,7 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   for (auto [p, name] : {std::pair{a, "A"}, std::pair{b, "B"}, std::pair<const void*, const char*>{c, "C"}})
     MP_USER_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "gemm: ", name,
                   " must be a 16-byte aligned device pointer");
-  const plan p = make_plan(m, n, k, s);
+  const GemmPlan p = make_plan(m, n, k, s);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
   if (p.pingpong) {  // 64 x 256 or 128 x 128 tiles, no cluster: eight kernels (x B layout x output type)
@@ -644,14 +556,7 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
 
 std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSchedule& s) {
   check_gemm_shape(m, n, k);
-  const plan p = make_plan(m, n, k, s);
-  char buf[200];
-  char sk[48] = "";
-  if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
-  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d, cluster %d, %s grid",
-                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, p.cluster,
-                s.persistent ? "persistent" : "one-block-per-tile");
-  return buf;
+  return describe_plan(make_plan(m, n, k, s), s);
 }
 
 }  // namespace mp::kernels

@@ -64,3 +64,91 @@ TEST(Gemm, ConsumerScheduleNames) {
   EXPECT_FALSE(parse_consumer_schedule("ping-pong", c));
   EXPECT_EQ(c, consumer_schedule::cooperative);
 }
+
+// The schedule a shape gets on the H200 (132 SMs): computed on the host, so checked here without a GPU.
+TEST(Gemm, PlanPicksTheTileFromTheShape) {
+  const int sms = 132;
+  auto plan = [&](int m, int n, int k, GemmSchedule s = {}) { return plan_gemm(m, n, k, s, sms); };
+  GemmPlan p = plan(4096, 4096, 4096);  // large: 128 x 256 tiles, no split
+  EXPECT_EQ(p.bm, 128);
+  EXPECT_EQ(p.bn, 256);
+  EXPECT_EQ(p.tiles, 512);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.cluster, 1);
+  EXPECT_FALSE(p.pingpong);
+  EXPECT_EQ(p.sk_tiles, 0);
+  p = plan(128, 4096, 4096);  // decode: 32 tiles of 128 x 128 would be too few -> 64 x 128, split 2
+  EXPECT_EQ(p.bm, 64);
+  EXPECT_EQ(p.bn, 128);
+  EXPECT_EQ(p.tiles, 64);
+  EXPECT_EQ(p.splits, 2);
+  EXPECT_EQ(describe_plan(p, {}), "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid");
+  p = plan(64, 4096, 4096);
+  EXPECT_EQ(p.bm, 64);
+  EXPECT_EQ(p.tiles, 32);
+  EXPECT_EQ(p.splits, 4);
+  p = plan(4096, 128, 4096);  // small N too
+  EXPECT_EQ(p.bm, 64);
+  EXPECT_EQ(p.tiles, 64);
+  p = plan(128, 14336, 4096);  // 112 tiles of 128 x 128: enough without splitting K
+  EXPECT_EQ(p.bm, 128);
+  EXPECT_EQ(p.bn, 128);
+  EXPECT_EQ(p.splits, 1);
+  GemmSchedule tall;
+  tall.block_m = 128;
+  p = plan(128, 4096, 4096, tall);  // the 128-row tiles on the decode shape: split 4 ways
+  EXPECT_EQ(p.bm, 128);
+  EXPECT_EQ(p.bn, 128);
+  EXPECT_EQ(p.splits, 4);
+  GemmSchedule pp;
+  pp.consumers = consumer_schedule::pingpong;
+  p = plan(4096, 4096, 4096, pp);
+  EXPECT_TRUE(p.pingpong);
+  EXPECT_EQ(p.bm, 64);
+  EXPECT_EQ(p.bn, 256);
+  GemmSchedule sk;
+  sk.stream_k = true;
+  p = plan(4096, 4096, 4096, sk);  // 512 tiles on 132 SMs: the last full wave and the partial one shared
+  EXPECT_EQ(p.sk_tiles, 132 + 512 % 132);
+  EXPECT_EQ(stream_k_tiles(512, 132), 248);
+  EXPECT_EQ(stream_k_tiles(528, 132), 0);  // whole waves: nothing to share
+  EXPECT_EQ(stream_k_tiles(100, 132), 0);  // less than one wave
+}
+
+TEST(Gemm, PlanRejectsUnsupportedSchedules) {
+  auto error = [](GemmSchedule s, int sms = 132) -> std::string {
+    try {
+      plan_gemm(128, 4096, 4096, s, sms);
+    } catch (const mp::user_error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error({}), "");
+  GemmSchedule s;
+  s.block_m = 32;
+  EXPECT_NE(error(s).find("block_m must be 64 or 128"), std::string::npos) << error(s);
+  s = {};
+  s.block_m = 64;
+  s.block_n = 256;
+  EXPECT_NE(error(s).find("64-row tiles are 64 or 128 wide"), std::string::npos) << error(s);
+  s.block_n = 64;
+  s.cluster = 2;
+  EXPECT_NE(error(s).find("clusters of 2 only when 128 wide"), std::string::npos) << error(s);
+  s = {};
+  s.block_m = 64;
+  s.stream_k = true;
+  EXPECT_NE(error(s).find("stream-K runs on 128-row tiles"), std::string::npos) << error(s);
+  s = {};
+  s.block_m = 128;
+  s.block_n = 64;
+  EXPECT_NE(error(s).find("128-row tiles are 128 or 256 wide"), std::string::npos) << error(s);
+  s = {};
+  s.consumers = consumer_schedule::pingpong;
+  s.block_m = 64;
+  EXPECT_NE(error(s).find("picks its own tile height"), std::string::npos) << error(s);
+  s = {};
+  s.mma_pending = 3;
+  EXPECT_NE(error(s).find("mma_pending must be 0, 1 or 2"), std::string::npos) << error(s);
+  EXPECT_NE(error({}, 0).find("SM count must be positive"), std::string::npos) << error({}, 0);
+}
