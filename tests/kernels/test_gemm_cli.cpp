@@ -58,3 +58,24 @@ TEST(GemmCli, WithoutAGpuSaysSo) {
   EXPECT_NE(r.status, 0);
   EXPECT_NE(r.out.find("needs a"), std::string::npos) << r.out;
 }
+
+// --plan prints the schedule a shape gets, computed on the host, with or without a GPU.
+TEST(GemmCli, PlanNeedsNoGpu) {
+  auto r = run("gemm 128 4096 4096 --bt --plan --sms 132");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("planned for 132 SMs (--sms)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"),
+            std::string::npos)
+      << r.out;
+  r = run("gemm 4096 4096 4096 --plan --sms 132 --schedule pingpong");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("pingpong, 64x256x64 tiles, 1024 tiles, split-K 1"), std::string::npos) << r.out;
+  r = run("gemm 128 4096 4096 --plan --block-m 64 --stream-k 1");  // a combination the library rejects
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("stream-K runs on 128-row tiles"), std::string::npos) << r.out;
+  r = run("gemm 128 4096 4096 --sms 100");  // --sms only with --plan
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--sms goes with --plan"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("metapipe gemm: error: metapipe gemm"), std::string::npos) << "named twice: " << r.out;
+  EXPECT_EQ(run("gemm 128 4096 4096 --plan --sms 0").status, 2);
+}

@@ -21,6 +21,10 @@ int run_gemm(Args& a) {
   const std::string out = a.value({"--out"}).value_or("bf16");
   const auto samples = a.integer({"--samples"});
   const bool no_time = a.flag({"--no-time"});
+  const bool plan_only = a.flag({"--plan"});
+  const auto sms = a.integer({"--sms"});
+  if (sms && !plan_only) throw usage_error("metapipe gemm: --sms goes with --plan (the SM count to plan for)");
+  if (sms && (*sms < 1 || *sms > 1024)) throw usage_error("metapipe gemm: --sms is 1 to 1024");
   kernels::GemmSchedule sched;
   if (auto v = a.integer({"--block-m"})) sched.block_m = int(*v);
   if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
@@ -79,6 +83,18 @@ int run_gemm(Args& a) {
     throw usage_error("metapipe gemm: --out is bf16 or f32, got '" + out + "'");
   kernels::check_gemm_shape(mnk[0], mnk[1], mnk[2]);
   auto gpu = query_gpu();
+  if (plan_only) {  // the schedule the shape gets, computed on the host: no GPU needed
+    const bool hopper = gpu && gpu_is_hopper(*gpu);
+    const int count = sms ? int(*sms) : hopper ? gpu->sm_count : 132;
+    const std::string on = sms       ? std::to_string(count) + " SMs (--sms)"
+                           : hopper ? gpu->name + ", " + std::to_string(count) + " SMs"
+                                    : "132 SMs, an H200's (no Hopper GPU here; --sms sets another count)";
+    const auto p = kernels::plan_gemm(int(mnk[0]), int(mnk[1]), int(mnk[2]), sched, count);
+    std::cout << "gemm " << mnk[0] << " x " << mnk[1] << " x " << mnk[2] << ": C = " << (bt ? "A * B^T" : "A * B")
+              << ", " << out << " output, planned for " << on << "\n"
+              << "plan:   " << kernels::describe_plan(p, sched) << "\n";
+    return 0;
+  }
   if (!gpu) fail_user("metapipe gemm needs a GPU: ", gpu_absent_reason());
   if (!gpu_is_hopper(*gpu)) fail_user("metapipe gemm needs a Hopper GPU (sm_90); found ", gpu->name);
 
@@ -109,7 +125,8 @@ int run_gemm(Args& a) {
 
 MP_REGISTER_COMMAND(
     "gemm", "bf16 GEMM on the GPU with the tile layer, checked and timed against cuBLAS",
-    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--no-time] [schedule options]\n\n"
+    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--no-time] [--plan [--sms N]]\n"
+    "                          [schedule options]\n\n"
     "Runs C = A * B (A: M x K, B: K x N, row-major bf16) with the tile layer's Hopper GEMM on fresh\n"
     "random inputs, checks it against a CPU fp64 reference (every element for small shapes, a\n"
     "sample for large ones) and against cuBLAS, then times both (median, CUDA events) and prints\n"
@@ -118,7 +135,10 @@ MP_REGISTER_COMMAND(
     "  --bt           B is stored N x K: C = A * B^T\n"
     "  --out TYPE     output type: bf16 (default) or f32; accumulation is always fp32\n"
     "  --samples N    timed samples (default 20)\n"
-    "  --no-time      check only\n\n"
+    "  --no-time      check only\n"
+    "  --plan         print the schedule the shape gets and stop (no GPU needed; on the GPU\n"
+    "                 present, else an H200's 132 SMs)\n"
+    "  --sms N        with --plan: plan for N SMs\n\n"
     "schedule options (the defaults are chosen from the shape):\n"
     "  --block-m N      tile height: 128 (two consumer warpgroups; 128 or 256 wide) or 64\n"
     "                   (one; 64 or 128 wide, for shapes with few 128-row tiles)\n"

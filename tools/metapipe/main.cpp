@@ -9,6 +9,13 @@
 
 using namespace mp::cli;
 
+// Messages that already name the command ("metapipe gemm: --cluster is 1 or 2") lose that name, so that
+// the error line names it once.
+static std::string unprefixed(const std::string& cmd, const std::string& what) {
+  const std::string own = "metapipe " + cmd + ": ";
+  return what.rfind(own, 0) == 0 ? what.substr(own.size()) : what;
+}
+
 static void print_overview() {
   std::cout << "metapipe " MP_VERSION " - a programming system for AI hardware\n\n"
                "usage: metapipe COMMAND [ARGS...]      (metapipe COMMAND --help for details)\n\ncommands:\n";
@@ -49,10 +56,10 @@ int main(int argc, char** argv) {
     Args a(cmd->name, std::move(rest));
     return cmd->run(a);
   } catch (const usage_error& e) {
-    std::cerr << "metapipe " << cmd->name << ": error: " << e.what() << "\n";
+    std::cerr << "metapipe " << cmd->name << ": error: " << unprefixed(cmd->name, e.what()) << "\n";
     return 2;
   } catch (const mp::user_error& e) {
-    std::cerr << "metapipe " << cmd->name << ": error: " << e.what() << "\n";
+    std::cerr << "metapipe " << cmd->name << ": error: " << unprefixed(cmd->name, e.what()) << "\n";
     return 1;
   } catch (const mp::internal_error& e) {
     std::cerr << "metapipe " << cmd->name << ": internal error (a metapipe bug, please report): " << e.what()
