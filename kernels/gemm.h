@@ -15,7 +15,8 @@ enum class b_layout { kn, nk };  // B stored K x N (C = A*B) or N x K (C = A*B^T
 enum class out_type { bf16, f32 };
 
 // How a block's two consumer warpgroups share the work. cooperative (the default): both work on one
-// 128 x BN tile, 64 rows each, and write it out together. pingpong (opt-in): each owns its own tile,
+// 128 x BN tile, 64 rows each, and write it out together (a 64-row tile has one consumer warpgroup:
+// GemmSchedule::block_m). pingpong (opt-in): each owns its own tile,
 // 64 x 256 (block_n 0 or 256) or 128 x 128 (block_n 128), and the two take turns at the tensor cores, so
 // one's epilogue overlaps the other's mainloop (cluster 0 or 1).
 enum class consumer_schedule { cooperative, pingpong };

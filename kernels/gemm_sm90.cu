@@ -1,9 +1,11 @@
 // The tile-layer GEMM for Hopper: 128 x BN x 64 tiles (BN = 256 or 128), two consumer warpgroups (64 rows
 // each, wgmma m64nBNk16 from 128B-swizzled shared tiles), one TMA producer warpgroup, a 4- (6-) stage ring,
 // an epilogue through shared memory and TMA stores, a persistent grid walking tiles in M-groups for L2
-// reuse. Work items are decoded once each (item_of), so the producer thread's per-K-step work is two TMA
-// issues. Tiles that several blocks finish (split-K for shapes with too few tiles; stream-K for the last
-// waves, opt-in) are fixed up in-kernel: partials in a workspace, the last block to arrive adds them.
+// reuse; for shapes with few 128-row tiles (small M or N), 64 x 128 (or 64 x 64) tiles with one consumer
+// warpgroup and an 8- (13-) stage ring. Work items are decoded once each (item_of), so the producer
+// thread's per-K-step work is two TMA issues. Tiles that several blocks finish (split-K for shapes with too
+// few tiles; stream-K for the last waves, opt-in) are fixed up in-kernel: partials in a workspace, added
+// by the last block to arrive. The schedule a shape gets is host code (plan_gemm in gemm_common.cpp).
 // Options: 2-block clusters sharing the B tile through TMA multicast; a deferred epilogue (part of a tile
 // written during the next tile's first K steps); the ping-pong schedule (64 x 256 or 128 x 128 tiles, each
 // owned by one consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps
