@@ -63,11 +63,15 @@ CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, u
   ir::Program compiled = passes::compile(p, compile_options(params));
   HostInputs in = make_inputs(spec, params, p, seed);
   HostOutputs ref = spec.reference(params, in);
+  return run_compiled(compiled, in, ref, mode, output_tolerance(p));
+}
+
+double output_tolerance(const ir::Program& p) {
   ir::DType dt = ir::DType::f32;
   for (auto& t : p.tensors)
     if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) && bytes_of(t->dtype) == 2)
       dt = t->dtype;
-  return run_compiled(compiled, in, ref, mode, tolerance(dt));
+  return tolerance(dt);
 }
 
 }  // namespace mp::examples

@@ -28,6 +28,8 @@ struct CpuRun {
 
 // Tolerance of a program's check: fp32 1e-5 relative, bf16 / f16 1e-2.
 double tolerance(ir::DType dt);
+// The tolerance for a program's outputs: that of its 16-bit output type if an output has one, else fp32's.
+double output_tolerance(const ir::Program& p);
 
 // Fresh random inputs (seeded), reference outputs, the compiled program run in the given mode.
 CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, uint64_t seed);

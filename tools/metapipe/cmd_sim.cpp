@@ -82,12 +82,7 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   rdu::RunOptions o;
   o.functional = true;
   out.r = rdu::run(arch, g, o);
-  ir::DType dt = ir::DType::f32;
-  for (auto& t : c.tensors)
-    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) &&
-        ir::bytes_of(t->dtype) == 2)
-      dt = t->dtype;
-  const double rtol = examples::tolerance(dt);
+  const double rtol = examples::output_tolerance(c);
   double worst = 0;
   for (auto& [name, want] : ref) {
     double scale = 0;

@@ -44,12 +44,7 @@ void check_program(const rdu::Arch& arch, const examples::ProgramSpec& spec, uin
     EXPECT_TRUE(same.ok) << spec.name << " on " << arch.name << ": " << name
                          << " differs from the CPU interpreter: " << same.summary();
   }
-  ir::DType dt = ir::DType::f32;
-  for (auto& t : c.tensors)
-    if ((t->role == ir::TensorRole::Output || t->role == ir::TensorRole::InOut) &&
-        ir::bytes_of(t->dtype) == 2)
-      dt = t->dtype;
-  const double rtol = examples::tolerance(dt);
+  const double rtol = examples::output_tolerance(c);
   for (auto& [name, want] : ref) {
     double scale = 0;
     for (double w : want) scale = std::max(scale, std::fabs(w));
