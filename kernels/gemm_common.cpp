@@ -43,8 +43,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
                   "gemm: the pingpong schedule runs without clusters (cluster 0 or 1), got cluster ",
                   s.cluster);
   }
-  MP_USER_CHECK(s.block_m == 0 || s.block_m == 64 || s.block_m == 128, "gemm: block_m must be 64 or 128, got ",
-                s.block_m);
+  MP_USER_CHECK(s.block_m == 0 || s.block_m == 64 || s.block_m == 128,
+                "gemm: block_m must be 64 or 128, got ", s.block_m);
   MP_USER_CHECK(!(pingpong && s.block_m != 0),
                 "gemm: the pingpong schedule picks its own tile height (set block_n, not block_m)");
   int bn = pingpong && s.block_n == 0 ? 256 : s.block_n;
@@ -83,8 +83,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
     if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
   }
   if (bm == 128 && !pingpong)
-    MP_USER_CHECK(bn == 128 || bn == 256, "gemm: 128-row tiles are 128 or 256 wide (block_n 128 or 256), got ",
-                  bn);
+    MP_USER_CHECK(bn == 128 || bn == 256,
+                  "gemm: 128-row tiles are 128 or 256 wide (block_n 128 or 256), got ", bn);
   const int tiles = tm * ((n + bn - 1) / bn);
   const int k_iters = (k + 63) / 64;
   int splits = s.split_k;
@@ -100,7 +100,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
   MP_USER_CHECK(cluster == 1 || cluster == 2, "gemm: cluster must be 1 or 2, got ", cluster);
   MP_USER_CHECK(s.mma_pending >= 0 && s.mma_pending <= 2, "gemm: mma_pending must be 0, 1 or 2, got ",
                 s.mma_pending);
-  MP_USER_CHECK(s.prefetch >= 0 && s.prefetch <= 64, "gemm: prefetch must be 0 to 64 K steps, got ", s.prefetch);
+  MP_USER_CHECK(s.prefetch >= 0 && s.prefetch <= 64, "gemm: prefetch must be 0 to 64 K steps, got ",
+                s.prefetch);
   MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
   // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
   const bool sk = s.stream_k && splits == 1 && s.persistent && cluster == 1 && !pingpong;

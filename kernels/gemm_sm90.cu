@@ -399,7 +399,9 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 
-GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s) { return plan_gemm(m, n, k, s, pc::device_sm_count()); }
+GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s) {
+  return plan_gemm(m, n, k, s, pc::device_sm_count());
+}
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
 // of host time, which small GEMMs would otherwise pay on every call.

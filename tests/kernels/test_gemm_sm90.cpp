@@ -85,7 +85,7 @@ std::vector<GemmSchedule> tile_heights() {
 }
 
 // Small shapes, multiples of 16 that are not multiples of 64 or 128 (partial tiles in M, N and K), K = 16.
-const std::vector<Shape> small_shapes = {{16, 16, 16},    {128, 128, 64},   {144, 80, 16}, {48, 272, 48},
+const std::vector<Shape> small_shapes = {{16, 16, 16},     {128, 128, 64},   {144, 80, 16}, {48, 272, 48},
                                          {208, 1040, 112}, {1008, 400, 336}, {64, 16, 1024}};
 
 TEST(SM90_Gemm, SmallAndOddMultiplesOf16) {

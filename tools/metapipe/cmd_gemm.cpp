@@ -23,7 +23,8 @@ int run_gemm(Args& a) {
   const bool no_time = a.flag({"--no-time"});
   const bool plan_only = a.flag({"--plan"});
   const auto sms = a.integer({"--sms"});
-  if (sms && !plan_only) throw usage_error("metapipe gemm: --sms goes with --plan (the SM count to plan for)");
+  if (sms && !plan_only)
+    throw usage_error("metapipe gemm: --sms goes with --plan (the SM count to plan for)");
   if (sms && (*sms < 1 || *sms > 1024)) throw usage_error("metapipe gemm: --sms is 1 to 1024");
   kernels::GemmSchedule sched;
   if (auto v = a.integer({"--block-m"})) sched.block_m = int(*v);
@@ -86,12 +87,13 @@ int run_gemm(Args& a) {
   if (plan_only) {  // the schedule the shape gets, computed on the host: no GPU needed
     const bool hopper = gpu && gpu_is_hopper(*gpu);
     const int count = sms ? int(*sms) : hopper ? gpu->sm_count : 132;
-    const std::string on = sms       ? std::to_string(count) + " SMs (--sms)"
+    const std::string on = sms      ? std::to_string(count) + " SMs (--sms)"
                            : hopper ? gpu->name + ", " + std::to_string(count) + " SMs"
                                     : "132 SMs, an H200's (no Hopper GPU here; --sms sets another count)";
     const auto p = kernels::plan_gemm(int(mnk[0]), int(mnk[1]), int(mnk[2]), sched, count);
-    std::cout << "gemm " << mnk[0] << " x " << mnk[1] << " x " << mnk[2] << ": C = " << (bt ? "A * B^T" : "A * B")
-              << ", " << out << " output, planned for " << on << "\n"
+    std::cout << "gemm " << mnk[0] << " x " << mnk[1] << " x " << mnk[2]
+              << ": C = " << (bt ? "A * B^T" : "A * B") << ", " << out << " output, planned for " << on
+              << "\n"
               << "plan:   " << kernels::describe_plan(p, sched) << "\n";
     return 0;
   }
