@@ -60,7 +60,19 @@ struct GemmSchedule {
   // packed into registers and written during the next tile's first K steps, overlapping its wgmma). The
   // deferred epilogue measured no faster on the H200 (bench/RESULTS.md, 2026-11-30), so it is opt-in.
   epilogue_mode epilogue = epilogue_mode::immediate;
+  // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
+  // finishes (its blocks set up shared memory, then wait for that kernel before any global memory
+  // access), and lets the next kernel do the same. Safe after any kernel; it pays off back to back.
+  bool overlap_launch = true;
+  // Diagnostic timeline: a device buffer of trace_blocks * gemm_trace_points values; block b < trace_blocks
+  // writes the global timer (ns) at each point of gemm_trace_point_names (the SM number last). null: off.
+  unsigned long long* trace = nullptr;
+  int trace_blocks = 0;
 };
+
+// The timeline points GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point).
+constexpr int gemm_trace_points = 8;
+extern const char* const gemm_trace_point_names[gemm_trace_points];
 
 // "cooperative" / "pingpong", and back (false for an unknown name).
 const char* consumer_schedule_name(consumer_schedule c);

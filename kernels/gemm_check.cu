@@ -18,6 +18,13 @@
 namespace mp::kernels {
 namespace {
 
+int device_sms() {
+  int dev = 0, v = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+  return v;
+}
+
 void ck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm check: ", what, ": ", cudaGetErrorString(e));
 }
@@ -250,6 +257,65 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
     }
     ck(cudaGetLastError(), "timed runs");
   }
+  if (opt.trace) {
+    // Room for every block a launch can have (one per work item at most, as many as the SMs or more).
+    const GemmPlan p = plan_gemm(m, n, k, opt.schedule, device_sms());
+    const int blocks = std::max(p.tiles * p.splits * p.cluster, device_sms());
+    dbuf tb(size_t(blocks) * gemm_trace_points * 8);
+    ck(cudaMemset(tb.p, 0, size_t(blocks) * gemm_trace_points * 8), "trace clear");
+    GemmSchedule ts = opt.schedule;
+    ts.trace = static_cast<unsigned long long*>(tb.p);
+    ts.trace_blocks = blocks;
+    gemm_bf16(as[0]->p, bs[0]->p, c.p, m, n, k, bl, out, nullptr, opt.schedule);  // the one before
+    gemm_bf16(as[copies > 1 ? 1 : 0]->p, bs[copies > 1 ? 1 : 0]->p, c.p, m, n, k, bl, out, nullptr, ts);
+    ck(cudaDeviceSynchronize(), "traced run");
+    std::vector<unsigned long long> h(size_t(blocks) * gemm_trace_points);
+    ck(cudaMemcpy(h.data(), tb.p, h.size() * 8, cudaMemcpyDeviceToHost), "trace copy");
+    for (int b = 0; b < blocks; ++b)  // launched blocks wrote their start
+      if (h[size_t(b) * gemm_trace_points] != 0)
+        res.trace.insert(res.trace.end(), h.begin() + size_t(b) * gemm_trace_points,
+                         h.begin() + size_t(b + 1) * gemm_trace_points);
+  }
+  return res;
+}
+
+GemmCheckResult check_gemm_chain(int m, int n, int steps, b_layout bl, const GemmSchedule& sched) {
+  check_gemm_shape(m, n, n);
+  MP_USER_CHECK(steps >= 1, "gemm chain: at least one step");
+  GemmCheckResult res;
+  res.plan = describe_gemm(m, n, n, bl, out_type::bf16, sched);
+  res.seed = fresh_seed();
+  const size_t nx = size_t(m) * n, nw = size_t(n) * n;
+  std::vector<std::unique_ptr<dbuf>> xs, ws;
+  for (int i = 0; i <= steps; ++i) xs.push_back(std::make_unique<dbuf>(nx * 2));
+  for (int i = 0; i < steps; ++i) {
+    ws.push_back(std::make_unique<dbuf>(nw * 2));
+    fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(ws[i]->p), nw, res.seed * 2 + 1000 + i);
+  }
+  fill_random_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(xs[0]->p), nx, res.seed * 2);
+  for (int i = 1; i <= steps; ++i) ck(cudaMemset(xs[i]->p, 0xff, nx * 2), "poison");
+  ck(cudaDeviceSynchronize(), "chain set-up");
+  for (int i = 0; i < steps; ++i)  // back to back, no synchronisation
+    gemm_bf16(xs[i]->p, ws[i]->p, xs[i + 1]->p, m, n, n, bl, out_type::bf16, nullptr, sched);
+  ck(cudaDeviceSynchronize(), "chain run");
+  res.ok = true;
+  for (int i = 0; i < steps; ++i) {
+    const auto x = to_host_bf16(xs[i]->p, nx), w = to_host_bf16(ws[i]->p, nw);
+    const auto want = gemm_reference_cpu(x, w, m, n, n, bl);
+    const auto got = to_host_out(xs[i + 1]->p, nx, out_type::bf16);
+    double num = 0, den = 0;
+    size_t nan = 0;
+    for (size_t e = 0; e < nx; ++e) {
+      if (std::isnan(got[e])) ++nan;
+      num += (got[e] - want[e]) * (got[e] - want[e]);
+      den += want[e] * want[e];
+    }
+    const double err = nan ? INFINITY : std::sqrt(num / std::max(den, 1e-300));
+    res.rel_err = std::max(res.rel_err, err);
+    res.unwritten += nan;
+    res.checked += nx;
+  }
+  res.ok = res.unwritten == 0 && std::isfinite(res.rel_err) && res.rel_err <= 1e-2;
   return res;
 }
 

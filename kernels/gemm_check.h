@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/gemm.h"
 
@@ -16,6 +17,9 @@ struct GemmCheckOptions {
                                                // above: 4096 sampled elements against CPU fp64
   GemmSchedule schedule{};
   bool cublas = true;  // also run cuBLAS (check against it, time it)
+  // Diagnostic: after the timing, one more launch (after a launch of the same GEMM, as in the timed
+  // batches) records the kernel's timeline (GemmSchedule::trace) into GemmCheckResult::trace.
+  bool trace = false;
 };
 
 struct GemmCheckResult {
@@ -29,10 +33,19 @@ struct GemmCheckResult {
   bool ok = false;
   double ours_ms = 0, cublas_ms = 0;  // medians
   double ours_tflops = 0, cublas_tflops = 0;
+  // With GemmCheckOptions::trace: per launched block, gemm_trace_points values (ns, the SM last).
+  std::vector<unsigned long long> trace;
   std::string summary() const;  // "ok (rel err 2.1e-03, cuBLAS 2.1e-03)" or "FAIL: ..."
 };
 
 // Throws mp::user_error for bad shapes, mp::not_supported without CUDA, and on CUDA errors.
 GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const GemmCheckOptions& opt = {});
+
+// Back-to-back launches with a data dependency, as a model's layers run: X1 = X0 * W0, X2 = X1 * W1, ...
+// (`steps` GEMMs, X: m x n bf16, W: n x n stored as `bl`), queued on one stream with no synchronisation
+// between them and every X after X0 poisoned with NaN first. Each step is checked against CPU fp64 on the
+// GPU's own input X_i, so a launch that read its input before the previous one had written it fails
+// (the dependent-launch wait, GemmSchedule::overlap_launch). rel_err is the worst step's.
+GemmCheckResult check_gemm_chain(int m, int n, int steps, b_layout bl, const GemmSchedule& sched = {});
 
 }  // namespace mp::kernels

@@ -18,6 +18,10 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout, out_type, const GemmCh
   check_gemm_shape(m, n, k);
   throw not_supported("the GEMM check in a build without CUDA (nvcc was not found at configure time)");
 }
+GemmCheckResult check_gemm_chain(int m, int n, int, b_layout, const GemmSchedule&) {
+  check_gemm_shape(m, n, n);
+  throw not_supported("the GEMM check in a build without CUDA (nvcc was not found at configure time)");
+}
 std::string describe_gemm(int, int, int, b_layout, out_type, const GemmSchedule&) {
   return "no CUDA in this build";
 }

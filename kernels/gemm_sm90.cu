@@ -51,6 +51,8 @@ struct gemm_globals {
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
   int compute_only; // diagnostic: no loads (GemmSchedule::compute_only)
   int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
+  unsigned long long* trace;  // diagnostic timeline (GemmSchedule::trace; pc::trace_mark), or null
+  int trace_blocks;
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -257,8 +259,8 @@ struct gemm_kernel {
     constexpr int written_unit = 1 << 16;  // items per tile stay far below this
     if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1) % written_unit;
     named_barrier_sync(bar, warpgroup_threads);
+    // arrivals[] is written again only at the next fixup, after both paths below have synced again
     const bool last = fs.arrivals[consumer] == sg.count - 1;
-    named_barrier_sync(bar, warpgroup_threads);  // everyone has read arrivals before it is reused
     if (!last) {
       float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
 #pragma unroll
@@ -338,7 +340,11 @@ struct gemm_kernel {
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
-    if (w.count > 1 && !fixup(st, fs, g, w, consumer)) return;
+    if (w.count > 1) {
+      const bool mine = fixup(st, fs, g, w, consumer);
+      pc::trace_mark(g, pc::trace_fixup_done);
+      if (!mine) return;
+    }
     const int2 t = w.pos;
     if constexpr (can_defer) {
       if (g.deferred && deferred_chunks > 0) {
@@ -474,6 +480,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue != epilogue_mode::immediate;
+  g.trace = s.trace, g.trace_blocks = s.trace_blocks;
   g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int tiles = g.tiles_m * g.tiles_n;
@@ -493,9 +500,9 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   }
   const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
   if constexpr (PP)
-    check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks), "the GEMM kernel launch");
+    check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks, s.overlap_launch), "the GEMM kernel launch");
   else
-    check_cuda(pc::launch<K>(g, stream, max_blocks), "the GEMM kernel launch");
+    check_cuda(pc::launch<K>(g, stream, max_blocks, s.overlap_launch), "the GEMM kernel launch");
 }
 
 }  // namespace

@@ -17,6 +17,11 @@
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
+//
+// Launches may overlap the previous kernel in the stream (programmatic dependent launch, launch()'s
+// `overlap`): every block sets up its shared memory and semaphores, then waits for the previous grid
+// before any global memory access, and lets the next grid start launching. K::globals may also carry a
+// timeline trace (trace_mark below) for diagnostics.
 #pragma once
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
@@ -46,6 +51,32 @@ __device__ int mma_pending_of(const typename K::globals& g) {
     return g.mma_pending;
   else
     return 1;
+}
+
+// Timeline diagnostics. When K::globals has `unsigned long long* trace` and `int trace_blocks` and trace is
+// set, thread 0 of each block b < trace_blocks writes the global timer (ns) at these points into
+// trace[b * trace_points + point] (the item points of the block's last work item are the ones left; the
+// last slot holds the SM number). Costs a branch per point when off.
+enum trace_point : int {
+  trace_start,          // the block starts
+  trace_ready,          // its shared memory is set up and the previous grid is done (dependent launch)
+  trace_first_full,     // the item's first stage is full (consumer 0)
+  trace_mainloop_done,  // the item's wgmma are done
+  trace_fixup_done,     // the item's partial sums are added (K::finish marks it, where it has any)
+  trace_finish_done,    // the item's finish step is issued
+  trace_end,            // the block's TMA stores are done
+  trace_sm,             // not a time: the SM the block ran on
+};
+constexpr int trace_points = 8;
+template <class G>
+__device__ inline void trace_mark(const G& g, int point) {
+  if constexpr (requires {
+                  g.trace;
+                  g.trace_blocks;
+                }) {
+    if (g.trace != nullptr && threadIdx.x == 0 && int(blockIdx.x) < g.trace_blocks)
+      g.trace[size_t(blockIdx.x) * trace_points + point] = point == trace_sm ? sm_id() : global_timer_ns();
+  }
 }
 
 template <class K>
@@ -137,6 +168,7 @@ template <class K>
 __global__ void __launch_bounds__(traits<K>::threads, 1)
     kernel(const __grid_constant__ typename K::globals g) {
   using T = traits<K>;
+  trace_mark(g, trace_start);
   extern __shared__ uint8_t smem_raw[];
   // One arrival per consumer warp of every block of the cluster on `empty`: with multicast, a peer writes
   // into this block's stage, so the stage is free only when all blocks have consumed it.
@@ -149,6 +181,11 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     cluster_sync();
   else
     __syncthreads();
+  // Dependent launch: global memory only once the previous grid is done; the next may start launching.
+  grid_dependency_wait();
+  allow_dependent_launch();
+  trace_mark(g, trace_ready);
+  trace_mark(g, trace_sm);
   const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
 
   const int nwork = K::work_count(g);
@@ -175,10 +212,14 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
-      // The stage `back` K steps behind the current one.
-      auto behind = [&p](int back) { return (p.stage + T::stages - back) % T::stages; };
+      // The stage `back` (<= stages) K steps behind the current one.
+      auto behind = [&p](int back) {
+        const int s = p.stage - back;
+        return s < 0 ? s + T::stages : s;
+      };
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
+        if (it == 0) trace_mark(g, trace_first_full);
         K::compute(st, stages[p.stage], g, w, it, wg);
         // At most `pending` groups stay in flight; the step they were issued before is done: free it.
         if (pending == 0)
@@ -192,30 +233,45 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
       warpgroup::mma_async_wait<0>();
+      trace_mark(g, trace_mainloop_done);
       if (signaller)  // the item's last steps, oldest first (p is one past the last)
         for (int back = min(pending, iters); back >= 1; --back) release(empty[behind(back)]);
       K::finish(st, *fin, g, w, wg);
+      trace_mark(g, trace_finish_done);
     }
     if constexpr (requires { K::flush(st, *fin, g, wg); }) K::flush(st, *fin, g, wg);
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
+    trace_mark(g, trace_end);
   }
   // No block may leave while a peer can still multicast into it or arrive on its semaphores.
   if constexpr (T::cluster > 1) cluster_sync();
 }
 
+// The launch attributes: the cluster shape (only for clusters of 2: a plain grid keeps no cluster
+// scheduling constraints at all) and, with `overlap`, programmatic stream serialization (the grid may
+// start while the previous one in the stream finishes; see grid_dependency_wait). `at` holds 2.
 template <class K>
-cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* at) {
+cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* at, bool overlap = false) {
   using T = traits<K>;
   cudaLaunchConfig_t cfg{};
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = T::cluster;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
+  int n = 0;
+  if (T::cluster > 1) {
+    at[n].id = cudaLaunchAttributeClusterDimension;
+    at[n].val.clusterDim.x = T::cluster;
+    at[n].val.clusterDim.y = 1;
+    at[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (overlap) {
+    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cfg.blockDim = dim3(T::threads);
   cfg.dynamicSmemBytes = T::shared_bytes;
   cfg.stream = stream;
   cfg.attrs = at;
-  cfg.numAttrs = 1;
+  cfg.numAttrs = n;
   return cfg;
 }
 
@@ -228,7 +284,7 @@ int resident_blocks() {
     cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
     const int sms = device_sm_count();
     int clusters = 0;
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     cudaLaunchConfig_t q = launch_config<K>(nullptr, at);
     q.gridDim = dim3(sms / T::cluster * T::cluster);
     if (T::cluster > 1 && cudaOccupancyMaxActiveClusters(&clusters, kernel<K>, &q) == cudaSuccess &&
@@ -240,26 +296,21 @@ int resident_blocks() {
 }
 
 // Launch K: the persistent grid (resident_blocks), or `max_blocks` blocks when given, never more than the
-// work needs.
+// work needs; with `overlap`, as a programmatic dependent launch (launch_config).
 template <class K>
-cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
+cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0, bool overlap = false) {
   using T = traits<K>;
   static cudaError_t attr =
       cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
-  cudaLaunchAttribute at[1];
-  cudaLaunchConfig_t cfg = launch_config<K>(stream, at);
+  cudaLaunchAttribute at[2];
+  cudaLaunchConfig_t cfg = launch_config<K>(stream, at, overlap);
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
   int blocks = max_blocks > 0 ? max_blocks : resident_blocks<K>();
   blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
-  if constexpr (T::cluster == 1) {  // a plain launch: no cluster scheduling constraints at all
-    kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
-    return cudaGetLastError();
-  } else {
-    cfg.gridDim = dim3(blocks);
-    return cudaLaunchKernelEx(&cfg, kernel<K>, g);
-  }
+  cfg.gridDim = dim3(blocks);
+  return cudaLaunchKernelEx(&cfg, kernel<K>, g);
 }
 
 }  // namespace mp::tile::pc

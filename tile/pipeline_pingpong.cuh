@@ -20,6 +20,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   using T = traits<K>;
   static_assert(T::consumers == 2, "pingpong: exactly two consumer warpgroups take turns");
   static_assert(T::cluster == 1, "pingpong: no thread-block clusters (each item has one consumer)");
+  trace_mark(g, trace_start);
   extern __shared__ uint8_t smem_raw[];
   // one arrival per warp of the one consumer of a stage on `empty`
   const auto m = block_smem<K>::carve(smem_raw, warpgroup_warps);
@@ -28,6 +29,10 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   semaphore* full = m.full;
   semaphore* empty = m.empty;
   __syncthreads();
+  grid_dependency_wait();  // dependent launch: as in kernel<K> (tile/pipeline.cuh)
+  allow_dependent_launch();
+  trace_mark(g, trace_ready);
+  trace_mark(g, trace_sm);
 
   const int nwork = K::work_count(g);
   const int wg = warpgroup::warpgroup_id();
@@ -71,18 +76,20 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
 }
 
 // Launch K with the ping-pong schedule: a persistent grid of one block per SM (or `max_blocks`), never
-// more blocks than work items.
+// more blocks than work items; with `overlap`, as a programmatic dependent launch.
 template <class K>
-cudaError_t launch_pingpong(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
+cudaError_t launch_pingpong(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0,
+                            bool overlap = false) {
   using T = traits<K>;
   static cudaError_t attr =
       cudaFuncSetAttribute(pingpong_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
-  const int blocks = std::min(max_blocks > 0 ? max_blocks : device_sm_count(), nwork);
-  pingpong_kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
-  return cudaGetLastError();
+  cudaLaunchAttribute at[2];
+  cudaLaunchConfig_t cfg = launch_config<K>(stream, at, overlap);
+  cfg.gridDim = dim3(std::min(max_blocks > 0 ? max_blocks : device_sm_count(), nwork));
+  return cudaLaunchKernelEx(&cfg, pingpong_kernel<K>, g);
 }
 
 }  // namespace mp::tile::pc

@@ -96,4 +96,25 @@ __device__ inline void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// Programmatic dependent launch (sm_90). A grid launched with programmatic stream serialization may start
+// while the grid before it in the stream is still running: it must call grid_dependency_wait() before
+// touching global memory that grid reads or writes (the wait returns once that grid has finished and its
+// writes are visible; without the launch attribute it returns at once). allow_dependent_launch() lets the
+// next such grid in the stream start launching (its blocks then wait in grid_dependency_wait()).
+__device__ inline void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ inline void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+// The SM this thread runs on (diagnostics only).
+__device__ inline unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+// The GPU's global nanosecond timer (comparable across SMs; diagnostics only).
+__device__ inline unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 }  // namespace mp::tile

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compare GEMM schedule variants on the device machine in one call: builds the CLI for sm_90a, then runs
 # `metapipe gemm` (check, then ours and cuBLAS timed interleaved in one process) for each line of a
-# variants file (default: bench/gemm/variants.txt), printing one line per variant.
+# variants file (default: bench/gemm/variants.txt), printing one line per variant (and the timeline
+# table of a --trace variant).
 #   usage: bench/gemm/variants.sh [FILE]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,5 +21,6 @@ while read -r args; do
   rc=$?; tee -a "$OUT/all.log" <"$OUT/last.log" >/dev/null
   if [ $rc != 0 ]; then echo "FAILED (exit $rc): $(tail -2 "$OUT/last.log" | tr '\n' ' ')"; continue; fi
   grep -oE "ours: .*|cuBLAS: .*|ratio: .*|FAIL.*" "$OUT/last.log" | tr '\n' ' '; echo
+  case "$args" in *--trace*) sed -n '/^trace:/,$p' "$OUT/last.log" ;; esac  # the timeline table
 done <"$list"
 echo "done in $(( $(date +%s) - t0 )) s"

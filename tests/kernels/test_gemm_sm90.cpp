@@ -98,6 +98,29 @@ TEST(SM90_Gemm, LargeAndNonSquare) {
   check_all({{512, 1024, 256}, {1024, 768, 1040}, {2048, 2048, 2048}, {4096, 4096, 4096}, {384, 12288, 512}});
 }
 
+// Dependent launches (on by default) back to back, each reading the previous one's output: the 64- and
+// 128-row tiles, split-K (whose counters the next launch reuses), clusters and ping-pong; and with the
+// overlap off.
+TEST(SM90_Gemm, BackToBackChains) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog dog(300, "SM90_Gemm.BackToBackChains");
+  std::vector<GemmSchedule> scheds = tile_heights();
+  scheds.push_back({});
+  scheds.back().overlap_launch = false;
+  scheds.push_back({});
+  scheds.back().cluster = 2;
+  scheds.push_back({});
+  scheds.back().consumers = consumer_schedule::pingpong;
+  for (const GemmSchedule& s : scheds)
+    for (Shape sh : std::vector<Shape>{{128, 1024, 0}, {1040, 512, 0}})
+      for (b_layout bl : {b_layout::kn, b_layout::nk}) {
+        auto r = check_gemm_chain(sh.m, sh.n, 6, bl, s);
+        EXPECT_TRUE(r.ok) << sh.m << "x" << sh.n << " chain of 6" << (bl == b_layout::nk ? " A*B^T" : " A*B")
+                          << " [" << r.plan << ", pdl " << s.overlap_launch << "] seed " << r.seed
+                          << ": rel err " << r.rel_err << ", " << r.unwritten << " unwritten";
+      }
+}
+
 TEST(SM90_Gemm, SplitKAndSmallM) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (GemmSchedule s : tile_heights()) {

@@ -1,5 +1,6 @@
 // `metapipe gemm M N K`: the tile-layer bf16 GEMM on the GPU, checked against cuBLAS and a CPU fp64
 // reference, timed against cuBLAS in the same run; and its rows in `metapipe demo`.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -14,6 +15,30 @@ std::string tflops(double t) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f TFLOP/s", t);
   return buf;
+}
+
+// --trace: each timeline point's spread over the blocks, in microseconds from the first block's start.
+void print_trace(const std::vector<unsigned long long>& t) {
+  constexpr int P = kernels::gemm_trace_points;
+  const size_t blocks = t.size() / P;
+  if (blocks == 0) {
+    std::cout << "trace:  no block recorded a timeline\n";
+    return;
+  }
+  unsigned long long t0 = ~0ull;
+  for (size_t b = 0; b < blocks; ++b) t0 = std::min(t0, t[b * P]);
+  std::printf("trace:  one launch after another of the same GEMM, %zu blocks; us from the first block's "
+              "start\n        %-38s %8s %8s %8s %8s\n",
+              blocks, "point", "blocks", "min", "median", "max");
+  for (int p = 0; p < P - 1; ++p) {  // the last slot is the SM number
+    std::vector<double> us;
+    for (size_t b = 0; b < blocks; ++b)
+      if (t[b * P + p] >= t0) us.push_back(double(t[b * P + p] - t0) * 1e-3);
+    if (us.empty()) continue;  // e.g. no split tiles: no fixup
+    std::sort(us.begin(), us.end());
+    std::printf("        %-38s %8zu %8.2f %8.2f %8.2f\n", kernels::gemm_trace_point_names[p], us.size(), us.front(),
+                us[us.size() / 2], us.back());
+  }
 }
 
 int run_gemm(Args& a) {
@@ -51,6 +76,11 @@ int run_gemm(Args& a) {
     else if (*v != "immediate")
       throw usage_error("metapipe gemm: --epilogue is immediate or deferred, got '" + *v + "'");
   }
+  if (auto v = a.integer({"--pdl"})) {
+    if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --pdl is 0 or 1");
+    sched.overlap_launch = *v == 1;
+  }
+  const bool trace = a.flag({"--trace"});
   sched.data_only = a.flag({"--data-only"});
   sched.compute_only = a.flag({"--compute-only"});
   if (sched.data_only && sched.compute_only)
@@ -107,6 +137,7 @@ int run_gemm(Args& a) {
   opt.time = !no_time;
   opt.schedule = sched;
   if (samples) opt.samples = int(std::max(1ll, *samples));
+  opt.trace = trace;
   auto r = kernels::check_gemm(m, n, k, bl, ot, opt);
   std::cout << "gemm " << m << " x " << n << " x " << k << ": C = " << (bt ? "A * B^T" : "A * B")
             << ", bf16 inputs, " << out << " output, on " << gpu->name << "\n"
@@ -122,6 +153,7 @@ int run_gemm(Args& a) {
                 format_ms(r.ours_ms).c_str(), tflops(r.ours_tflops).c_str(), format_ms(r.cublas_ms).c_str(),
                 tflops(r.cublas_tflops).c_str(), r.cublas_ms / r.ours_ms, opt.samples);
   }
+  if (trace) print_trace(r.trace);
   return r.ok || sched.data_only || sched.compute_only ? 0 : 1;
 }
 
@@ -158,6 +190,10 @@ MP_REGISTER_COMMAND(
     "                   computed, so the check is skipped)\n"
     "  --compute-only   diagnostic: time the wgmma alone (no loads; not computed either)\n"
     "  --no-persistent  one block per tile instead of one block per SM\n"
+    "  --pdl 0|1        programmatic dependent launch: start launching while the previous\n"
+    "                   kernel in the stream finishes (default 1)\n"
+    "  --trace          diagnostic: after the timing, print one launch's timeline per block\n"
+    "                   (start, first data, mainloop, fixup, finish, end; min / median / max)\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
     "                   pingpong: each owns its own tile, 64 x 256 (or 128 x 128 with\n"
     "                   --block-n 128), and they alternate mainloop and epilogue (opt-in)\n",

@@ -1,0 +1,151 @@
+// wgmma issue-rate microbenchmark: how many cycles one warpgroup's wgmma m64nNk16 (bf16, A and B from
+// shared memory) take back to back, by N, by the number of warpgroups issuing at once on an SM, and by
+// the number of independent accumulator chains each keeps. It answers one question of issue 3's small
+// shapes: can a lone consumer warpgroup keep the tensor cores busy, or does a 64-row tile need two?
+//
+// Each warpgroup runs `steps` K steps of the GEMM main loop's shape: 4 wgmma (one 64-deep K step) into
+// its accumulators (slice ks into chain ks % chains), a commit, then a wait leaving `pending` groups in
+// flight (as the GEMM's consumer does). Cycles are clock64 around the loop, per warpgroup; the utilisation
+// is the FMA the SM's issuing warpgroups did per cycle over the SM's 2048 dense bf16 FMA per cycle.
+// The shared tiles hold zeros: the cost of a wgmma does not depend on the values.
+//   usage: wgmma_rate [--steps N]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "tile/tile.cuh"
+
+using namespace mp::tile;
+
+namespace {
+
+constexpr int max_wgs = 3;
+constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s at 1.83 GHz, 132 SMs)
+
+template <int N, int Chains, int Pending>
+__global__ void __launch_bounds__(max_wgs * 128, 1) rate_kernel(int wgs, int steps, long long* cycles, float* sink) {
+  extern __shared__ uint8_t raw[];
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+  auto& a = *reinterpret_cast<st_bf<64, 64>*>(base);
+  auto& b = *reinterpret_cast<st_bf<N, 64>*>(base + sizeof(st_bf<64, 64>));
+  for (int i = threadIdx.x; i < int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) / 4; i += blockDim.x)
+    reinterpret_cast<uint32_t*>(base)[i] = 0;
+  fence_async_shared();  // the zeros are read by wgmma (the async proxy)
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg >= wgs) return;
+  rt_fl<16, N> acc[Chains];
+#pragma unroll
+  for (int c = 0; c < Chains; ++c) warp::zero(acc[c]);
+  const long long t0 = clock64();
+  for (int s = 0; s < steps; ++s) {
+#pragma unroll
+    for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
+    warpgroup::mma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) warpgroup::mma_ABt_slice(acc[ks % Chains], a, b, ks, true);
+    warpgroup::mma_commit_group();
+#pragma unroll
+    for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
+    warpgroup::mma_async_wait<Pending>();
+  }
+  warpgroup::mma_async_wait<0>();
+  const long long t1 = clock64();
+  if (threadIdx.x % 128 == 0) cycles[blockIdx.x * max_wgs + wg] = t1 - t0;
+  float s = 0;
+#pragma unroll
+  for (int c = 0; c < Chains; ++c) s += acc[c].tiles[0][0][0].x;
+  if (s != 0) sink[threadIdx.x] = s;  // never true (zeros): keeps the accumulators live
+}
+
+struct row {
+  int n, chains, pending, wgs;
+  double cycles_per_mma, utilisation;
+};
+
+template <int N, int Chains, int Pending>
+bool measure(int wgs, int steps, int blocks, long long* d_cycles, float* d_sink, row* out) {
+  const int smem = int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) + 1024;
+  auto k = rate_kernel<N, Chains, Pending>;
+  if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return false;
+  std::vector<long long> h(blocks * max_wgs);
+  for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up; the second is measured
+    cudaMemset(d_cycles, 0, h.size() * sizeof(long long));
+    k<<<blocks, max_wgs * 128, smem>>>(wgs, steps, d_cycles, d_sink);
+    if (cudaDeviceSynchronize() != cudaSuccess) return false;
+  }
+  cudaMemcpy(h.data(), d_cycles, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+  std::vector<long long> per;  // every issuing warpgroup of every block
+  for (int b = 0; b < blocks; ++b)
+    for (int w = 0; w < wgs; ++w) per.push_back(h[b * max_wgs + w]);
+  std::sort(per.begin(), per.end());
+  const double med = double(per[per.size() / 2]);
+  const double cpm = med / (4.0 * steps);
+  out->n = N, out->chains = Chains, out->pending = Pending, out->wgs = wgs;
+  out->cycles_per_mma = cpm;
+  out->utilisation = wgs * (64.0 * N * 16) / cpm / fma_per_clock;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 4096;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "wgmma_rate: unknown option '%s' (usage: wgmma_rate [--steps N])\n", argv[i]);
+      return 2;
+    }
+  }
+  if (steps < 1) {
+    std::fprintf(stderr, "wgmma_rate: --steps must be at least 1\n");
+    return 2;
+  }
+  auto gpu = mp::query_gpu();
+  if (!gpu || !mp::gpu_is_hopper(*gpu)) {
+    std::printf("wgmma_rate: needs a Hopper GPU (sm_90a): %s\n", mp::gpu_absent_reason().c_str());
+    return 1;
+  }
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  long long* d_cycles = nullptr;
+  float* d_sink = nullptr;
+  cudaMalloc(&d_cycles, sizeof(long long) * sms * max_wgs);
+  cudaMalloc(&d_sink, sizeof(float) * max_wgs * 128);
+  std::printf("wgmma m64nNk16 bf16 (SS), %d K steps of 4 wgmma per warpgroup, one block on each of %d SMs\n",
+              steps, sms);
+  std::printf("%5s %7s %8s %4s %15s %12s\n", "N", "chains", "pending", "WGs", "cycles/wgmma", "tensor use");
+  bool ok = true;
+  auto show = [&](bool fine, const row& r) {
+    if (!fine) {
+      std::printf("launch failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+      ok = false;
+      return;
+    }
+    std::printf("%5d %7d %8d %4d %15.1f %11.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.cycles_per_mma,
+                100 * r.utilisation);
+  };
+  for (int wgs = 1; wgs <= max_wgs; ++wgs) {
+    row r{};
+    show(measure<64, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<64, 2, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<128, 1, 0>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<128, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<128, 2, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<64, 4, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<256, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<32, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<32, 4, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+  }
+  cudaFree(d_cycles);
+  cudaFree(d_sink);
+  return ok ? 0 : 1;
+}
