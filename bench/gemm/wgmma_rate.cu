@@ -7,7 +7,9 @@
 // its accumulators (slice ks into chain ks % chains), a commit, then a wait leaving `pending` groups in
 // flight (as the GEMM's consumer does). Cycles are clock64 around the loop, per warpgroup; the utilisation
 // is the FMA the SM's issuing warpgroups did per cycle over the SM's 2048 dense bf16 FMA per cycle.
-// The shared tiles hold zeros: the cost of a wgmma does not depend on the values.
+// The shared tiles hold zeros or random bf16 values in [-1, 1) (the table has both: a tensor core's
+// power, and so the clock it keeps, depends on the values); ns/wgmma is from the global timer, so that a
+// clock that drops shows against the cycles. Short loops (32 K steps, a small GEMM's) show warm-up costs.
 //   usage: wgmma_rate [--steps N]
 #include <cuda_runtime.h>
 
@@ -29,13 +31,23 @@ constexpr int max_wgs = 3;
 constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s at 1.83 GHz, 132 SMs)
 
 template <int N, int Chains, int Pending>
-__global__ void __launch_bounds__(max_wgs * 128, 1) rate_kernel(int wgs, int steps, long long* cycles, float* sink) {
+__global__ void __launch_bounds__(max_wgs * 128, 1)
+    rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {
   extern __shared__ uint8_t raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
   auto& a = *reinterpret_cast<st_bf<64, 64>*>(base);
   auto& b = *reinterpret_cast<st_bf<N, 64>*>(base + sizeof(st_bf<64, 64>));
-  for (int i = threadIdx.x; i < int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) / 4; i += blockDim.x)
-    reinterpret_cast<uint32_t*>(base)[i] = 0;
+  for (int i = threadIdx.x; i < int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) / 4; i += blockDim.x) {
+    uint32_t v = 0;
+    if (random) {  // two bf16 in [-1, 1) from a hash of the index
+      uint32_t x = (i + 1) * 2654435761u ^ blockIdx.x;
+      x ^= x >> 15, x *= 2246822519u, x ^= x >> 13;
+      const __nv_bfloat162 b = __floats2bfloat162_rn(float(x & 0xffff) / 32768.f - 1.f,
+                                                     float(x >> 16) / 32768.f - 1.f);
+      v = *reinterpret_cast<const uint32_t*>(&b);
+    }
+    reinterpret_cast<uint32_t*>(base)[i] = v;
+  }
   fence_async_shared();  // the zeros are read by wgmma (the async proxy)
   __syncthreads();
   const int wg = threadIdx.x / 128;
@@ -44,6 +56,7 @@ __global__ void __launch_bounds__(max_wgs * 128, 1) rate_kernel(int wgs, int ste
 #pragma unroll
   for (int c = 0; c < Chains; ++c) warp::zero(acc[c]);
   const long long t0 = clock64();
+  const unsigned long long n0 = global_timer_ns();
   for (int s = 0; s < steps; ++s) {
 #pragma unroll
     for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
@@ -57,7 +70,11 @@ __global__ void __launch_bounds__(max_wgs * 128, 1) rate_kernel(int wgs, int ste
   }
   warpgroup::mma_async_wait<0>();
   const long long t1 = clock64();
-  if (threadIdx.x % 128 == 0) cycles[blockIdx.x * max_wgs + wg] = t1 - t0;
+  const unsigned long long n1 = global_timer_ns();
+  if (threadIdx.x % 128 == 0) {
+    cycles[blockIdx.x * max_wgs + wg] = t1 - t0;
+    ns[blockIdx.x * max_wgs + wg] = (long long)(n1 - n0);
+  }
   float s = 0;
 #pragma unroll
   for (int c = 0; c < Chains; ++c) s += acc[c].tiles[0][0][0].x;
@@ -65,30 +82,37 @@ __global__ void __launch_bounds__(max_wgs * 128, 1) rate_kernel(int wgs, int ste
 }
 
 struct row {
-  int n, chains, pending, wgs;
-  double cycles_per_mma, utilisation;
+  int n, chains, pending, wgs, steps;
+  bool random;
+  double cycles_per_mma, ns_per_mma, utilisation;
 };
 
+long long median(std::vector<long long> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <int N, int Chains, int Pending>
-bool measure(int wgs, int steps, int blocks, long long* d_cycles, float* d_sink, row* out) {
+bool measure(int wgs, int steps, bool random, int blocks, long long* d_cycles, long long* d_ns, float* d_sink,
+             row* out) {
   const int smem = int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) + 1024;
   auto k = rate_kernel<N, Chains, Pending>;
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return false;
-  std::vector<long long> h(blocks * max_wgs);
+  std::vector<long long> h(blocks * max_wgs), hn(blocks * max_wgs);
   for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up; the second is measured
-    cudaMemset(d_cycles, 0, h.size() * sizeof(long long));
-    k<<<blocks, max_wgs * 128, smem>>>(wgs, steps, d_cycles, d_sink);
+    k<<<blocks, max_wgs * 128, smem>>>(wgs, steps, random ? 1 : 0, d_cycles, d_ns, d_sink);
     if (cudaDeviceSynchronize() != cudaSuccess) return false;
   }
   cudaMemcpy(h.data(), d_cycles, h.size() * sizeof(long long), cudaMemcpyDeviceToHost);
-  std::vector<long long> per;  // every issuing warpgroup of every block
+  cudaMemcpy(hn.data(), d_ns, hn.size() * sizeof(long long), cudaMemcpyDeviceToHost);
+  std::vector<long long> per, per_ns;  // every issuing warpgroup of every block
   for (int b = 0; b < blocks; ++b)
-    for (int w = 0; w < wgs; ++w) per.push_back(h[b * max_wgs + w]);
-  std::sort(per.begin(), per.end());
-  const double med = double(per[per.size() / 2]);
-  const double cpm = med / (4.0 * steps);
-  out->n = N, out->chains = Chains, out->pending = Pending, out->wgs = wgs;
+    for (int w = 0; w < wgs; ++w) per.push_back(h[b * max_wgs + w]), per_ns.push_back(hn[b * max_wgs + w]);
+  const double cpm = double(median(per)) / (4.0 * steps);
+  out->n = N, out->chains = Chains, out->pending = Pending, out->wgs = wgs, out->steps = steps;
+  out->random = random;
   out->cycles_per_mma = cpm;
+  out->ns_per_mma = double(median(per_ns)) / (4.0 * steps);
   out->utilisation = wgs * (64.0 * N * 16) / cpm / fma_per_clock;
   return true;
 }
@@ -116,13 +140,14 @@ int main(int argc, char** argv) {
   }
   int sms = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
-  long long* d_cycles = nullptr;
+  long long *d_cycles = nullptr, *d_ns = nullptr;
   float* d_sink = nullptr;
   cudaMalloc(&d_cycles, sizeof(long long) * sms * max_wgs);
+  cudaMalloc(&d_ns, sizeof(long long) * sms * max_wgs);
   cudaMalloc(&d_sink, sizeof(float) * max_wgs * 128);
-  std::printf("wgmma m64nNk16 bf16 (SS), %d K steps of 4 wgmma per warpgroup, one block on each of %d SMs\n",
-              steps, sms);
-  std::printf("%5s %7s %8s %4s %15s %12s\n", "N", "chains", "pending", "WGs", "cycles/wgmma", "tensor use");
+  std::printf("wgmma m64nNk16 bf16 (SS), K steps of 4 wgmma per warpgroup, one block on each of %d SMs\n", sms);
+  std::printf("%5s %7s %8s %4s %6s %7s %13s %9s %11s\n", "N", "chains", "pending", "WGs", "steps", "data",
+              "cycles/wgmma", "ns/wgmma", "tensor use");
   bool ok = true;
   auto show = [&](bool fine, const row& r) {
     if (!fine) {
@@ -130,22 +155,31 @@ int main(int argc, char** argv) {
       ok = false;
       return;
     }
-    std::printf("%5d %7d %8d %4d %15.1f %11.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.cycles_per_mma,
-                100 * r.utilisation);
+    std::printf("%5d %7d %8d %4d %6d %7s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.steps,
+                r.random ? "random" : "zeros", r.cycles_per_mma, r.ns_per_mma, 100 * r.utilisation);
   };
+  // The GEMM's 64-row tile (one warpgroup, N = 128) and 128-row tile (two, N = 256): zeros and random
+  // data, a long loop and a small GEMM's 32 K steps.
+  for (bool random : {false, true})
+    for (int st : {steps, 32}) {
+      row r{};
+      show(measure<128, 1, 1>(1, st, random, sms, d_cycles, d_ns, d_sink, &r), r);
+      show(measure<256, 1, 1>(2, st, random, sms, d_cycles, d_ns, d_sink, &r), r);
+    }
   for (int wgs = 1; wgs <= max_wgs; ++wgs) {
     row r{};
-    show(measure<64, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<64, 2, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<128, 1, 0>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<128, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<128, 2, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<64, 4, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<256, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<32, 1, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
-    show(measure<32, 4, 1>(wgs, steps, sms, d_cycles, d_sink, &r), r);
+    show(measure<64, 1, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<64, 2, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 0>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 2, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<64, 4, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<256, 1, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<32, 1, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<32, 4, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
   }
   cudaFree(d_cycles);
+  cudaFree(d_ns);
   cudaFree(d_sink);
   return ok ? 0 : 1;
 }
