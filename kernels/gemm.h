@@ -70,9 +70,12 @@ struct GemmSchedule {
   int trace_blocks = 0;
 };
 
-// The timeline points GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point).
-constexpr int gemm_trace_points = 8;
-extern const char* const gemm_trace_point_names[gemm_trace_points];
+// The timeline GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point): 7 times (ns,
+// named by gemm_trace_point_names), the SM number, then for each of the last item's first
+// gemm_trace_step_count K steps two SM clock readings: its stage full, its wgmma wait done.
+constexpr int gemm_trace_times = 7, gemm_trace_step_count = 64;
+constexpr int gemm_trace_points = gemm_trace_times + 1 + 2 * gemm_trace_step_count;
+extern const char* const gemm_trace_point_names[gemm_trace_times];
 
 // "cooperative" / "pingpong", and back (false for an unknown name).
 const char* consumer_schedule_name(consumer_schedule c);

@@ -118,9 +118,9 @@ std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
   return buf;
 }
 
-const char* const gemm_trace_point_names[gemm_trace_points] = {
-    "block start",          "ready (set up; previous kernel done)", "first stage full", "mainloop done",
-    "fixup done (split tiles)", "finish issued",                    "block done",       "SM"};
+const char* const gemm_trace_point_names[gemm_trace_times] = {
+    "block start",   "ready (set up; previous kernel done)", "first stage full", "mainloop done",
+    "fixup done (split tiles)", "finish issued",             "block done"};
 
 const char* consumer_schedule_name(consumer_schedule c) {
   return c == consumer_schedule::pingpong ? "pingpong" : "cooperative";

@@ -408,6 +408,10 @@ struct gemm_kernel {
   }
 };
 
+static_assert(pc::trace_points == gemm_trace_points && pc::trace_steps == gemm_trace_times + 1 &&
+                  pc::trace_step_count == gemm_trace_step_count,
+              "gemm.h's trace layout must match tile/pipeline.cuh's");
+
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
 }

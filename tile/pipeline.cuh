@@ -67,8 +67,11 @@ enum trace_point : int {
   trace_finish_done,    // the item's finish step is issued
   trace_end,            // the block's TMA stores are done
   trace_sm,             // not a time: the SM the block ran on
+  trace_steps,          // then per K step i < trace_step_count of the block's last item, two clock64
+                        // readings (SM cycles): [2i] its stage is full, [2i + 1] the wgmma wait returned
 };
-constexpr int trace_points = 8;
+constexpr int trace_step_count = 64;
+constexpr int trace_points = trace_steps + 2 * trace_step_count;
 template <class G>
 __device__ inline void trace_mark(const G& g, int point) {
   if constexpr (requires {
@@ -77,6 +80,17 @@ __device__ inline void trace_mark(const G& g, int point) {
                 }) {
     if (g.trace != nullptr && threadIdx.x == 0 && int(blockIdx.x) < g.trace_blocks)
       g.trace[size_t(blockIdx.x) * trace_points + point] = point == trace_sm ? sm_id() : global_timer_ns();
+  }
+}
+
+template <class G>
+__device__ inline void trace_step(const G& g, int it, int which) {
+  if constexpr (requires {
+                  g.trace;
+                  g.trace_blocks;
+                }) {
+    if (g.trace != nullptr && threadIdx.x == 0 && int(blockIdx.x) < g.trace_blocks && it < trace_step_count)
+      g.trace[size_t(blockIdx.x) * trace_points + trace_steps + 2 * it + which] = clock64();
   }
 }
 
@@ -225,6 +239,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
         if (it == 0) trace_mark(g, trace_first_full);
+        trace_step(g, it, 0);
         K::compute(st, stages[p.stage], g, w, it, wg);
         // At most `pending` groups stay in flight; the step they were issued before is done: free it.
         if (pending == 0)
@@ -233,6 +248,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
           warpgroup::mma_async_wait<1>();
         else
           warpgroup::mma_async_wait<2>();
+        trace_step(g, it, 1);
         if (it >= pending && signaller) release(empty[behind(pending)]);
         // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);

@@ -30,7 +30,7 @@ void print_trace(const std::vector<unsigned long long>& t) {
   std::printf("trace:  one launch after another of the same GEMM, %zu blocks; us from the first block's "
               "start\n        %-38s %8s %8s %8s %8s\n",
               blocks, "point", "blocks", "min", "median", "max");
-  for (int p = 0; p < P - 1; ++p) {  // the last slot is the SM number
+  for (int p = 0; p < kernels::gemm_trace_times; ++p) {
     std::vector<double> us;
     for (size_t b = 0; b < blocks; ++b)
       if (t[b * P + p] >= t0) us.push_back(double(t[b * P + p] - t0) * 1e-3);
@@ -39,6 +39,34 @@ void print_trace(const std::vector<unsigned long long>& t) {
     std::printf("        %-38s %8zu %8.2f %8.2f %8.2f\n", kernels::gemm_trace_point_names[p], us.size(), us.front(),
                 us[us.size() / 2], us.back());
   }
+  // K steps (the block's last item, SM cycles): per step, from the previous step's wgmma wait to this
+  // stage being full (waiting for data), and from there to this step's wgmma wait returning (issue and
+  // waiting for the previous group); medians over blocks of the per-block mean.
+  constexpr int S0 = kernels::gemm_trace_times + 1, NS = kernels::gemm_trace_step_count;
+  std::vector<double> data, mma;
+  int steps_seen = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    const unsigned long long* s = &t[b * P + S0];
+    int n = 0;
+    while (n < NS && s[2 * n] != 0 && s[2 * n + 1] != 0) ++n;
+    if (n < 2) continue;
+    double dw = 0, mw = 0;
+    for (int i = 1; i < n; ++i) {
+      dw += double(s[2 * i]) - double(s[2 * i - 1]);
+      mw += double(s[2 * i + 1]) - double(s[2 * i]);
+    }
+    data.push_back(dw / (n - 1));
+    mma.push_back(mw / (n - 1));
+    steps_seen = std::max(steps_seen, n);
+  }
+  if (data.empty()) return;
+  std::sort(data.begin(), data.end());
+  std::sort(mma.begin(), mma.end());
+  std::printf("        K steps 2..%d of the last item, SM cycles per step (median block; min, max):\n"
+              "          waiting for the stage to fill   %8.0f  (%.0f, %.0f)\n"
+              "          wgmma issue and wait            %8.0f  (%.0f, %.0f)\n",
+              steps_seen, data[data.size() / 2], data.front(), data.back(), mma[mma.size() / 2], mma.front(),
+              mma.back());
 }
 
 int run_gemm(Args& a) {
