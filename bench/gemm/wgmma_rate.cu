@@ -7,6 +7,7 @@
 // its accumulators (slice ks into chain ks % chains), a commit, then a wait leaving `pending` groups in
 // flight (as the GEMM's consumer does). Cycles are clock64 around the loop, per warpgroup; the utilisation
 // is the FMA the SM's issuing warpgroups did per cycle over the SM's 2048 dense bf16 FMA per cycle.
+// A last group of rows gives each K step's first wgmma a run-time scale-d (overwrite on the first step).
 // The shared tiles hold zeros or random bf16 values in [-1, 1) (the table has both: a tensor core's
 // power, and so the clock it keeps, depends on the values); ns/wgmma is from the global timer, so that a
 // clock that drops shows against the cycles. Short loops (32 K steps, a small GEMM's) show warm-up costs.
@@ -30,7 +31,9 @@ namespace {
 constexpr int max_wgs = 3;
 constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s at 1.83 GHz, 132 SMs)
 
-template <int N, int Chains, int Pending>
+// Overwrite: the first wgmma of K step s overwrites (s == 0) or accumulates, chosen at run time (a
+// scale-d predicate), as a GEMM that zeroes no accumulators does; otherwise every wgmma accumulates.
+template <int N, int Chains, int Pending, bool Overwrite = false>
 __global__ void __launch_bounds__(max_wgs * 128, 1)
     rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {
   extern __shared__ uint8_t raw[];
@@ -62,7 +65,8 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
     for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
     warpgroup::mma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) warpgroup::mma_ABt_slice(acc[ks % Chains], a, b, ks, true);
+    for (int ks = 0; ks < 4; ++ks)
+      warpgroup::mma_ABt_slice(acc[ks % Chains], a, b, ks, Overwrite ? (ks > 0 || s > 0) : true);
     warpgroup::mma_commit_group();
 #pragma unroll
     for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
@@ -83,7 +87,7 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
 
 struct row {
   int n, chains, pending, wgs, steps;
-  bool random;
+  bool random, overwrite;
   double cycles_per_mma, ns_per_mma, utilisation;
 };
 
@@ -92,11 +96,11 @@ long long median(std::vector<long long> v) {
   return v[v.size() / 2];
 }
 
-template <int N, int Chains, int Pending>
+template <int N, int Chains, int Pending, bool Overwrite = false>
 bool measure(int wgs, int steps, bool random, int blocks, long long* d_cycles, long long* d_ns, float* d_sink,
              row* out) {
   const int smem = int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) + 1024;
-  auto k = rate_kernel<N, Chains, Pending>;
+  auto k = rate_kernel<N, Chains, Pending, Overwrite>;
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return false;
   std::vector<long long> h(blocks * max_wgs), hn(blocks * max_wgs);
   for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up; the second is measured
@@ -110,7 +114,7 @@ bool measure(int wgs, int steps, bool random, int blocks, long long* d_cycles, l
     for (int w = 0; w < wgs; ++w) per.push_back(h[b * max_wgs + w]), per_ns.push_back(hn[b * max_wgs + w]);
   const double cpm = double(median(per)) / (4.0 * steps);
   out->n = N, out->chains = Chains, out->pending = Pending, out->wgs = wgs, out->steps = steps;
-  out->random = random;
+  out->random = random, out->overwrite = Overwrite;
   out->cycles_per_mma = cpm;
   out->ns_per_mma = double(median(per_ns)) / (4.0 * steps);
   out->utilisation = wgs * (64.0 * N * 16) / cpm / fma_per_clock;
@@ -146,8 +150,8 @@ int main(int argc, char** argv) {
   cudaMalloc(&d_ns, sizeof(long long) * sms * max_wgs);
   cudaMalloc(&d_sink, sizeof(float) * max_wgs * 128);
   std::printf("wgmma m64nNk16 bf16 (SS), K steps of 4 wgmma per warpgroup, one block on each of %d SMs\n", sms);
-  std::printf("%5s %7s %8s %4s %6s %7s %13s %9s %11s\n", "N", "chains", "pending", "WGs", "steps", "data",
-              "cycles/wgmma", "ns/wgmma", "tensor use");
+  std::printf("%5s %7s %8s %4s %6s %7s %10s %13s %9s %11s\n", "N", "chains", "pending", "WGs", "steps", "data",
+              "first", "cycles/wgmma", "ns/wgmma", "tensor use");
   bool ok = true;
   auto show = [&](bool fine, const row& r) {
     if (!fine) {
@@ -155,8 +159,9 @@ int main(int argc, char** argv) {
       ok = false;
       return;
     }
-    std::printf("%5d %7d %8d %4d %6d %7s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.steps,
-                r.random ? "random" : "zeros", r.cycles_per_mma, r.ns_per_mma, 100 * r.utilisation);
+    std::printf("%5d %7d %8d %4d %6d %7s %10s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.steps,
+                r.random ? "random" : "zeros", r.overwrite ? "run-time" : "accumulate", r.cycles_per_mma,
+                r.ns_per_mma, 100 * r.utilisation);
   };
   // The GEMM's 64-row tile (one warpgroup, N = 128) and 128-row tile (two, N = 256): zeros and random
   // data, a long loop and a small GEMM's 32 K steps.
@@ -166,6 +171,13 @@ int main(int argc, char** argv) {
       show(measure<128, 1, 1>(1, st, random, sms, d_cycles, d_ns, d_sink, &r), r);
       show(measure<256, 1, 1>(2, st, random, sms, d_cycles, d_ns, d_sink, &r), r);
     }
+  // The first wgmma of each K step with a run-time scale-d (overwrite or accumulate), as the GEMM had it.
+  for (int wgs = 1; wgs <= 2; ++wgs) {
+    row r{};
+    show(measure<128, 1, 1, true>(wgs, steps, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<64, 1, 1, true>(wgs, steps, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<256, 1, 1, true>(wgs, steps, true, sms, d_cycles, d_ns, d_sink, &r), r);
+  }
   for (int wgs = 1; wgs <= max_wgs; ++wgs) {
     row r{};
     show(measure<64, 1, 1>(wgs, steps, false, sms, d_cycles, d_ns, d_sink, &r), r);
