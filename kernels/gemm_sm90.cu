@@ -225,15 +225,6 @@ struct gemm_kernel {
 
   __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
     if (g.data_only) return;
-    // A tile starts from zeroed accumulators and every wgmma accumulates. (Overwriting on the first K step
-    // instead takes a run-time scale-d predicate, and a wgmma with one waits for the earlier wgmma on its
-    // accumulators to finish: a lone consumer warpgroup then left the tensor cores idle between K steps,
-    // about half the time; bench/gemm/wgmma_rate measures it.) The zeroing is 64 register moves per
-    // tile, ordered before the wgmma by the fences below; the previous tile's wgmma are all done.
-    if (it == 0) {
-#pragma unroll
-      for (int h = 0; h < MH; ++h) warp::zero(st.acc[h]);
-    }
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
@@ -242,9 +233,9 @@ struct gemm_kernel {
       // cooperative: this consumer's 64 rows of the shared A tile; ping-pong: every row is its own
       auto& a = s.a.template subtile_rows<64>(PP ? h : consumer);
       if constexpr (BT)
-        warpgroup::mma_ABt(st.acc[h], a, s.b);
+        warpgroup::mma_ABt(st.acc[h], a, s.b, it > 0);
       else
-        warpgroup::mma_AB(st.acc[h], a, s.b);
+        warpgroup::mma_AB(st.acc[h], a, s.b, it > 0);
     }
     warpgroup::mma_commit_group();
 #pragma unroll
