@@ -64,6 +64,9 @@ struct GemmSchedule {
   // finishes (its blocks set up shared memory, then wait for that kernel before any global memory
   // access), and lets the next kernel do the same. Safe after any kernel; it pays off back to back.
   bool overlap_launch = true;
+  // Diagnostic: the pipeline's producer and consumers poll their semaphores (mbarrier.test_wait) instead
+  // of try_wait, which may suspend the waiting thread.
+  bool spin_waits = false;
   // Diagnostic timeline: a device buffer of trace_blocks * gemm_trace_points values; block b < trace_blocks
   // writes the global timer (ns) at each point of gemm_trace_point_names (the SM number last). null: off.
   unsigned long long* trace = nullptr;

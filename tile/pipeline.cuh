@@ -94,6 +94,16 @@ __device__ inline void trace_step(const G& g, int it, int which) {
   }
 }
 
+// How the pipeline's threads wait on its semaphores: K::globals may carry `wait_mode` (0: try_wait, which
+// may suspend the thread until the phase completes; 1: spinning on test_wait); 0 when it does not.
+template <class G>
+__device__ inline void ring_wait(const G& g, semaphore& s, uint32_t parity) {
+  if constexpr (requires { g.wait_mode; }) {
+    if (g.wait_mode == 1) return wait_spinning(s, parity);
+  }
+  wait(s, parity);
+}
+
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
@@ -162,7 +172,7 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
     const typename K::item w = K::item_of(g, work);
     const int iters = K::iters(w);
     for (int it = 0; it < iters; ++it, p.advance()) {
-      wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+      ring_wait(g, m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
       K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
     }
   }
@@ -237,7 +247,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         return s < 0 ? s + T::stages : s;
       };
       for (int it = 0; it < iters; ++it, p.advance()) {
-        wait(full[p.stage], p.phase);
+        ring_wait(g, full[p.stage], p.phase);
         if (it == 0) trace_mark(g, trace_first_full);
         trace_step(g, it, 0);
         K::compute(st, stages[p.stage], g, w, it, wg);

@@ -44,6 +44,22 @@ __device__ inline void wait(semaphore& s, uint32_t parity) {
   while (!test_wait(s, parity)) {
   }
 }
+// The same with mbarrier.test_wait, which never suspends the thread: a spin (diagnostics compare the two).
+__device__ inline bool poll(semaphore& s, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(s.addr()), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ inline void wait_spinning(semaphore& s, uint32_t parity) {
+  while (!poll(s, parity)) {
+  }
+}
 
 // A ring position: stage index and the parity of the current pass over the ring.
 template <int Stages>

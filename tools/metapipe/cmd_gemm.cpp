@@ -109,6 +109,7 @@ int run_gemm(Args& a) {
     sched.overlap_launch = *v == 1;
   }
   const bool trace = a.flag({"--trace"});
+  sched.spin_waits = a.flag({"--spin-waits"});
   sched.data_only = a.flag({"--data-only"});
   sched.compute_only = a.flag({"--compute-only"});
   if (sched.data_only && sched.compute_only)
@@ -220,6 +221,8 @@ MP_REGISTER_COMMAND(
     "  --no-persistent  one block per tile instead of one block per SM\n"
     "  --pdl 0|1        programmatic dependent launch: start launching while the previous\n"
     "                   kernel in the stream finishes (default 1)\n"
+    "  --spin-waits     diagnostic: the pipeline polls its barriers (test_wait) instead of\n"
+    "                   try_wait, which may suspend the waiting thread\n"
     "  --trace          diagnostic: after the timing, print one launch's timeline per block\n"
     "                   (start, first data, mainloop, fixup, finish, end; min / median / max)\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
