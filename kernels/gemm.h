@@ -75,9 +75,10 @@ struct GemmSchedule {
 
 // The timeline GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point): 7 times (ns,
 // named by gemm_trace_point_names), the SM number, then for each of the last item's first
-// gemm_trace_step_count K steps two SM clock readings: its stage full, its wgmma wait done.
+// gemm_trace_step_count K steps three SM clock readings: its stage full (consumer), its wgmma wait done,
+// the producer's wait for the stage done.
 constexpr int gemm_trace_times = 7, gemm_trace_step_count = 64;
-constexpr int gemm_trace_points = gemm_trace_times + 1 + 2 * gemm_trace_step_count;
+constexpr int gemm_trace_points = gemm_trace_times + 1 + 3 * gemm_trace_step_count;
 extern const char* const gemm_trace_point_names[gemm_trace_times];
 
 // "cooperative" / "pingpong", and back (false for an unknown name).

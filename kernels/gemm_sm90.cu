@@ -113,7 +113,14 @@ struct gemm_kernel {
     rt_fl<16, BN> acc[MH];
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
+    bool data_only = false, deferred = false;           // g's, read once (begin)
   };
+  // Each consumer's copies of the flags its K steps test (a parameter load per step is on a lone
+  // consumer's critical path).
+  __device__ static void begin(state& st, const globals& g) {
+    st.data_only = g.data_only != 0;
+    st.deferred = g.deferred != 0;
+  }
 
   // A work item is a K range of one tile. Items of one block are work = blockIdx.x + j * gridDim.x.
   struct segment {
@@ -224,8 +231,8 @@ struct gemm_kernel {
     tma::prefetch_descriptor(&g.c);
   }
 
-  __device__ static void compute(state& st, stage& s, const globals& g, const item&, int it, int consumer) {
-    if (g.data_only) return;
+  __device__ static void compute(state& st, stage& s, const globals&, const item&, int it, int consumer) {
+    if (st.data_only) return;
 #pragma unroll
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     warpgroup::mma_fence();
@@ -339,7 +346,7 @@ struct gemm_kernel {
   // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile; at the end of
   // the block's work, whatever is left.
   __device__ static void after_compute(state& st, finish_smem& fs, const globals& g, int consumer) {
-    if (g.deferred) drain_one(st, fs, g, consumer);
+    if (st.deferred) drain_one(st, fs, g, consumer);
   }
   __device__ static void flush(state& st, finish_smem& fs, const globals& g, int consumer) {
     while (st.stash_left > 0) drain_one(st, fs, g, consumer);

@@ -14,6 +14,7 @@
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //     __device__ static void prologue(const globals&);      // optional, 1 thread: set-up before the wait
+//     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -67,11 +68,12 @@ enum trace_point : int {
   trace_finish_done,    // the item's finish step is issued
   trace_end,            // the block's TMA stores are done
   trace_sm,             // not a time: the SM the block ran on
-  trace_steps,          // then per K step i < trace_step_count of the block's last item, two clock64
-                        // readings (SM cycles): [2i] its stage is full, [2i + 1] the wgmma wait returned
+  trace_steps,          // then per K step i < trace_step_count of the block's last item, three clock64
+                        // readings (SM cycles): [3i] its stage is full (consumer 0), [3i + 1] the wgmma
+                        // wait returned, [3i + 2] the producer has its stage (the empty wait returned)
 };
 constexpr int trace_step_count = 64;
-constexpr int trace_points = trace_steps + 2 * trace_step_count;
+constexpr int trace_points = trace_steps + 3 * trace_step_count;
 template <class G>
 __device__ inline void trace_mark(const G& g, int point) {
   if constexpr (requires {
@@ -83,25 +85,42 @@ __device__ inline void trace_mark(const G& g, int point) {
   }
 }
 
+// Whether this thread records trace_step readings: read once, before the K loops, so that a K step pays
+// one register test for it (a K step of a lone consumer warpgroup is short: every load from the kernel's
+// parameters on its path shows in the GEMM's time).
 template <class G>
-__device__ inline void trace_step(const G& g, int it, int which) {
+__device__ inline bool tracing_steps(const G& g, int thread = 0) {
   if constexpr (requires {
                   g.trace;
                   g.trace_blocks;
-                }) {
-    if (g.trace != nullptr && threadIdx.x == 0 && int(blockIdx.x) < g.trace_blocks && it < trace_step_count)
-      g.trace[size_t(blockIdx.x) * trace_points + trace_steps + 2 * it + which] = clock64();
+                })
+    return g.trace != nullptr && int(threadIdx.x) == thread && int(blockIdx.x) < g.trace_blocks;
+  else
+    return false;
+}
+template <class G>
+__device__ inline void trace_step(bool tracing, const G& g, int it, int which) {
+  if constexpr (requires { g.trace; }) {
+    if (tracing && it < trace_step_count)
+      g.trace[size_t(blockIdx.x) * trace_points + trace_steps + 3 * it + which] = clock64();
   }
 }
 
 // How the pipeline's threads wait on its semaphores: K::globals may carry `wait_mode` (0: try_wait, which
-// may suspend the thread until the phase completes; 1: spinning on test_wait); 0 when it does not.
+// may suspend the thread until the phase completes; 1: spinning on test_wait); 0 when it does not. Read
+// once per thread (wait_mode_of), then passed to ring_wait.
 template <class G>
-__device__ inline void ring_wait(const G& g, semaphore& s, uint32_t parity) {
-  if constexpr (requires { g.wait_mode; }) {
-    if (g.wait_mode == 1) return wait_spinning(s, parity);
-  }
-  wait(s, parity);
+__device__ inline int wait_mode_of(const G& g) {
+  if constexpr (requires { g.wait_mode; })
+    return g.wait_mode;
+  else
+    return 0;
+}
+__device__ inline void ring_wait(int mode, semaphore& s, uint32_t parity) {
+  if (mode == 1)
+    wait_spinning(s, parity);
+  else
+    wait(s, parity);
 }
 
 template <class K>
@@ -168,11 +187,14 @@ template <class K>
 __device__ void produce(const typename K::globals& g, const block_smem<K>& m, int first, int step) {
   ring_pos<traits<K>::stages> p;
   const int nwork = K::work_count(g);
+  const int mode = wait_mode_of(g);
+  const bool tracing = tracing_steps(g, int(threadIdx.x));
   for (int work = first; work < nwork; work += step) {
     const typename K::item w = K::item_of(g, work);
     const int iters = K::iters(w);
     for (int it = 0; it < iters; ++it, p.advance()) {
-      ring_wait(g, m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+      ring_wait(mode, m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+      trace_step(tracing, g, it, 2);
       K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
     }
   }
@@ -237,7 +259,29 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       }
     };
     const bool signaller = threadIdx.x % warp_threads == 0;
-    const int pending = mma_pending_of<K>(g);
+    // Read once: the K loop below runs on registers (see tracing_steps).
+    const int pending = mma_pending_of<K>(g), mode = wait_mode_of(g);
+    const bool tracing = tracing_steps(g);
+    if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
+    // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
+    // that the wait is one instruction).
+    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
+      for (int it = 0; it < iters; ++it, p.advance()) {
+        ring_wait(mode, full[p.stage], p.phase);
+        if (tracing && it == 0) trace_mark(g, trace_first_full);
+        trace_step(tracing, g, it, 0);
+        K::compute(st, stages[p.stage], g, w, it, wg);
+        // At most Pending groups stay in flight; the step they were issued before is done: free it.
+        warpgroup::mma_async_wait<Pending>();
+        trace_step(tracing, g, it, 1);
+        if (it >= Pending && signaller) {
+          const int back = p.stage - Pending;  // the stage Pending steps behind
+          release(empty[back < 0 ? back + T::stages : back]);
+        }
+        // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
+        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
+      }
+    };
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
@@ -246,23 +290,12 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         const int s = p.stage - back;
         return s < 0 ? s + T::stages : s;
       };
-      for (int it = 0; it < iters; ++it, p.advance()) {
-        ring_wait(g, full[p.stage], p.phase);
-        if (it == 0) trace_mark(g, trace_first_full);
-        trace_step(g, it, 0);
-        K::compute(st, stages[p.stage], g, w, it, wg);
-        // At most `pending` groups stay in flight; the step they were issued before is done: free it.
-        if (pending == 0)
-          warpgroup::mma_async_wait<0>();
-        else if (pending == 1)
-          warpgroup::mma_async_wait<1>();
-        else
-          warpgroup::mma_async_wait<2>();
-        trace_step(g, it, 1);
-        if (it >= pending && signaller) release(empty[behind(pending)]);
-        // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
-        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-      }
+      if (pending == 0)
+        mainloop.template operator()<0>(w, iters);
+      else if (pending == 1)
+        mainloop.template operator()<1>(w, iters);
+      else
+        mainloop.template operator()<2>(w, iters);
       warpgroup::mma_async_wait<0>();
       trace_mark(g, trace_mainloop_done);
       if (signaller)  // the item's last steps, oldest first (p is one past the last)

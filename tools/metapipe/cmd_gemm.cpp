@@ -39,34 +39,39 @@ void print_trace(const std::vector<unsigned long long>& t) {
     std::printf("        %-38s %8zu %8.2f %8.2f %8.2f\n", kernels::gemm_trace_point_names[p], us.size(), us.front(),
                 us[us.size() / 2], us.back());
   }
-  // K steps (the block's last item, SM cycles): per step, from the previous step's wgmma wait to this
-  // stage being full (waiting for data), and from there to this step's wgmma wait returning (issue and
-  // waiting for the previous group); medians over blocks of the per-block mean.
+  // K steps (the block's last item, SM cycles; c: consumer stage full, w: its wgmma wait done, p: the
+  // producer has the stage): per step, the consumer's wait for data (w[i-1] -> c[i]) and its wgmma
+  // issue and wait (c[i] -> w[i]); the producer's cycles per step (p[i-1] -> p[i]) and how long after the
+  // producer had a stage the consumer found it full (p[i] -> c[i]). Medians over blocks of the per-block
+  // mean over steps 2.. .
   constexpr int S0 = kernels::gemm_trace_times + 1, NS = kernels::gemm_trace_step_count;
-  std::vector<double> data, mma;
+  std::vector<double> cols[4];
   int steps_seen = 0;
   for (size_t b = 0; b < blocks; ++b) {
     const unsigned long long* s = &t[b * P + S0];
     int n = 0;
-    while (n < NS && s[2 * n] != 0 && s[2 * n + 1] != 0) ++n;
+    while (n < NS && s[3 * n] != 0 && s[3 * n + 1] != 0 && s[3 * n + 2] != 0) ++n;
     if (n < 2) continue;
-    double dw = 0, mw = 0;
+    double sum[4] = {0, 0, 0, 0};
     for (int i = 1; i < n; ++i) {
-      dw += double(s[2 * i]) - double(s[2 * i - 1]);
-      mw += double(s[2 * i + 1]) - double(s[2 * i]);
+      const double c = double(s[3 * i]), w = double(s[3 * i + 1]), p = double(s[3 * i + 2]);
+      sum[0] += c - double(s[3 * i - 2]);
+      sum[1] += w - c;
+      sum[2] += p - double(s[3 * i - 1]);
+      sum[3] += c - p;
     }
-    data.push_back(dw / (n - 1));
-    mma.push_back(mw / (n - 1));
+    for (int k = 0; k < 4; ++k) cols[k].push_back(sum[k] / (n - 1));
     steps_seen = std::max(steps_seen, n);
   }
-  if (data.empty()) return;
-  std::sort(data.begin(), data.end());
-  std::sort(mma.begin(), mma.end());
-  std::printf("        K steps 2..%d of the last item, SM cycles per step (median block; min, max):\n"
-              "          waiting for the stage to fill   %8.0f  (%.0f, %.0f)\n"
-              "          wgmma issue and wait            %8.0f  (%.0f, %.0f)\n",
-              steps_seen, data[data.size() / 2], data.front(), data.back(), mma[mma.size() / 2], mma.front(),
-              mma.back());
+  if (cols[0].empty()) return;
+  std::printf("        K steps 2..%d of the last item, SM cycles per step (median block; min, max):\n", steps_seen);
+  const char* names[4] = {"consumer: waiting for the stage to fill", "consumer: wgmma issue and wait",
+                          "producer: cycles per step", "producer has the stage -> consumer sees it full"};
+  for (int k = 0; k < 4; ++k) {
+    std::sort(cols[k].begin(), cols[k].end());
+    std::printf("          %-48s %8.0f  (%.0f, %.0f)\n", names[k], cols[k][cols[k].size() / 2], cols[k].front(),
+                cols[k].back());
+  }
 }
 
 int run_gemm(Args& a) {
