@@ -223,14 +223,6 @@ struct gemm_kernel {
     }
   }
 
-  // Before the dependent-launch wait (pipeline template): the tensor maps into the descriptor cache.
-  __device__ static void prologue(const globals& g) {
-    if (g.compute_only) return;
-    tma::prefetch_descriptor(&g.a);
-    tma::prefetch_descriptor(&g.b);
-    tma::prefetch_descriptor(&g.c);
-  }
-
   __device__ static void compute(state& st, stage& s, const globals&, const item&, int it, int consumer) {
     if (st.data_only) return;
 #pragma unroll

@@ -13,7 +13,6 @@
 //     __device__ static void load(stage&, const globals&, const item&, int iter, semaphore& full);  // 1 thread
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
-//     __device__ static void prologue(const globals&);      // optional, 1 thread: set-up before the wait
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
 //   };
 //
@@ -228,10 +227,6 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     cluster_sync();
   else
     __syncthreads();
-  // Optional K::prologue(g), run by one thread: set-up that reads nothing the previous grid writes
-  // (e.g. fetching TMA descriptors), overlapping that grid's tail under a dependent launch.
-  if constexpr (requires { K::prologue(g); })
-    if (threadIdx.x == T::consumers * warpgroup_threads) K::prologue(g);
   // Dependent launch: global memory only once the previous grid is done; the next may start launching.
   grid_dependency_wait();
   allow_dependent_launch();

@@ -29,9 +29,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   semaphore* full = m.full;
   semaphore* empty = m.empty;
   __syncthreads();
-  if constexpr (requires { K::prologue(g); })  // as in kernel<K> (tile/pipeline.cuh)
-    if (threadIdx.x == T::consumers * warpgroup_threads) K::prologue(g);
-  grid_dependency_wait();  // dependent launch: as in kernel<K>
+  grid_dependency_wait();  // dependent launch: as in kernel<K> (tile/pipeline.cuh)
   allow_dependent_launch();
   trace_mark(g, trace_ready);
   trace_mark(g, trace_sm);

@@ -52,12 +52,6 @@ __device__ inline void load_async_multicast(ST& dst, const CUtensorMap* map, sem
   load_chunks_multicast(dst, map, bar, cta_mask, 0, ST::layout::chunks, row, col, d, b);
 }
 
-// Fetch a tensor map (a __grid_constant__ kernel parameter or global memory) into the descriptor cache
-// ahead of its first TMA use; it reads no tensor data, so it may run before a dependent launch's wait.
-__device__ inline void prefetch_descriptor(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
 // Ask for the tile at (row, col) to be brought into L2 (no shared memory, no completion to wait for), so
 // that a later load_async of it does not pay DRAM latency.
 template <class ST>
