@@ -62,8 +62,9 @@ struct GemmSchedule {
   epilogue_mode epilogue = epilogue_mode::immediate;
   // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
   // finishes (its blocks set up shared memory, then wait for that kernel before any global memory
-  // access), and lets the next kernel do the same. Safe after any kernel; it pays off back to back.
-  bool overlap_launch = true;
+  // access), and lets the next kernel do the same. Only in builds with MP_PIPELINE_PDL=1
+  // (tile/pipeline.cuh); otherwise ignored. Off: it measured slower at M = 128 (bench/RESULTS.md).
+  bool overlap_launch = false;
   // Diagnostic: the pipeline's producer and consumers poll their semaphores (mbarrier.test_wait) instead
   // of try_wait, which may suspend the waiting thread.
   bool spin_waits = false;

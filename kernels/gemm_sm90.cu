@@ -523,6 +523,10 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
 void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_layout bl, out_type out,
                CUstream_st* stream, const GemmSchedule& s) {
   check_gemm_shape(m, n, k);
+  if (s.trace && !MP_PIPELINE_TRACE)
+    throw not_supported("gemm: the timeline trace in this build (configure with -DMP_PIPELINE_TRACE=ON)");
+  if (s.overlap_launch && !MP_PIPELINE_PDL)
+    throw not_supported("gemm: dependent launches in this build (configure with -DMP_PIPELINE_PDL=ON)");
   for (auto [p, name] : {std::pair{a, "A"}, std::pair{b, "B"}, std::pair<const void*, const char*>{c, "C"}})
     MP_USER_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "gemm: ", name,
                   " must be a 16-byte aligned device pointer");

@@ -29,6 +29,19 @@
 #include "tile/types.cuh"
 #include "tile/warpgroup.cuh"
 
+// Build switches (CMake options of the same names), both off by default because on the H200 each
+// measured slower at M = 128, where a lone consumer warpgroup's K steps are short (bench/RESULTS.md,
+// 2026-11-30, fourth session: 0.90x cuBLAS without either, 0.78x with the trace compiled in, 0.84x with
+// both). MP_PIPELINE_TRACE: the trace_mark / trace_step timeline diagnostics (metapipe gemm --trace).
+// MP_PIPELINE_PDL: kernels wait for the previous grid (griddepcontrol) so that they may be launched
+// overlapping it (launch(..., overlap); metapipe gemm --pdl 1).
+#ifndef MP_PIPELINE_TRACE
+#define MP_PIPELINE_TRACE 0
+#endif
+#ifndef MP_PIPELINE_PDL
+#define MP_PIPELINE_PDL 0
+#endif
+
 namespace mp::tile::pc {
 
 // The most dynamic shared memory one block may use on Hopper (227 KiB); the template checks its layout
@@ -75,7 +88,7 @@ constexpr int trace_step_count = 64;
 constexpr int trace_points = trace_steps + 3 * trace_step_count;
 template <class G>
 __device__ inline void trace_mark(const G& g, int point) {
-  if constexpr (requires {
+  if constexpr (MP_PIPELINE_TRACE && requires {
                   g.trace;
                   g.trace_blocks;
                 }) {
@@ -89,7 +102,7 @@ __device__ inline void trace_mark(const G& g, int point) {
 // parameters on its path shows in the GEMM's time).
 template <class G>
 __device__ inline bool tracing_steps(const G& g, int thread = 0) {
-  if constexpr (requires {
+  if constexpr (MP_PIPELINE_TRACE && requires {
                   g.trace;
                   g.trace_blocks;
                 })
@@ -227,9 +240,11 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     cluster_sync();
   else
     __syncthreads();
+#if MP_PIPELINE_PDL
   // Dependent launch: global memory only once the previous grid is done; the next may start launching.
   grid_dependency_wait();
   allow_dependent_launch();
+#endif
   trace_mark(g, trace_ready);
   trace_mark(g, trace_sm);
   const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
@@ -362,12 +377,19 @@ cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_bl
   static cudaError_t attr =
       cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
+  overlap = overlap && MP_PIPELINE_PDL;  // without the wait compiled in, a kernel must not overlap
   cudaLaunchAttribute at[2];
   cudaLaunchConfig_t cfg = launch_config<K>(stream, at, overlap);
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
   int blocks = max_blocks > 0 ? max_blocks : resident_blocks<K>();
   blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
+  if constexpr (T::cluster == 1) {  // a plain launch: no cluster scheduling constraints at all
+    if (!overlap) {
+      kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
+      return cudaGetLastError();
+    }
+  }
   cfg.gridDim = dim3(blocks);
   return cudaLaunchKernelEx(&cfg, kernel<K>, g);
 }

@@ -29,8 +29,10 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   semaphore* full = m.full;
   semaphore* empty = m.empty;
   __syncthreads();
+#if MP_PIPELINE_PDL
   grid_dependency_wait();  // dependent launch: as in kernel<K> (tile/pipeline.cuh)
   allow_dependent_launch();
+#endif
   trace_mark(g, trace_ready);
   trace_mark(g, trace_sm);
 
@@ -88,6 +90,12 @@ cudaError_t launch_pingpong(const typename K::globals& g, cudaStream_t stream, i
   if (attr != cudaSuccess) return attr;
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
+  overlap = overlap && MP_PIPELINE_PDL;  // as in launch()
+  if (!overlap) {
+    pingpong_kernel<K><<<std::min(max_blocks > 0 ? max_blocks : device_sm_count(), nwork), T::threads,
+                         T::shared_bytes, stream>>>(g);
+    return cudaGetLastError();
+  }
   cudaLaunchAttribute at[2];
   cudaLaunchConfig_t cfg = launch_config<K>(stream, at, overlap);
   cfg.gridDim = dim3(std::min(max_blocks > 0 ? max_blocks : device_sm_count(), nwork));

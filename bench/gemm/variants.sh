@@ -3,14 +3,14 @@
 # `metapipe gemm` (check, then ours and cuBLAS timed interleaved in one process) for each line of a
 # variants file (default: bench/gemm/variants.txt), printing one line per variant (and the timeline
 # table of a --trace variant).
-#   usage: bench/gemm/variants.sh [FILE]
+#   usage: [CMAKE_ARGS="-DMP_PIPELINE_TRACE=ON"] bench/gemm/variants.sh [FILE]   (--trace variants need it)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/gemm-variants}"; mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
 list="${1:-bench/gemm/variants.txt}"
 t0=$(date +%s)
-cmake --preset default >"$OUT/build.log" 2>&1 && cmake --build --preset default -j"$(nproc)" --target metapipe >>"$OUT/build.log" 2>&1 ||
+cmake --preset default ${CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 && cmake --build --preset default -j"$(nproc)" --target metapipe >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; grep -E "error" -A3 "$OUT/build.log" | head -30; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
