@@ -28,38 +28,37 @@ __device__ inline void expect_bytes(semaphore& s, uint32_t bytes) {
                "r"(bytes)
                : "memory");
 }
-__device__ inline bool test_wait(semaphore& s, uint32_t parity) {
+// Whether the phase with this parity has completed: mbarrier.try_wait (Suspend: the thread may be suspended
+// until it completes) or mbarrier.test_wait (never suspends: a spin; diagnostics compare the two).
+template <bool Suspend>
+__device__ inline bool phase_done(semaphore& s, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(s.addr()), "r"(parity)
-      : "memory");
+#define MP_PHASE_DONE(INSTR)                                                  \
+  asm volatile("{\n.reg .pred p;\n" INSTR                                     \
+               ".parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"           \
+               "selp.u32 %0, 1, 0, p;\n}\n"                                   \
+               : "=r"(done)                                                   \
+               : "r"(s.addr()), "r"(parity)                                   \
+               : "memory")
+  if constexpr (Suspend)
+    MP_PHASE_DONE("mbarrier.try_wait");
+  else
+    MP_PHASE_DONE("mbarrier.test_wait");
+#undef MP_PHASE_DONE
   return done != 0;
 }
+__device__ inline bool test_wait(semaphore& s, uint32_t parity) { return phase_done<true>(s, parity); }
 // Wait until the phase with this parity has completed.
 __device__ inline void wait(semaphore& s, uint32_t parity) {
-  while (!test_wait(s, parity)) {
+  while (!phase_done<true>(s, parity)) {
   }
 }
-// The same with mbarrier.test_wait, which never suspends the thread: a spin (diagnostics compare the two).
-__device__ inline bool poll(semaphore& s, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\n"
-      "mbarrier.test_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(done)
-      : "r"(s.addr()), "r"(parity)
-      : "memory");
-  return done != 0;
-}
+// The same, spinning on test_wait.
 __device__ inline void wait_spinning(semaphore& s, uint32_t parity) {
-  while (!poll(s, parity)) {
+  while (!phase_done<false>(s, parity)) {
   }
 }
+
 
 // A ring position: stage index and the parity of the current pass over the ring.
 template <int Stages>
