@@ -21,6 +21,14 @@ enum class out_type { bf16, f32 };
 // one's epilogue overlaps the other's mainloop (cluster 0 or 1).
 enum class consumer_schedule { cooperative, pingpong };
 enum class epilogue_mode { immediate, deferred };
+// How the K splits of a tile are added up. workspace (the default): every split but the last to finish
+// writes its fp32 partial sums to global memory, and the last adds them (any split count, any tile).
+// cluster (opt-in): the two splits of a 64 x 128 tile run on the two blocks of a thread-block cluster, and
+// one sends its partial sums straight into the other's shared memory (distributed shared memory). The
+// exchange itself is faster (2.7 us less at 128 x 4096 x 14336 with no loads), but the loads of blocks
+// launched in clusters measured 35 % slower on the H200, so the whole GEMM is slower (bench/RESULTS.md,
+// 2026-11-30, fifth session).
+enum class split_reduce { workspace, cluster };
 
 // How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
 // benchmarks turn features off to measure what each buys.
@@ -28,6 +36,7 @@ struct GemmSchedule {
   bool persistent = true;  // one block per SM walking tiles; false: one block per tile
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
+  split_reduce reduce = split_reduce::workspace;  // how split tiles are added up (see split_reduce)
   // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
   // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
   // shapes whose 128-row tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.
@@ -82,6 +91,10 @@ constexpr int gemm_trace_times = 7, gemm_trace_step_count = 64;
 constexpr int gemm_trace_points = gemm_trace_times + 1 + 3 * gemm_trace_step_count;
 extern const char* const gemm_trace_point_names[gemm_trace_times];
 
+// "workspace" / "cluster", and back (false for an unknown name).
+const char* split_reduce_name(split_reduce r);
+bool parse_split_reduce(const std::string& name, split_reduce& out);
+
 // "cooperative" / "pingpong", and back (false for an unknown name).
 const char* consumer_schedule_name(consumer_schedule c);
 bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
@@ -104,7 +117,8 @@ void gemm_bf16_cublas(const void* a, const void* b, void* c, int m, int n, int k
 struct GemmPlan {
   int bm, bn, splits, tiles, cluster;
   bool pingpong;
-  int sk_tiles;  // tiles shared out by stream-K over the persistent grid (0: none)
+  int sk_tiles;                 // tiles shared out by stream-K over the persistent grid (0: none)
+  bool cluster_reduce = false;  // split_reduce::cluster: the 2 splits of a tile are one cluster's blocks
 };
 GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms);
 // Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).

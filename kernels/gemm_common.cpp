@@ -105,15 +105,25 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
   MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
   // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
   const bool sk = s.stream_k && splits == 1 && s.persistent && cluster == 1 && !pingpong;
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0};
+  // The cluster reduction of split tiles: two K halves of a 64 x 128 tile on the two blocks of a cluster
+  // (one kernel shape, to keep the kernel count down: the one small shapes get by default).
+  const bool cluster_fits = bm == 64 && bn == 128 && splits == 2 && cluster == 1 && !pingpong;
+  MP_USER_CHECK(s.reduce != split_reduce::cluster || cluster_fits,
+                "gemm: the cluster split-K reduction runs 64 x 128 tiles split 2 ways without a multicast "
+                "cluster (block_m 64, block_n 128, split_k 2, cluster 1); this shape got ",
+                bm, " x ", bn, " tiles split ", splits, " ways, cluster ", cluster,
+                pingpong ? ", pingpong" : "", " (use the workspace reduction, or set those options)");
+  const bool cr = s.reduce == split_reduce::cluster;
+  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr};
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
   char buf[200];
   char sk[48] = "";
   if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
-  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d, cluster %d, %s grid",
-                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, p.cluster,
+  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d%s, cluster %d, %s grid",
+                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits,
+                p.cluster_reduce ? " (added in a cluster pair)" : "", p.cluster,
                 s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }
@@ -121,6 +131,21 @@ std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
 const char* const gemm_trace_point_names[gemm_trace_times] = {
     "block start",   "ready (set up; previous kernel done)", "first stage full", "mainloop done",
     "fixup done (split tiles)", "finish issued",             "block done"};
+
+const char* split_reduce_name(split_reduce r) {
+  switch (r) {
+    case split_reduce::cluster: return "cluster";
+    default: return "workspace";
+  }
+}
+bool parse_split_reduce(const std::string& name, split_reduce& out) {
+  for (auto r : {split_reduce::workspace, split_reduce::cluster})
+    if (name == split_reduce_name(r)) {
+      out = r;
+      return true;
+    }
+  return false;
+}
 
 const char* consumer_schedule_name(consumer_schedule c) {
   return c == consumer_schedule::pingpong ? "pingpong" : "cooperative";

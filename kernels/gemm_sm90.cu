@@ -9,7 +9,9 @@
 // Options: 2-block clusters sharing the B tile through TMA multicast; a deferred epilogue (part of a tile
 // written during the next tile's first K steps); the ping-pong schedule (64 x 256 or 128 x 128 tiles, each
 // owned by one consumer warpgroup, the two taking turns at the tensor cores so that one's epilogue overlaps
-// the other's mainloop; tile/pipeline_pingpong.cuh); and the diagnostics data_only / compute_only.
+// the other's mainloop; tile/pipeline_pingpong.cuh); split tiles added up in a cluster pair through
+// distributed shared memory (split_reduce::cluster, 64 x 128 tiles split 2 ways); and the diagnostics
+// data_only / compute_only.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -61,15 +63,21 @@ struct gemm_globals {
 // way), instead of a 128 x BN tile that both consumers share (64 rows each).
 // NC: consumer warpgroups of the cooperative schedule, 64 rows each (BM = 64 * NC); NC = 1 is the small
 // tile (64 x 64 or 64 x 128) for problems with too few 128-row tiles to fill the GPU (small M or N).
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
+// KC: split-K 2 ways within a cluster: the two blocks of a cluster take the two K halves of one tile, and
+// the second sends its partial sums into the first's shared memory (distributed shared memory), instead
+// of both going through a global workspace (fixup); one consumer warpgroup, no multicast.
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false>
 struct gemm_kernel {
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
   static_assert(!PP || NC == 2, "gemm: the ping-pong schedule has two consumer warpgroups");
+  static_assert(!KC || (NC == 1 && CS == 1 && !PP), "gemm: the cluster K split is for 64-row tiles, no multicast");
   static constexpr int BM = PP ? (BN == 256 ? 64 : 128) : 64 * NC, BK = 64;
   static constexpr int MH = PP ? BM / 64 : 1;  // 64-row accumulator slices per consumer
-  // Blocks per cluster. With 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each block
-  // loads half of the B tile and multicasts it to both, halving B's traffic from L2.
-  static constexpr int cluster = CS;
+  // Blocks per cluster. With CS = 2, the pair computes M-tiles 2i and 2i+1 of the same N column: each
+  // block loads half of the B tile and multicasts it to both, halving B's traffic from L2. With KC, the
+  // pair computes one tile, a K half each, and each block's ring is its own.
+  static constexpr int cluster = KC ? 2 : CS;
+  static constexpr bool multicast = CS > 1;
   // Ping-pong stages (40 KB for 64 x 256, 32 KB for 128 x 128) hold half the math of a shared 128 x 256
   // stage, so the ring is deeper, with a single epilogue buffer per consumer to make room.
   static constexpr int consumers = NC;
@@ -88,10 +96,32 @@ struct gemm_kernel {
   static constexpr int CW = 128 / int(sizeof(OutT));
   static constexpr int c_buffers = PP ? 1 : 2;
   using c_tile = st<OutT, 64, CW>;
-  struct finish_smem {
-    c_tile c[consumers][c_buffers];
-    int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
+  // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
+  static constexpr int acc_float4 = MH * BN / 8;
+  // KC: block 1's partial sums arrive in block 0's `part`, laid out as fixup() lays them out (float4 i of
+  // thread t at i * 128 + t). It shares its space with the epilogue's buffers, so that the ring keeps its
+  // depth (8 stages of 64 x 128: a separate 32 KB would leave 7): block 0 reads the sums into registers,
+  // then writes its tile through the same bytes. `full` completes when the sums are in (block 0's
+  // expect_bytes and block 1's st.async bytes), `empty` when block 0's epilogue is done with the space
+  // (its TMA stores have read it: one remote arrival).
+  struct reduce_sems {
+    semaphore full, empty;
   };
+  struct no_reduce {};
+  struct finish_smem {
+    union {
+      c_tile c[consumers][c_buffers];
+      float4 part[KC ? acc_float4 * warpgroup_threads : 1];
+    };
+    int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
+    std::conditional_t<KC, reduce_sems, no_reduce> red;
+  };
+  __device__ static void init(finish_smem& fs) {
+    if constexpr (KC) {
+      init_semaphore(fs.red.full, 1);
+      init_semaphore(fs.red.empty, 1);
+    }
+  }
   using globals = gemm_globals;
   // The ring: as deep as the shared memory allows beside the epilogue buffers (at most 16 stages).
   static constexpr int stage_bytes = (BM + BN) * BK * 2;
@@ -103,7 +133,7 @@ struct gemm_kernel {
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
   // wgmma keep the tensor cores busy. Two chunks (32 registers) fit beside the 128 accumulators; three
   // or four spill (ptxas -v), so MP_GEMM_DEFERRED is 2.
-  static constexpr bool can_defer = !PP && std::is_same_v<OutT, bf16>;
+  static constexpr bool can_defer = !PP && !KC && std::is_same_v<OutT, bf16>;  // KC: the buffers hold `part`
   // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
   // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
   static constexpr int chunks = MH * (BN / CW);
@@ -114,6 +144,7 @@ struct gemm_kernel {
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
     bool data_only = false, deferred = false;           // g's, read once (begin)
+    uint32_t red_phase = 0;                             // KC: the parity of the pair's next exchange
   };
   // Each consumer's copies of the flags its K steps test (a parameter load per step is on a lone
   // consumer's critical path).
@@ -132,11 +163,16 @@ struct gemm_kernel {
     int fix;      // index of the tile among those shared (workspace and counter)
   };
   __host__ __device__ static int work_count(const globals& g) {
+    if (KC) return g.tiles_m * g.tiles_n;  // the two blocks of a cluster share each item
     if (g.splits > 1) return g.tiles_m * g.tiles_n * g.splits;
     return g.dp_tiles + (g.sk_tiles > 0 ? 3 * g.grid : 0);  // a block's K range touches at most 3 tiles
   }
   __device__ static segment segment_of(const globals& g, int work) {
     const int tiles = g.tiles_m * g.tiles_n, I = g.k_iters;
+    if constexpr (KC) {  // item = tile; block r of the cluster takes K half r (both halves non-empty: I >= 2)
+      const int r = int(cluster_ctarank()), first = r * g.iters_per_split;
+      return {work, first, min(g.iters_per_split, I - first), r, 2, work};
+    }
     if (g.splits > 1) {  // split-K: item = split * tiles + tile
       const int s = work / tiles, t = work % tiles, first = s * g.iters_per_split;
       return {t, first, min(g.iters_per_split, I - first), s, g.splits, t};
@@ -242,8 +278,6 @@ struct gemm_kernel {
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
   }
 
-  // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
-  static constexpr int acc_float4 = MH * BN / 8;
   // The parts of a tile (work item) held by different consumers: one per consumer warpgroup (cooperative)
   // or one (ping-pong), times the blocks of a cluster (each computes its own M-tile of the item).
   static constexpr int parts = (PP ? 1 : consumers) * CS;
@@ -299,6 +333,45 @@ struct gemm_kernel {
     return true;
   }
 
+  // KC's fixup: block 1 of the pair, once block 0 is done with the previous item's `part` space, stores its
+  // partial sums there (st.async, counted on block 0's red.full) and is done with the item; block 0
+  // announces the bytes, waits for them, adds them to its accumulators and returns true: it stores the
+  // tile, and its finish() frees the space after the stores (release_part).
+  __device__ static bool reduce_pair(state& st, finish_smem& fs) {
+    auto& r = fs.red;
+    const int t = warpgroup::thread_in_group();
+    const uint32_t parity = st.red_phase;
+    st.red_phase ^= 1u;
+    if (cluster_ctarank() != 0) {
+      wait_cluster(r.empty, parity ^ 1u);  // a fresh semaphore counts as having completed phase "-1"
+      const uint32_t part = cluster_address(&fs.part[t], 0), full = cluster_address(&r.full, 0);
+#pragma unroll
+      for (int i = 0; i < acc_float4; ++i) {
+        const float2* p = acc_pair(st, i);
+        store_async_cluster(part + uint32_t(i * warpgroup_threads * sizeof(float4)),
+                            make_float4(p[0].x, p[0].y, p[1].x, p[1].y), full);
+      }
+      return false;
+    }
+    if (t == 0) expect_bytes(r.full, uint32_t(sizeof(fs.part)));
+    wait_cluster(r.full, parity);
+#pragma unroll
+    for (int i = 0; i < acc_float4; ++i) {
+      const float4 v = fs.part[i * warpgroup_threads + t];
+      float2* p = acc_pair(st, i);
+      p[0].x += v.x, p[0].y += v.y, p[1].x += v.z, p[1].y += v.w;
+    }
+    return true;  // the epilogue's first named barrier orders these reads before its writes to the space
+  }
+  // KC, block 0, after its epilogue: once the TMA stores have read the buffers, block 1 may send the next
+  // partial sums (the leader issued the stores, so its wait covers them).
+  __device__ static void release_part(finish_smem& fs) {
+    if (warpgroup::thread_in_group() == 0) {
+      tma::wait_read<0>();
+      arrive_cluster(fs.red.empty, 1);
+    }
+  }
+
   // Write chunk J of the stash to shared memory and start its TMA store (both consumer warpgroups each
   // write their own rows; named barrier 1 + consumer).
   template <int J>  // J-th deferred chunk: chunk chunks - deferred_chunks + J of the tile
@@ -349,7 +422,11 @@ struct gemm_kernel {
     for (int h = 0; h < MH; ++h) warpgroup::fence_accumulator(st.acc[h]);
     if (w.iters == 0) return;
     if (w.count > 1) {
-      const bool mine = fixup(st, fs, g, w, consumer);
+      bool mine;
+      if constexpr (KC)
+        mine = reduce_pair(st, fs);
+      else
+        mine = fixup(st, fs, g, w, consumer);
       pc::trace_mark(g, pc::trace_fixup_done);
       if (!mine) return;
     }
@@ -405,6 +482,8 @@ struct gemm_kernel {
           tma::commit_group();
         }
       }
+    if constexpr (KC)
+      if (w.count > 1) release_part(fs);
   }
 };
 
@@ -442,42 +521,48 @@ const CUtensorMap& cached_map(const void* p, int depth, int rows, int cols) {
   return e.map;
 }
 
-// The workspace for tiles that several blocks finish (split-K, stream-K): per stream in use, grow-only,
-// the tile counters first (zeroed when allocated; every launch leaves them at zero), then fp32 partials.
+// The workspace for tiles that several blocks finish (split-K, stream-K): per stream in use, grow-only, the
+// tile counters and the fp32 partials in two allocations. The counters are zeroed whenever their
+// allocation grows, and every launch leaves the counters it used at zero, so all of them are zero at every
+// launch. (They once shared one allocation, counters first: a launch with more counters than the last one
+// then read the previous launch's partials as counters, found them non-zero, and left tiles unwritten.)
 struct fixup_space {
   int* counters;
   float4* partials;
 };
 fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float4) {
+  struct buffer {
+    void* p = nullptr;
+    size_t bytes = 0;
+    void grow(size_t want, cudaStream_t s, bool zero) {
+      if (bytes >= want) return;
+      if (p) check_cuda(cudaFreeAsync(p, s), "freeing the GEMM workspace");
+      check_cuda(cudaMallocAsync(&p, want, s), "allocating the GEMM workspace");
+      if (zero) check_cuda(cudaMemsetAsync(p, 0, want, s), "clearing the GEMM tile counters");
+      bytes = want;
+    }
+  };
   struct entry {
     cudaStream_t s;
-    void* p;
-    size_t bytes;
+    buffer counters, partials;
   };
-  const size_t counter_bytes = (counters * sizeof(int) + 255) / 256 * 256;
-  const size_t bytes = counter_bytes + partial_float4 * sizeof(float4);
   thread_local std::vector<entry> ws;
   entry* e = nullptr;
   for (auto& x : ws)
     if (x.s == stream) e = &x;
   if (!e) {
-    ws.push_back({stream, nullptr, 0});
+    ws.push_back({stream, {}, {}});
     e = &ws.back();
   }
-  if (e->bytes < bytes) {
-    if (e->p) check_cuda(cudaFreeAsync(e->p, stream), "freeing the GEMM workspace");
-    check_cuda(cudaMallocAsync(&e->p, bytes, stream), "allocating the GEMM workspace");
-    check_cuda(cudaMemsetAsync(e->p, 0, bytes, stream), "clearing the GEMM workspace");
-    e->bytes = bytes;
-  }
-  auto* base = static_cast<uint8_t*>(e->p);
-  return {reinterpret_cast<int*>(base), reinterpret_cast<float4*>(base + counter_bytes)};
+  e->counters.grow(counters * sizeof(int), stream, true);
+  e->partials.grow(partial_float4 * sizeof(float4), stream, false);
+  return {static_cast<int*>(e->counters.p), static_cast<float4*>(e->partials.p)};
 }
 
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2>
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const GemmPlan& p) {
-  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC>;
+  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC, KC>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -498,7 +583,9 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int tiles = g.tiles_m * g.tiles_n;
   size_t fix_tiles = 0;
-  if (g.splits > 1) {
+  if (KC) {
+    MP_INTERNAL_CHECK(g.splits == 2, "gemm: the cluster K split takes exactly 2 K ranges, got ", g.splits);
+  } else if (g.splits > 1) {
     fix_tiles = tiles, g.slots = g.splits;
   } else if (p.sk_tiles > 0) {
     if constexpr (!PP && CS == 1) g.grid = pc::resident_blocks<K>();
@@ -511,7 +598,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
                              fix_tiles * K::parts * g.slots * K::acc_float4 * warpgroup_threads);
     g.counters = w.counters, g.ws = w.partials;
   }
-  const int max_blocks = s.persistent ? 0 : K::work_count(g) * CS;
+  const int max_blocks = s.persistent ? 0 : K::work_count(g) * K::cluster;
   if constexpr (PP)
     check_cuda(pc::launch_pingpong<K>(g, stream, max_blocks, s.overlap_launch), "the GEMM kernel launch");
   else
@@ -550,8 +637,10 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   if (p.bm == 64) {  // one consumer warpgroup: 64 x 64 or 64 x 128 tiles (the latter also in pairs)
 #define MP_GEMM_SMALL(BN, BT, OUT)                                                            \
   if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                          \
-    if constexpr (BN == 128)                                                                  \
+    if constexpr (BN == 128) {                                                                \
       if (p.cluster == 2) return run<BN, BT, OUT, 2, false, 1>(a, b, c, m, n, k, stream, s, p); \
+      if (p.cluster_reduce) return run<BN, BT, OUT, 1, false, 1, true>(a, b, c, m, n, k, stream, s, p); \
+    }                                                                                         \
     return run<BN, BT, OUT, 1, false, 1>(a, b, c, m, n, k, stream, s, p);                     \
   }
     MP_GEMM_SMALL(64, true, bf16)

@@ -14,6 +14,8 @@
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
+//     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
+//     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -54,6 +56,17 @@ constexpr int cluster_of() {
     return K::cluster;
   else
     return 1;
+}
+// Whether the blocks of a cluster share their ring stages (TMA multicast writes into the peers' stages, so
+// a stage is free only once every block's consumers have released it): K::multicast, or by default
+// whenever there is a cluster. A kernel whose blocks use the cluster otherwise (distributed shared memory
+// in its finish step) sets multicast = false, and each block's ring is its own.
+template <class K>
+constexpr bool multicast_of() {
+  if constexpr (requires { K::multicast; })
+    return K::multicast;
+  else
+    return cluster_of<K>() > 1;
 }
 
 // How many wgmma groups a consumer leaves in flight when it moves on to the next stage: K::globals may
@@ -138,6 +151,8 @@ __device__ inline void ring_wait(int mode, semaphore& s, uint32_t parity) {
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
+  static constexpr bool multicast = multicast_of<K>();
+  static constexpr int ring_blocks = multicast ? cluster : 1;  // blocks that release each stage
   static constexpr int consumers = K::consumers;
   static constexpr int stages = K::stages;
   static constexpr int threads = (consumers + 1) * warpgroup_threads;
@@ -187,6 +202,7 @@ struct block_smem {
         init_semaphore(m.full[s], 1);
         init_semaphore(m.empty[s], empty_arrivals);
       }
+      if constexpr (requires { K::init(*m.fin); }) K::init(*m.fin);  // optional: the finish step's semaphores
       fence_barrier_init();
     }
     return m;
@@ -231,7 +247,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   extern __shared__ uint8_t smem_raw[];
   // One arrival per consumer warp of every block of the cluster on `empty`: with multicast, a peer writes
   // into this block's stage, so the stage is free only when all blocks have consumed it.
-  const auto m = block_smem<K>::carve(smem_raw, T::consumers * warpgroup_warps * T::cluster);
+  const auto m = block_smem<K>::carve(smem_raw, T::consumers * warpgroup_warps * T::ring_blocks);
   auto* stages = m.stages;
   auto* fin = m.fin;
   semaphore* full = m.full;
@@ -260,7 +276,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     ring_pos<T::stages> p;
     const uint32_t rank = T::cluster > 1 ? cluster_ctarank() : 0;
     auto release = [rank](semaphore& e) {
-      if constexpr (T::cluster == 1)
+      if constexpr (T::ring_blocks == 1)
         arrive(e);
       else {
         arrive(e);

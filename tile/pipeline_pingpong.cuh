@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     pingpong_kernel(const __grid_constant__ typename K::globals g) {
   using T = traits<K>;
   static_assert(T::consumers == 2, "pingpong: exactly two consumer warpgroups take turns");
-  static_assert(T::cluster == 1, "pingpong: no thread-block clusters (each item has one consumer)");
+  static_assert(T::cluster == 1 && !T::multicast, "pingpong: no thread-block clusters (each item has one consumer)");
   trace_mark(g, trace_start);
   extern __shared__ uint8_t smem_raw[];
   // one arrival per warp of the one consumer of a stage on `empty`

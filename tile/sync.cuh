@@ -90,11 +90,40 @@ __device__ inline uint32_t cluster_ctarank() {
 __device__ inline void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
-// Arrive on the semaphore at the same shared-memory offset in block `cta` of the cluster.
-__device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
+// The shared::cluster address of `p` (in this block's shared memory) at the same offset in block `cta` of
+// the cluster.
+__device__ inline uint32_t cluster_address(const void* p, uint32_t cta) {
   uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(s.addr()), "r"(cta));
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(p))), "r"(cta));
+  return remote;
+}
+// Arrive on the semaphore at the same shared-memory offset in block `cta` of the cluster (release at cluster
+// scope: this thread's memory accesses before it happen before a peer's wait_cluster returns).
+__device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(&s, cta))
+               : "memory");
+}
+// Wait for a phase that peer blocks complete (arrive_cluster, store_async_cluster): acquire at cluster scope.
+__device__ inline void wait_cluster(semaphore& s, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(s.addr()), "r"(parity)
+                 : "memory");
+}
+// Store 16 bytes into a peer block's shared memory (`addr` from cluster_address; 16-byte aligned) and count
+// them on the peer's semaphore at `sem` (cluster_address of it), whose phase waits for them through
+// expect_bytes. Asynchronous: the writer needs no fence; the peer's wait_cluster makes the data visible.
+__device__ inline void store_async_cluster(uint32_t addr, float4 v, uint32_t sem) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   addr),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+               "r"(__float_as_uint(v.w)), "r"(sem)
+               : "memory");
 }
 
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.

@@ -1,6 +1,8 @@
 // CPU tests of the GEMM's host side: shape checks (the messages), bf16 rounding and the fp64 reference.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "core/error.h"
 #include "kernels/gemm.h"
 
@@ -63,6 +65,14 @@ TEST(Gemm, ConsumerScheduleNames) {
   consumer_schedule c = consumer_schedule::cooperative;
   EXPECT_FALSE(parse_consumer_schedule("ping-pong", c));
   EXPECT_EQ(c, consumer_schedule::cooperative);
+  for (auto r : {split_reduce::workspace, split_reduce::cluster}) {
+    split_reduce back = split_reduce::workspace;
+    EXPECT_TRUE(parse_split_reduce(split_reduce_name(r), back));
+    EXPECT_EQ(back, r);
+  }
+  split_reduce r = split_reduce::cluster;
+  EXPECT_FALSE(parse_split_reduce("dsmem", r));
+  EXPECT_EQ(r, split_reduce::cluster);
 }
 
 // The schedule a shape gets on the H200 (132 SMs): computed on the host, so checked here without a GPU.
@@ -82,7 +92,14 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.bn, 128);
   EXPECT_EQ(p.tiles, 64);
   EXPECT_EQ(p.splits, 2);
+  EXPECT_FALSE(p.cluster_reduce);  // through the global workspace by default
   EXPECT_EQ(describe_plan(p, {}), "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid");
+  GemmSchedule cr;
+  cr.reduce = split_reduce::cluster;  // opt-in: the two K halves on a block pair, added through DSMEM
+  p = plan(128, 4096, 4096, cr);
+  EXPECT_TRUE(p.cluster_reduce);
+  EXPECT_EQ(describe_plan(p, cr),
+            "64x128x64 tiles, 64 tiles, split-K 2 (added in a cluster pair), cluster 1, persistent grid");
   p = plan(64, 4096, 4096);
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.tiles, 32);
@@ -135,6 +152,19 @@ TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   s.block_n = 64;
   s.cluster = 2;
   EXPECT_NE(error(s).find("clusters of 2 only when 128 wide"), std::string::npos) << error(s);
+  // The cluster reduction of split tiles exists for 64 x 128 tiles split 2 ways only.
+  for (auto [bm, split, cluster] : {std::tuple{128, 0, 0}, std::tuple{64, 4, 0}, std::tuple{64, 0, 2}}) {
+    s = {};
+    s.reduce = split_reduce::cluster;
+    s.block_m = bm;
+    s.split_k = split;
+    s.cluster = cluster;
+    EXPECT_NE(error(s).find("the cluster split-K reduction runs 64 x 128 tiles split 2 ways"), std::string::npos)
+        << bm << " " << split << " " << cluster << ": " << error(s);
+  }
+  s = {};
+  s.reduce = split_reduce::cluster;
+  EXPECT_EQ(error(s), "");
   s = {};
   s.block_m = 64;
   s.stream_k = true;

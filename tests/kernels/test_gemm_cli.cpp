@@ -67,6 +67,19 @@ TEST(GemmCli, PlanNeedsNoGpu) {
   EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"),
             std::string::npos)
       << r.out;
+  r = run("gemm 128 4096 4096 --plan --sms 132 --split-reduce cluster");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2 (added in a cluster pair), cluster 1"),
+            std::string::npos)
+      << r.out;
+  r = run("gemm 128 4096 4096 --plan --sms 132 --split-reduce dsmem");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--split-reduce is workspace or cluster, got 'dsmem'"), std::string::npos)
+      << r.out;
+  r = run("gemm 128 4096 4096 --plan --sms 132 --split-reduce cluster --split-k 4");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the cluster split-K reduction runs 64 x 128 tiles split 2 ways"), std::string::npos)
+      << r.out;
   r = run("gemm 4096 4096 4096 --plan --sms 132 --schedule pingpong");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("pingpong, 64x256x64 tiles, 1024 tiles, split-K 1"), std::string::npos) << r.out;

@@ -99,8 +99,8 @@ TEST(SM90_Gemm, LargeAndNonSquare) {
 }
 
 // Launches back to back, each reading the previous one's output: the 64- and 128-row tiles, split-K
-// (whose counters the next launch reuses), clusters and ping-pong; and dependent launches (overlapping
-// the previous kernel) where the build has them.
+// (whose counters the next launch reuses), clusters, ping-pong and split tiles added in a cluster pair;
+// and dependent launches (overlapping the previous kernel) where the build has them.
 TEST(SM90_Gemm, BackToBackChains) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(300, "SM90_Gemm.BackToBackChains");
@@ -113,6 +113,11 @@ TEST(SM90_Gemm, BackToBackChains) {
   scheds.back().cluster = 2;
   scheds.push_back({});
   scheds.back().consumers = consumer_schedule::pingpong;
+  scheds.push_back({});  // split tiles added up in a cluster pair (the pair's exchange buffer)
+  scheds.back().reduce = split_reduce::cluster;
+  scheds.back().block_m = 64;
+  scheds.back().block_n = 128;
+  scheds.back().split_k = 2;
   for (const GemmSchedule& s : scheds)
     for (Shape sh : std::vector<Shape>{{128, 1024, 0}, {1040, 512, 0}})
       for (b_layout bl : {b_layout::kn, b_layout::nk}) {
@@ -121,6 +126,37 @@ TEST(SM90_Gemm, BackToBackChains) {
                           << " [" << r.plan << ", pdl " << s.overlap_launch << "] seed " << r.seed
                           << ": rel err " << r.rel_err << ", " << r.unwritten << " unwritten";
       }
+}
+
+// Split tiles added up in a cluster pair (distributed shared memory) and through the global workspace,
+// on the 64 x 128 tiles split 2 ways: partial tiles in M and N, an odd number of K steps (the halves
+// differ), two K steps (one each), many tiles per block pair (the pair's exchange buffer reused), and one
+// block pair per tile.
+TEST(SM90_Gemm, SplitReduce) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog dog(300, "SM90_Gemm.SplitReduce");
+  // The workspace: a launch with more tile counters than the one before it, and no more partial sums (the
+  // counters once shared an allocation with the partials, and such a launch read old partials as counters).
+  GemmSchedule ws;
+  ws.reduce = split_reduce::workspace;
+  ws.block_m = 64;
+  ws.block_n = 128;
+  ws.split_k = 8;
+  check_all({{128, 4096, 16384}}, ws);  // 64 tiles, 8 partials each
+  ws.split_k = 2;
+  check_all({{1024, 2048, 1024}}, ws);  // 256 tiles, 2 partials each
+  for (auto reduce : {split_reduce::cluster, split_reduce::workspace})
+    for (bool persistent : {true, false}) {
+      GemmSchedule s;
+      s.reduce = reduce;
+      s.block_m = 64;
+      s.block_n = 128;
+      s.split_k = 2;
+      s.persistent = persistent;
+      const GemmPlan p = plan_gemm(128, 4096, 4096, s, 132);
+      EXPECT_EQ(p.cluster_reduce, reduce == split_reduce::cluster);
+      check_all({{128, 4096, 4096}, {80, 1040, 1040}, {144, 272, 128}, {1024, 4096, 1024}, {16, 128, 144}}, s);
+    }
 }
 
 TEST(SM90_Gemm, SplitKAndSmallM) {

@@ -89,6 +89,9 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
   if (auto v = a.integer({"--split-k"})) sched.split_k = int(*v);
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
+  if (auto v = a.value({"--split-reduce"}))
+    if (!kernels::parse_split_reduce(*v, sched.reduce))
+      throw usage_error("metapipe gemm: --split-reduce is workspace or cluster, got '" + *v + "'");
   if (auto v = a.integer({"--cluster"})) sched.cluster = int(*v);
   if (a.flag({"--no-persistent"})) sched.persistent = false;
   if (auto v = a.integer({"--mma-pending"})) {
@@ -212,6 +215,9 @@ MP_REGISTER_COMMAND(
     "                   (one; 64 or 128 wide, for shapes with few 128-row tiles)\n"
     "  --block-n N      tile width: 64, 128 or 256\n"
     "  --split-k N      split K N ways (1: never)\n"
+    "  --split-reduce R how split tiles are added up: workspace (default: partials through\n"
+    "                   global memory) or cluster (64 x 128 tiles split 2 ways: the two halves\n"
+    "                   on a block pair, added through distributed shared memory)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
