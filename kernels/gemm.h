@@ -74,9 +74,6 @@ struct GemmSchedule {
   // access), and lets the next kernel do the same. Only in builds with MP_PIPELINE_PDL=1
   // (tile/pipeline.cuh); otherwise ignored. Off: it measured slower at M = 128 (bench/RESULTS.md).
   bool overlap_launch = false;
-  // Diagnostic: the pipeline's producer and consumers poll their semaphores (mbarrier.test_wait) instead
-  // of try_wait, which may suspend the waiting thread.
-  bool spin_waits = false;
   // Diagnostic timeline: a device buffer of trace_blocks * gemm_trace_points values; block b < trace_blocks
   // writes the global timer (ns) at each point of gemm_trace_point_names (the SM number last). null: off.
   unsigned long long* trace = nullptr;

@@ -53,7 +53,6 @@ struct gemm_globals {
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
   int compute_only; // diagnostic: no loads (GemmSchedule::compute_only)
   int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
-  int wait_mode;    // diagnostic: how the ring's waits wait (GemmSchedule::spin_waits; pc::ring_wait)
   unsigned long long* trace;  // diagnostic timeline (GemmSchedule::trace; pc::trace_mark), or null
   int trace_blocks;
 };
@@ -578,7 +577,6 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue != epilogue_mode::immediate;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
-  g.wait_mode = s.spin_waits ? 1 : 0;
   g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits;
   g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int tiles = g.tiles_m * g.tiles_n;

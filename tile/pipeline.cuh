@@ -131,23 +131,6 @@ __device__ inline void trace_step(bool tracing, const G& g, int it, int which) {
   }
 }
 
-// How the pipeline's threads wait on its semaphores: K::globals may carry `wait_mode` (0: try_wait, which
-// may suspend the thread until the phase completes; 1: spinning on test_wait); 0 when it does not. Read
-// once per thread (wait_mode_of), then passed to ring_wait.
-template <class G>
-__device__ inline int wait_mode_of(const G& g) {
-  if constexpr (requires { g.wait_mode; })
-    return g.wait_mode;
-  else
-    return 0;
-}
-__device__ inline void ring_wait(int mode, semaphore& s, uint32_t parity) {
-  if (mode == 1)
-    wait_spinning(s, parity);
-  else
-    wait(s, parity);
-}
-
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
@@ -215,13 +198,12 @@ template <class K>
 __device__ void produce(const typename K::globals& g, const block_smem<K>& m, int first, int step) {
   ring_pos<traits<K>::stages> p;
   const int nwork = K::work_count(g);
-  const int mode = wait_mode_of(g);
   const bool tracing = tracing_steps(g, int(threadIdx.x));
   for (int work = first; work < nwork; work += step) {
     const typename K::item w = K::item_of(g, work);
     const int iters = K::iters(w);
     for (int it = 0; it < iters; ++it, p.advance()) {
-      ring_wait(mode, m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
+      wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
       trace_step(tracing, g, it, 2);
       K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
     }
@@ -286,14 +268,14 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     };
     const bool signaller = threadIdx.x % warp_threads == 0;
     // Read once: the K loop below runs on registers (see tracing_steps).
-    const int pending = mma_pending_of<K>(g), mode = wait_mode_of(g);
+    const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
     // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
     // that the wait is one instruction).
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
       for (int it = 0; it < iters; ++it, p.advance()) {
-        ring_wait(mode, full[p.stage], p.phase);
+        wait(full[p.stage], p.phase);
         if (tracing && it == 0) trace_mark(g, trace_first_full);
         trace_step(tracing, g, it, 0);
         K::compute(st, stages[p.stage], g, w, it, wg);

@@ -46,7 +46,6 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     typename K::state st;
     ring_pos<T::stages> p;  // follows the producer over the other consumer's items too
     const bool signaller = threadIdx.x % warp_threads == 0;
-    const int mode = wait_mode_of(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);
     int j = 0;
     for (int work = blockIdx.x; work < nwork; work += gridDim.x, ++j) {
@@ -62,7 +61,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       if (j > 0) named_barrier_sync(turn_barrier + wg, 2 * warpgroup_threads);
       int prev = -1;
       for (int it = 0; it < iters; ++it, p.advance()) {
-        ring_wait(mode, full[p.stage], p.phase);
+        wait(full[p.stage], p.phase);
         K::compute(st, stages[p.stage], g, w, it, wg);
         warpgroup::mma_async_wait<1>();  // the previous iteration's wgmma are done: free its stage
         if (prev >= 0 && signaller) arrive(empty[prev]);

@@ -22,6 +22,11 @@ __device__ inline void fence_barrier_init() {
 __device__ inline void arrive(semaphore& s) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(s.addr()) : "memory");
 }
+// An arrival with no memory ordering (.relaxed): for a thread whose accesses to what the semaphore guards
+// are complete before it arrives by other means, e.g. wgmma reads of a ring stage after wgmma.wait_group.
+__device__ inline void arrive_relaxed(semaphore& s) {
+  asm volatile("mbarrier.arrive.relaxed.cta.shared::cta.b64 _, [%0];" ::"r"(s.addr()) : "memory");
+}
 // One arrival that also announces `bytes` of TMA traffic the phase must wait for.
 __device__ inline void expect_bytes(semaphore& s, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(s.addr()),
@@ -53,10 +58,16 @@ __device__ inline void wait(semaphore& s, uint32_t parity) {
   while (!phase_done<true>(s, parity)) {
   }
 }
-// The same, spinning on test_wait.
-__device__ inline void wait_spinning(semaphore& s, uint32_t parity) {
-  while (!phase_done<false>(s, parity)) {
-  }
+// The same without acquire ordering (.relaxed try_wait): for waits whose data reaches the waiter by other
+// means (wgmma reads of a TMA-filled stage, which the mbarrier's transaction count already covers).
+__device__ inline void wait_relaxed(semaphore& s, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(s.addr()), "r"(parity)
+                 : "memory");
 }
 
 

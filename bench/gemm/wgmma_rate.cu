@@ -33,14 +33,30 @@ constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s
 
 // Overwrite: the first wgmma of K step s overwrites (s == 0) or accumulates, chosen at run time (a
 // scale-d predicate), as a GEMM that zeroes no accumulators does; otherwise every wgmma accumulates.
-template <int N, int Chains, int Pending, bool Overwrite = false>
+// Stages: K step s reads A and B tiles from buffer s % Stages (the GEMM's ring rotates through 8), instead
+// of the same ones every step. Ring: each step also goes through the GEMM's ring handshake (one warpgroup
+// issuing): a producer thread arrives on the stage's `full` mbarrier once the consumer has released it
+// (`empty`), the consumer waits for `full` before its wgmma and releases the stage Pending steps later,
+// as the GEMM's --compute-only run does. Sem (with Ring): the consumer's memory ordering, 0: release
+// arrivals and acquire waits (the mbarrier defaults); bit 0: relaxed arrivals on `empty`; bit 1: relaxed
+// waits on `full`.
+template <int N, int Chains, int Pending, bool Overwrite = false, int Stages = 1, bool Ring = false, int Sem = 0>
 __global__ void __launch_bounds__(max_wgs * 128, 1)
     rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {
   extern __shared__ uint8_t raw[];
   uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-  auto& a = *reinterpret_cast<st_bf<64, 64>*>(base);
-  auto& b = *reinterpret_cast<st_bf<N, 64>*>(base + sizeof(st_bf<64, 64>));
-  for (int i = threadIdx.x; i < int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) / 4; i += blockDim.x) {
+  constexpr int tile_bytes = int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>));
+  auto a_of = [&](int i) -> st_bf<64, 64>& { return *reinterpret_cast<st_bf<64, 64>*>(base + i * tile_bytes); };
+  auto b_of = [&](int i) -> st_bf<N, 64>& {
+    return *reinterpret_cast<st_bf<N, 64>*>(base + i * tile_bytes + sizeof(st_bf<64, 64>));
+  };
+  semaphore* full = reinterpret_cast<semaphore*>(base + Stages * tile_bytes);
+  semaphore* empty = full + Stages;
+  if (Ring && threadIdx.x == 0) {
+    for (int i = 0; i < Stages; ++i) init_semaphore(full[i], 1), init_semaphore(empty[i], 4);
+    fence_barrier_init();
+  }
+  for (int i = threadIdx.x; i < Stages * tile_bytes / 4; i += blockDim.x) {
     uint32_t v = 0;
     if (random) {  // two bf16 in [-1, 1) from a hash of the index
       uint32_t x = (i + 1) * 2654435761u ^ blockIdx.x;
@@ -54,23 +70,51 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
   fence_async_shared();  // the zeros are read by wgmma (the async proxy)
   __syncthreads();
   const int wg = threadIdx.x / 128;
+  if constexpr (Ring) {
+    if (wg == 1) {  // warpgroup 1: thread 0 is the producer (no data: it only signals each stage full)
+      if (threadIdx.x == 128) {
+        ring_pos<Stages> p;
+        for (int s = 0; s < steps; ++s, p.advance()) {
+          wait(empty[p.stage], p.phase ^ 1u);
+          arrive(full[p.stage]);
+        }
+      }
+      return;
+    }
+  }
   if (wg >= wgs) return;
+  ring_pos<Stages> p;
   rt_fl<16, N> acc[Chains];
 #pragma unroll
   for (int c = 0; c < Chains; ++c) warp::zero(acc[c]);
   const long long t0 = clock64();
   const unsigned long long n0 = global_timer_ns();
-  for (int s = 0; s < steps; ++s) {
+  for (int s = 0; s < steps; ++s, p.advance()) {
+    if constexpr (Ring) {
+      if constexpr (Sem & 2)
+        wait_relaxed(full[p.stage], p.phase);
+      else
+        wait(full[p.stage], p.phase);
+    }
 #pragma unroll
     for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
     warpgroup::mma_fence();
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
-      warpgroup::mma_ABt_slice(acc[ks % Chains], a, b, ks, Overwrite ? (ks > 0 || s > 0) : true);
+      warpgroup::mma_ABt_slice(acc[ks % Chains], a_of(p.stage), b_of(p.stage), ks,
+                               Overwrite ? (ks > 0 || s > 0) : true);
     warpgroup::mma_commit_group();
 #pragma unroll
     for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
     warpgroup::mma_async_wait<Pending>();
+    if constexpr (Ring)
+      if (s >= Pending && threadIdx.x % 32 == 0) {
+        const int back = p.stage - Pending;
+        if constexpr (Sem & 1)
+          arrive_relaxed(empty[back < 0 ? back + Stages : back]);
+        else
+          arrive(empty[back < 0 ? back + Stages : back]);
+      }
   }
   warpgroup::mma_async_wait<0>();
   const long long t1 = clock64();
@@ -86,8 +130,8 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
 }
 
 struct row {
-  int n, chains, pending, wgs, steps;
-  bool random, overwrite;
+  int n, chains, pending, wgs, steps, stages, sem;
+  bool random, overwrite, ring;
   double cycles_per_mma, ns_per_mma, utilisation;
 };
 
@@ -96,11 +140,13 @@ long long median(std::vector<long long> v) {
   return v[v.size() / 2];
 }
 
-template <int N, int Chains, int Pending, bool Overwrite = false>
+template <int N, int Chains, int Pending, bool Overwrite = false, int Stages = 1, bool Ring = false, int Sem = 0>
 bool measure(int wgs, int steps, bool random, int blocks, long long* d_cycles, long long* d_ns, float* d_sink,
              row* out) {
-  const int smem = int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) + 1024;
-  auto k = rate_kernel<N, Chains, Pending, Overwrite>;
+  static_assert(!Ring || Stages > Pending, "wgmma_rate: the ring needs more stages than groups in flight");
+  const int smem = Stages * int(sizeof(st_bf<64, 64>) + sizeof(st_bf<N, 64>)) + 2 * Stages * 8 + 1024;
+  if (Ring && wgs != 1) return false;  // the ring's producer is warpgroup 1
+  auto k = rate_kernel<N, Chains, Pending, Overwrite, Stages, Ring, Sem>;
   if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) return false;
   std::vector<long long> h(blocks * max_wgs), hn(blocks * max_wgs);
   for (int rep = 0; rep < 2; ++rep) {  // the first launch warms up; the second is measured
@@ -115,6 +161,7 @@ bool measure(int wgs, int steps, bool random, int blocks, long long* d_cycles, l
   const double cpm = double(median(per)) / (4.0 * steps);
   out->n = N, out->chains = Chains, out->pending = Pending, out->wgs = wgs, out->steps = steps;
   out->random = random, out->overwrite = Overwrite;
+  out->stages = Stages, out->ring = Ring, out->sem = Sem;
   out->cycles_per_mma = cpm;
   out->ns_per_mma = double(median(per_ns)) / (4.0 * steps);
   out->utilisation = wgs * (64.0 * N * 16) / cpm / fma_per_clock;
@@ -150,8 +197,9 @@ int main(int argc, char** argv) {
   cudaMalloc(&d_ns, sizeof(long long) * sms * max_wgs);
   cudaMalloc(&d_sink, sizeof(float) * max_wgs * 128);
   std::printf("wgmma m64nNk16 bf16 (SS), K steps of 4 wgmma per warpgroup, one block on each of %d SMs\n", sms);
-  std::printf("%5s %7s %8s %4s %6s %7s %10s %13s %9s %11s\n", "N", "chains", "pending", "WGs", "steps", "data",
-              "first", "cycles/wgmma", "ns/wgmma", "tensor use");
+  std::printf("%5s %7s %8s %4s %6s %7s %10s %7s %15s %13s %9s %11s\n", "N", "chains", "pending", "WGs", "steps",
+              "data", "first", "stages", "ring", "cycles/wgmma", "ns/wgmma", "tensor use");
+  std::printf("(ring: the consumer's arrivals on empty / waits on full: rel / acq (the defaults) or relaxed)\n");
   bool ok = true;
   auto show = [&](bool fine, const row& r) {
     if (!fine) {
@@ -159,10 +207,29 @@ int main(int argc, char** argv) {
       ok = false;
       return;
     }
-    std::printf("%5d %7d %8d %4d %6d %7s %10s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs, r.steps,
-                r.random ? "random" : "zeros", r.overwrite ? "run-time" : "accumulate", r.cycles_per_mma,
-                r.ns_per_mma, 100 * r.utilisation);
+    const char* ring = !r.ring ? "no" : r.sem == 0 ? "rel/acq" : r.sem == 1 ? "relaxed/acq" : r.sem == 2 ? "rel/relaxed"
+                                                                                      : "relaxed/relaxed";
+    std::printf("%5d %7d %8d %4d %6d %7s %10s %7d %15s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs,
+                r.steps, r.random ? "random" : "zeros", r.overwrite ? "run-time" : "accumulate", r.stages, ring,
+                r.cycles_per_mma, r.ns_per_mma, 100 * r.utilisation);
   };
+  // The GEMM's 64-row tile as its --compute-only run has it: one warpgroup, N = 128, tiles from a ring of 8
+  // stages, with and without the ring's mbarrier handshake; 1, 2 and 8 buffers without it.
+  for (int st : {steps, 128}) {
+    row r{};
+    show(measure<128, 1, 1, true, 1>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 2>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 1>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 2>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 3>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 2, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 2, true, 8, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<256, 1, 1, true, 4>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<256, 1, 1, true, 4, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<256, 1, 1, true, 4, true, 3>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+  }
   // The GEMM's 64-row tile (one warpgroup, N = 128) and 128-row tile (two, N = 256): zeros and random
   // data, a long loop and a small GEMM's 32 K steps.
   for (bool random : {false, true})

@@ -117,7 +117,6 @@ int run_gemm(Args& a) {
     sched.overlap_launch = *v == 1;
   }
   const bool trace = a.flag({"--trace"});
-  sched.spin_waits = a.flag({"--spin-waits"});
   sched.data_only = a.flag({"--data-only"});
   sched.compute_only = a.flag({"--compute-only"});
   if (sched.data_only && sched.compute_only)
@@ -233,8 +232,6 @@ MP_REGISTER_COMMAND(
     "  --pdl 0|1        programmatic dependent launch: start launching while the previous\n"
     "                   kernel in the stream finishes (default 0; needs a build with\n"
     "                   -DMP_PIPELINE_PDL=1, otherwise ignored)\n"
-    "  --spin-waits     diagnostic: the pipeline polls its barriers (test_wait) instead of\n"
-    "                   try_wait, which may suspend the waiting thread\n"
     "  --trace          diagnostic: after the timing, print one launch's timeline per block\n"
     "                   (start, first data, mainloop, fixup, finish, end; min / median / max)\n"
     "  --schedule S     cooperative (default): both consumer warpgroups share a 128-row tile;\n"
