@@ -28,10 +28,6 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Whether a lone consumer warpgroup (64-row tiles) takes its K steps in pairs (pc::paired_of).
-#ifndef MP_GEMM_PAIRED
-#define MP_GEMM_PAIRED 0
-#endif
 
 namespace mp::kernels {
 namespace {
@@ -81,7 +77,6 @@ struct gemm_kernel {
   // pair computes one tile, a K half each, and each block's ring is its own.
   static constexpr int cluster = KC ? 2 : CS;
   static constexpr bool multicast = CS > 1;
-  static constexpr bool paired_steps = MP_GEMM_PAIRED && NC == 1;
   // Ping-pong stages (40 KB for 64 x 256, 32 KB for 128 x 128) hold half the math of a shared 128 x 256
   // stage, so the ring is deeper, with a single epilogue buffer per consumer to make room.
   static constexpr int consumers = NC;

@@ -14,9 +14,8 @@
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
-//     __device__ static void init(finish_smem&);            // optional, thread 0: finish step semaphores
-//     static constexpr int cluster;                          // optional: cluster_of
-//     static constexpr bool multicast, paired_steps;         // optional: multicast_of, paired_of
+//     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
+//     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -57,17 +56,6 @@ constexpr int cluster_of() {
     return K::cluster;
   else
     return 1;
-}
-// Whether the consumers take their K steps in pairs (K::paired_steps; false when absent): both stages'
-// waits, both steps' wgmma, then the releases of the steps that are done, so that the ring's mbarrier
-// operations come once per two steps of wgmma. For a lone consumer warpgroup, whose K loop the
-// handshake slows (bench/gemm/wgmma_rate: a wait and a release per step cost it ~390 cycles a step).
-template <class K>
-constexpr bool paired_of() {
-  if constexpr (requires { K::paired_steps; })
-    return K::paired_steps;
-  else
-    return false;
 }
 // Whether the blocks of a cluster share their ring stages (TMA multicast writes into the peers' stages, so
 // a stage is free only once every block's consumers have released it): K::multicast, or by default
@@ -286,48 +274,20 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
     // that the wait is one instruction).
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
-      if constexpr (paired_of<K>()) {  // K steps in pairs (paired_of)
-        int released = 0;              // steps of this item whose stages went back to the producer
-        for (int it = 0; it < iters;) {
-          const bool two = it + 1 < iters;
-          ring_pos<T::stages> q = p;
-          q.advance();
-          wait(full[p.stage], p.phase);
-          if (two) wait(full[q.stage], q.phase);
-          if (tracing && it == 0) trace_mark(g, trace_first_full);
-          K::compute(st, stages[p.stage], g, w, it, wg);
-          if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-          if (two) {
-            K::compute(st, stages[q.stage], g, w, it + 1, wg);
-            if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-          }
-          it += two ? 2 : 1;
-          p = q;
-          if (two) p.advance();
-          // At most Pending groups stay in flight: the steps before the last Pending are done.
-          warpgroup::mma_async_wait<Pending>();
-          for (; released < it - Pending; ++released)
-            if (signaller) {
-              const int back = p.stage - (it - released);  // step `released`, it - released steps behind
-              release(empty[back < 0 ? back + T::stages : back]);
-            }
+      for (int it = 0; it < iters; ++it, p.advance()) {
+        wait(full[p.stage], p.phase);
+        if (tracing && it == 0) trace_mark(g, trace_first_full);
+        trace_step(tracing, g, it, 0);
+        K::compute(st, stages[p.stage], g, w, it, wg);
+        // At most Pending groups stay in flight; the step they were issued before is done: free it.
+        warpgroup::mma_async_wait<Pending>();
+        trace_step(tracing, g, it, 1);
+        if (it >= Pending && signaller) {
+          const int back = p.stage - Pending;  // the stage Pending steps behind
+          release(empty[back < 0 ? back + T::stages : back]);
         }
-      } else {
-        for (int it = 0; it < iters; ++it, p.advance()) {
-          wait(full[p.stage], p.phase);
-          if (tracing && it == 0) trace_mark(g, trace_first_full);
-          trace_step(tracing, g, it, 0);
-          K::compute(st, stages[p.stage], g, w, it, wg);
-          // At most Pending groups stay in flight; the step they were issued before is done: free it.
-          warpgroup::mma_async_wait<Pending>();
-          trace_step(tracing, g, it, 1);
-          if (it >= Pending && signaller) {
-            const int back = p.stage - Pending;  // the stage Pending steps behind
-            release(empty[back < 0 ? back + T::stages : back]);
-          }
-          // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
-          if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-        }
+        // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
+        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
     };
     for (int work = cluster_id; work < nwork; work += clusters) {
