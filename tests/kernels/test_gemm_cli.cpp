@@ -56,7 +56,8 @@ TEST(GemmCli, WithoutAGpuSaysSo) {
   if (g && mp::gpu_is_hopper(*g)) GTEST_SKIP() << "a Hopper GPU is present";
   auto r = run("gemm 64 64 64");
   EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.out.find("needs a"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("needs a Hopper GPU"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("metapipe gemm: error: metapipe gemm"), std::string::npos) << r.out;  // named once
 }
 
 // --plan prints the schedule a shape gets, computed on the host, with or without a GPU.

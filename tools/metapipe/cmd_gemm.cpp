@@ -163,8 +163,10 @@ int run_gemm(Args& a) {
               << "plan:   " << kernels::describe_plan(p, sched) << "\n";
     return 0;
   }
-  if (!gpu) fail_user("metapipe gemm needs a GPU: ", gpu_absent_reason());
-  if (!gpu_is_hopper(*gpu)) fail_user("metapipe gemm needs a Hopper GPU (sm_90); found ", gpu->name);
+  // (no "metapipe gemm" in these messages: the error line names the command once)
+  if (!gpu) fail_user("needs a Hopper GPU (sm_90): ", gpu_absent_reason(), " ('--plan' shows the schedule without one)");
+  if (!gpu_is_hopper(*gpu))
+    fail_user("needs a Hopper GPU (sm_90); found ", gpu->name, " ('--plan' shows the schedule without one)");
 
   const int m = int(mnk[0]), n = int(mnk[1]), k = int(mnk[2]);
   const auto bl = bt ? kernels::b_layout::nk : kernels::b_layout::kn;
