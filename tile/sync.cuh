@@ -33,43 +33,39 @@ __device__ inline void expect_bytes(semaphore& s, uint32_t bytes) {
                "r"(bytes)
                : "memory");
 }
-// Whether the phase with this parity has completed: mbarrier.try_wait (Suspend: the thread may be suspended
-// until it completes) or mbarrier.test_wait (never suspends: a spin; diagnostics compare the two).
-template <bool Suspend>
+// How a wait orders what follows it: acquire at CTA scope (the default), no ordering (relaxed: for waits
+// whose data reaches the waiter by other means, e.g. wgmma reads of a TMA-filled stage, which the
+// mbarrier's transaction count covers), or acquire at cluster scope (phases that peer blocks complete:
+// arrive_cluster, store_async_cluster).
+enum class wait_order { cta, relaxed, cluster };
+// Whether the phase with this parity has completed (mbarrier.try_wait: the thread may be suspended for a
+// while until it does).
+template <wait_order O = wait_order::cta>
 __device__ inline bool phase_done(semaphore& s, uint32_t parity) {
   uint32_t done;
-#define MP_PHASE_DONE(INSTR)                                                  \
-  asm volatile("{\n.reg .pred p;\n" INSTR                                     \
-               ".parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"           \
+#define MP_PHASE_DONE(SEM)                                                    \
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity" SEM               \
+               ".shared::cta.b64 p, [%1], %2;\n"                              \
                "selp.u32 %0, 1, 0, p;\n}\n"                                   \
                : "=r"(done)                                                   \
                : "r"(s.addr()), "r"(parity)                                   \
                : "memory")
-  if constexpr (Suspend)
-    MP_PHASE_DONE("mbarrier.try_wait");
+  if constexpr (O == wait_order::cta)
+    MP_PHASE_DONE(".acquire.cta");
+  else if constexpr (O == wait_order::relaxed)
+    MP_PHASE_DONE(".relaxed.cta");
   else
-    MP_PHASE_DONE("mbarrier.test_wait");
+    MP_PHASE_DONE(".acquire.cluster");
 #undef MP_PHASE_DONE
   return done != 0;
 }
-__device__ inline bool test_wait(semaphore& s, uint32_t parity) { return phase_done<true>(s, parity); }
 // Wait until the phase with this parity has completed.
+template <wait_order O = wait_order::cta>
 __device__ inline void wait(semaphore& s, uint32_t parity) {
-  while (!phase_done<true>(s, parity)) {
+  while (!phase_done<O>(s, parity)) {
   }
 }
-// The same without acquire ordering (.relaxed try_wait): for waits whose data reaches the waiter by other
-// means (wgmma reads of a TMA-filled stage, which the mbarrier's transaction count already covers).
-__device__ inline void wait_relaxed(semaphore& s, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.relaxed.cta.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(s.addr()), "r"(parity)
-                 : "memory");
-}
-
+__device__ inline void wait_relaxed(semaphore& s, uint32_t parity) { wait<wait_order::relaxed>(s, parity); }
 
 // A ring position: stage index and the parity of the current pass over the ring.
 template <int Stages>
@@ -117,15 +113,7 @@ __device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
                : "memory");
 }
 // Wait for a phase that peer blocks complete (arrive_cluster, store_async_cluster): acquire at cluster scope.
-__device__ inline void wait_cluster(semaphore& s, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(s.addr()), "r"(parity)
-                 : "memory");
-}
+__device__ inline void wait_cluster(semaphore& s, uint32_t parity) { wait<wait_order::cluster>(s, parity); }
 // Store 16 bytes into a peer block's shared memory (`addr` from cluster_address; 16-byte aligned) and count
 // them on the peer's semaphore at `sem` (cluster_address of it), whose phase waits for them through
 // expect_bytes. Asynchronous: the writer needs no fence; the peer's wait_cluster makes the data visible.
