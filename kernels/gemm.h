@@ -37,6 +37,11 @@ struct GemmSchedule {
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
   split_reduce reduce = split_reduce::workspace;  // how split tiles are added up (see split_reduce)
+  // K steps (of 64) by which each split but the one that adds the partials up is shorter than an even
+  // share (ceil(K steps / splits)); the adding split takes the rest. The shorter splits finish first and
+  // write their partials while the adding one still computes, so it does not wait for them. -1: chosen
+  // from the plan; 0: even splits (the last may be shorter when the splits do not divide the K steps).
+  int split_lead = -1;
   // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
   // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
   // shapes whose 128-row tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.
@@ -116,6 +121,7 @@ struct GemmPlan {
   bool pingpong;
   int sk_tiles;                 // tiles shared out by stream-K over the persistent grid (0: none)
   bool cluster_reduce = false;  // split_reduce::cluster: the 2 splits of a tile are one cluster's blocks
+  int split_lead = 0;           // GemmSchedule::split_lead as planned (0 unless splits > 1)
 };
 GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms);
 // Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).

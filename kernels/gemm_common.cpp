@@ -93,6 +93,23 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
     if (tiles * 2 <= sms && k_iters >= 16) splits = std::min(std::min(sms / tiles, k_iters / 8), 8);
   }
   splits = std::max(1, std::min(splits, k_iters));
+  MP_USER_CHECK(s.split_lead >= -1, "gemm: split_lead must be -1 (chosen from the plan) or >= 0, got ",
+                s.split_lead);
+  int lead = 0;
+  if (splits > 1) {
+    const int even = (k_iters + splits - 1) / splits;
+    // Chosen: the shorter splits end about 6 K steps before the last (3 each way for 2 splits, 2 for 4),
+    // at most a quarter of an even share. Measured at 64 x 128 tiles split 2 and 4 ways (bench/RESULTS.md,
+    // 2026-11-30, sixth session): 128 x 4096 x 4096 0.90x -> 0.92x cuBLAS with a lead of 3 or 4 (6 and 8
+    // were slower again), 64 x 4096 x 4096 (4 ways) best at 2.
+    lead = s.split_lead >= 0 ? s.split_lead : std::min((6 + splits - 1) / splits, even / 4);
+    MP_USER_CHECK(lead < even, "gemm: split_lead ", lead, " leaves no K steps to the shorter splits (", splits,
+                  " splits of ", k_iters, " K steps: an even share is ", even, "; use at most ", even - 1, ")");
+  } else {
+    MP_USER_CHECK(s.split_lead <= 0, "gemm: split_lead ", s.split_lead,
+                  " applies to split tiles, and this plan does not split K (split_k 1); set split_k > 1 or "
+                  "leave split_lead at -1");
+  }
   int cluster = s.cluster;
   // Block pairs sharing B (multicast) measured no faster than single blocks on the H200 (see
   // bench/RESULTS.md), so they are opt-in.
@@ -114,16 +131,20 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
                 bm, " x ", bn, " tiles split ", splits, " ways, cluster ", cluster,
                 pingpong ? ", pingpong" : "", " (use the workspace reduction, or set those options)");
   const bool cr = s.reduce == split_reduce::cluster;
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr};
+  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead};
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
-  char buf[200];
-  char sk[48] = "";
+  char buf[240];
+  char sk[48] = "", split[96] = "";
   if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
+  // "(lead 3 K steps; added in a cluster pair)": the split lead (GemmSchedule::split_lead), the reduction
+  if (p.split_lead > 0 || p.cluster_reduce)
+    std::snprintf(split, sizeof split, " (%s%.0d%s%s%s)", p.split_lead > 0 ? "lead " : "", p.split_lead,
+                  p.split_lead > 0 ? " K steps" : "", p.split_lead > 0 && p.cluster_reduce ? "; " : "",
+                  p.cluster_reduce ? "added in a cluster pair" : "");
   std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d%s, cluster %d, %s grid",
-                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits,
-                p.cluster_reduce ? " (added in a cluster pair)" : "", p.cluster,
+                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, split, p.cluster,
                 s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }

@@ -127,6 +127,10 @@ struct gemm_kernel {
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int stages_fit = (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 16) / stage_bytes;
   static constexpr int stages = stages_fit < 16 ? stages_fit : 16;
+#ifndef MP_GEMM_LATE_RELEASE
+#define MP_GEMM_LATE_RELEASE 0
+#endif
+  static constexpr bool late_release = NC == 1 && MP_GEMM_LATE_RELEASE;  // experiment switch
   // The deferred epilogue (bf16 output, cooperative consumers): finish() writes the tile's first chunks
   // at once and packs the last `deferred_chunks` 64 x CW chunks into bf16 registers (the stash), which go
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
@@ -168,13 +172,16 @@ struct gemm_kernel {
   }
   __device__ static segment segment_of(const globals& g, int work) {
     const int tiles = g.tiles_m * g.tiles_n, I = g.k_iters;
-    if constexpr (KC) {  // item = tile; block r of the cluster takes K half r (both halves non-empty: I >= 2)
-      const int r = int(cluster_ctarank()), first = r * g.iters_per_split;
-      return {work, first, min(g.iters_per_split, I - first), r, 2, work};
+    // Split K: every split but the last takes iters_per_split steps, the last the rest (more than the
+    // others with a split lead, fewer when the splits do not divide the K steps).
+    if constexpr (KC) {  // item = tile; block 1 of the cluster takes the first split, block 0 (which adds
+                         // the two up) the rest (both non-empty: I >= 2)
+      const int r = int(cluster_ctarank()), w = g.iters_per_split;
+      return r == 1 ? segment{work, 0, w, 1, 2, work} : segment{work, w, I - w, 0, 2, work};
     }
     if (g.splits > 1) {  // split-K: item = split * tiles + tile
       const int s = work / tiles, t = work % tiles, first = s * g.iters_per_split;
-      return {t, first, min(g.iters_per_split, I - first), s, g.splits, t};
+      return {t, first, s == g.splits - 1 ? I - first : g.iters_per_split, s, g.splits, t};
     }
     if (work < g.dp_tiles) return {work, 0, I, 0, 1, 0};
     // stream-K: block b owns K steps [b*U/P, (b+1)*U/P) of the shared tiles laid end to end (U of them);
@@ -577,8 +584,11 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue != epilogue_mode::immediate;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
-  g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits;
-  g.splits = (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
+  g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits - p.split_lead;
+  // Without a lead, splits that do not divide the K steps can leave fewer non-empty splits than asked
+  // (10 K steps in 4: 3 + 3 + 3 + 1, or in 6: five of 2); with one (plan_gemm keeps iters_per_split >= 1),
+  // the last split takes the rest, more than the others.
+  g.splits = p.split_lead > 0 ? p.splits : (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
   const int tiles = g.tiles_m * g.tiles_n;
   size_t fix_tiles = 0;
   if (KC) {

@@ -39,7 +39,14 @@ constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s
 // (`empty`), the consumer waits for `full` before its wgmma and releases the stage Pending steps later,
 // as the GEMM's --compute-only run does. Sem (with Ring): the consumer's memory ordering, 0: release
 // arrivals and acquire waits (the mbarrier defaults); bit 0: relaxed arrivals on `empty`; bit 1: relaxed
-// waits on `full`.
+// waits on `full`; bit 2: only the waits (no producer: every `full` has completed its first phase before
+// the loop and the consumer waits for that phase, so each wait succeeds at once; no arrivals); bit 3: only
+// the arrivals on `empty` (no producer, no waits); bit 4: the late release (tile/pipeline.cuh,
+// late_release_of): a stage is freed right after the next step's wgmma are issued, before the wait.
+// With Ring, a K step's wgmma sit under a run-time test that is always true, as the GEMM's sit under its
+// data_only test: without one, ptxas serializes the ring kernels' wgmma (warning C7514: every wgmma waits
+// for the one before), and the ring rows measured that serialization (161.5 cycles per m64n128k16) instead
+// of the handshake (fifth session; corrected in the sixth, bench/RESULTS.md).
 template <int N, int Chains, int Pending, bool Overwrite = false, int Stages = 1, bool Ring = false, int Sem = 0>
 __global__ void __launch_bounds__(max_wgs * 128, 1)
     rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {
@@ -55,6 +62,8 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
   if (Ring && threadIdx.x == 0) {
     for (int i = 0; i < Stages; ++i) init_semaphore(full[i], 1), init_semaphore(empty[i], 4);
     fence_barrier_init();
+    if constexpr ((Sem & 4) != 0)  // wait-only rows: the first phase of every `full` completes now
+      for (int i = 0; i < Stages; ++i) arrive(full[i]);
   }
   for (int i = threadIdx.x; i < Stages * tile_bytes / 4; i += blockDim.x) {
     uint32_t v = 0;
@@ -70,7 +79,9 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
   fence_async_shared();  // the zeros are read by wgmma (the async proxy)
   __syncthreads();
   const int wg = threadIdx.x / 128;
-  if constexpr (Ring) {
+  constexpr bool waits = Ring && (Sem & 8) == 0, arrivals = Ring && (Sem & 4) == 0;
+  constexpr bool producer = waits && arrivals;
+  if constexpr (producer) {
     if (wg == 1) {  // warpgroup 1: thread 0 is the producer (no data: it only signals each stage full)
       if (threadIdx.x == 128) {
         ring_pos<Stages> p;
@@ -89,25 +100,35 @@ __global__ void __launch_bounds__(max_wgs * 128, 1)
   for (int c = 0; c < Chains; ++c) warp::zero(acc[c]);
   const long long t0 = clock64();
   const unsigned long long n0 = global_timer_ns();
+  const bool issue = !Ring || wgs > 0;  // always true: see Ring above
   for (int s = 0; s < steps; ++s, p.advance()) {
-    if constexpr (Ring) {
-      if constexpr (Sem & 2)
-        wait_relaxed(full[p.stage], p.phase);
+    if constexpr (waits) {
+      const uint32_t parity = (Sem & 4) ? 0u : p.phase;
+      if constexpr ((Sem & 2) != 0)
+        wait_relaxed(full[p.stage], parity);
       else
-        wait(full[p.stage], p.phase);
+        wait(full[p.stage], parity);
     }
+    if (issue) {
 #pragma unroll
-    for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
-    warpgroup::mma_fence();
+      for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
+      warpgroup::mma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks)
-      warpgroup::mma_ABt_slice(acc[ks % Chains], a_of(p.stage), b_of(p.stage), ks,
-                               Overwrite ? (ks > 0 || s > 0) : true);
-    warpgroup::mma_commit_group();
+      for (int ks = 0; ks < 4; ++ks)
+        warpgroup::mma_ABt_slice(acc[ks % Chains], a_of(p.stage), b_of(p.stage), ks,
+                                 Overwrite ? (ks > 0 || s > 0) : true);
+      warpgroup::mma_commit_group();
 #pragma unroll
-    for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
+      for (int c = 0; c < Chains; ++c) warpgroup::fence_accumulator(acc[c]);
+    }
+    constexpr bool late = (Sem & 16) != 0;
+    if constexpr (arrivals && late)
+      if (s >= Pending + 1 && threadIdx.x % 32 == 0) {
+        const int back = p.stage - Pending - 1;
+        arrive(empty[back < 0 ? back + Stages : back]);
+      }
     warpgroup::mma_async_wait<Pending>();
-    if constexpr (Ring)
+    if constexpr (arrivals && !late)
       if (s >= Pending && threadIdx.x % 32 == 0) {
         const int back = p.stage - Pending;
         if constexpr (Sem & 1)
@@ -207,8 +228,14 @@ int main(int argc, char** argv) {
       ok = false;
       return;
     }
-    const char* ring = !r.ring ? "no" : r.sem == 0 ? "rel/acq" : r.sem == 1 ? "relaxed/acq" : r.sem == 2 ? "rel/relaxed"
-                                                                                      : "relaxed/relaxed";
+    const char* ring = !r.ring        ? "no"
+                       : r.sem == 4   ? "waits only"
+                       : r.sem == 8   ? "arrivals only"
+                       : r.sem == 16  ? "late release"
+                       : r.sem == 0   ? "rel/acq"
+                       : r.sem == 1   ? "relaxed/acq"
+                       : r.sem == 2   ? "rel/relaxed"
+                                      : "relaxed/relaxed";
     std::printf("%5d %7d %8d %4d %6d %7s %10s %7d %15s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs,
                 r.steps, r.random ? "random" : "zeros", r.overwrite ? "run-time" : "accumulate", r.stages, ring,
                 r.cycles_per_mma, r.ns_per_mma, 100 * r.utilisation);
@@ -224,6 +251,10 @@ int main(int argc, char** argv) {
     show(measure<128, 1, 1, true, 8, true, 1>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
     show(measure<128, 1, 1, true, 8, true, 2>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
     show(measure<128, 1, 1, true, 8, true, 3>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 4>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 8>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 8, true, 16>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
+    show(measure<128, 1, 1, true, 4, true, 16>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
     show(measure<128, 1, 1, true, 2, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
     show(measure<128, 1, 2, true, 8, true>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);
     show(measure<256, 1, 1, true, 4>(1, st, true, sms, d_cycles, d_ns, d_sink, &r), r);

@@ -159,6 +159,33 @@ TEST(SM90_Gemm, SplitReduce) {
     }
 }
 
+// Uneven splits (GemmSchedule::split_lead): every split but the last shorter, the last the rest; both
+// reductions, a lead of one and the largest a shape allows (the shorter splits one K step each), splits
+// that do not divide the K steps, partial tiles.
+TEST(SM90_Gemm, SplitLead) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog dog(300, "SM90_Gemm.SplitLead");
+  for (auto reduce : {split_reduce::workspace, split_reduce::cluster})
+    for (int lead : {1, 7}) {
+      GemmSchedule s;
+      s.reduce = reduce;
+      s.block_m = 64;
+      s.block_n = 128;
+      s.split_k = 2;
+      s.split_lead = lead;
+      // 16 and 17 K steps: halves of 8 and 9, the shorter split 1 or 2 steps (lead 7)
+      check_all({{128, 4096, 1024}, {80, 1040, 1088}, {16, 128, 1024}}, s);
+    }
+  GemmSchedule s;
+  s.split_k = 3;
+  s.split_lead = 2;  // 1008 / 64 -> 16 K steps: 4 + 4 + 8
+  check_all({{272, 528, 1008}}, s);
+  s.block_m = 128;
+  s.split_k = 4;
+  s.split_lead = 1;  // 4096 / 64 = 64 K steps: 15 x 3 + 19
+  check_all({{128, 4096, 4096}}, s);
+}
+
 TEST(SM90_Gemm, SplitKAndSmallM) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (GemmSchedule s : tile_heights()) {

@@ -89,6 +89,10 @@ int run_gemm(Args& a) {
   if (auto v = a.integer({"--block-n"})) sched.block_n = int(*v);
   if (auto v = a.integer({"--split-k"})) sched.split_k = int(*v);
   if (auto v = a.integer({"--group-m"})) sched.group_m = int(*v);
+  if (auto v = a.integer({"--split-lead"})) {
+    if (*v < 0 || *v > 1024) throw usage_error("metapipe gemm: --split-lead is 0 to 1024 K steps");
+    sched.split_lead = int(*v);
+  }
   if (auto v = a.value({"--split-reduce"}))
     if (!kernels::parse_split_reduce(*v, sched.reduce))
       throw usage_error("metapipe gemm: --split-reduce is workspace or cluster, got '" + *v + "'");
@@ -219,6 +223,9 @@ MP_REGISTER_COMMAND(
     "  --split-reduce R how split tiles are added up: workspace (default: partials through\n"
     "                   global memory) or cluster (64 x 128 tiles split 2 ways: the two halves\n"
     "                   on a block pair, added through distributed shared memory)\n"
+    "  --split-lead N   split tiles: each split but the last N K steps (of 64) shorter than\n"
+    "                   an even share, the last the rest, so the others' partials are written\n"
+    "                   while it still computes (default: chosen from the plan)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
