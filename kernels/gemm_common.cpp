@@ -103,8 +103,9 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
     // 2026-11-30, sixth session): 128 x 4096 x 4096 0.90x -> 0.92x cuBLAS with a lead of 3 or 4 (6 and 8
     // were slower again), 64 x 4096 x 4096 (4 ways) best at 2.
     lead = s.split_lead >= 0 ? s.split_lead : std::min((6 + splits - 1) / splits, even / 4);
-    MP_USER_CHECK(lead < even, "gemm: split_lead ", lead, " leaves no K steps to the shorter splits (", splits,
-                  " splits of ", k_iters, " K steps: an even share is ", even, "; use at most ", even - 1, ")");
+    MP_USER_CHECK(lead < even, "gemm: split_lead ", lead, " leaves no K steps to the shorter splits (",
+                  splits, " splits of ", k_iters, " K steps: an even share is ", even, "; use at most ",
+                  even - 1, ")");
   } else {
     MP_USER_CHECK(s.split_lead <= 0, "gemm: split_lead ", s.split_lead,
                   " applies to split tiles, and this plan does not split K (split_k 1); set split_k > 1 or "

@@ -228,14 +228,14 @@ int main(int argc, char** argv) {
       ok = false;
       return;
     }
-    const char* ring = !r.ring        ? "no"
-                       : r.sem == 4   ? "waits only"
-                       : r.sem == 8   ? "arrivals only"
-                       : r.sem == 16  ? "late release"
-                       : r.sem == 0   ? "rel/acq"
-                       : r.sem == 1   ? "relaxed/acq"
-                       : r.sem == 2   ? "rel/relaxed"
-                                      : "relaxed/relaxed";
+    const char* ring = !r.ring       ? "no"
+                       : r.sem == 4  ? "waits only"
+                       : r.sem == 8  ? "arrivals only"
+                       : r.sem == 16 ? "late release"
+                       : r.sem == 0  ? "rel/acq"
+                       : r.sem == 1  ? "relaxed/acq"
+                       : r.sem == 2  ? "rel/relaxed"
+                                     : "relaxed/relaxed";
     std::printf("%5d %7d %8d %4d %6d %7s %10s %7d %15s %13.1f %9.2f %10.1f%%\n", r.n, r.chains, r.pending, r.wgs,
                 r.steps, r.random ? "random" : "zeros", r.overwrite ? "run-time" : "accumulate", r.stages, ring,
                 r.cycles_per_mma, r.ns_per_mma, 100 * r.utilisation);

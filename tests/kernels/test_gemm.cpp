@@ -93,7 +93,8 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.tiles, 64);
   EXPECT_EQ(p.splits, 2);
   EXPECT_FALSE(p.cluster_reduce);  // through the global workspace by default
-  EXPECT_EQ(describe_plan(p, {}), "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid");
+  EXPECT_EQ(describe_plan(p, {}),
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid");
   EXPECT_EQ(p.split_lead, 3);  // chosen: about 6 K steps between the first split's end and the last's
   GemmSchedule lead;
   lead.split_lead = 5;  // the first split 5 K steps short of 32, the second 5 over
@@ -102,13 +103,15 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(describe_plan(pl, lead),
             "64x128x64 tiles, 64 tiles, split-K 2 (lead 5 K steps), cluster 1, persistent grid");
   lead.split_lead = 0;  // even splits
-  EXPECT_EQ(describe_plan(plan(128, 4096, 4096, lead), lead), "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid");
+  EXPECT_EQ(describe_plan(plan(128, 4096, 4096, lead), lead),
+            "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid");
   GemmSchedule cr;
   cr.reduce = split_reduce::cluster;  // opt-in: the two K halves on a block pair, added through DSMEM
   p = plan(128, 4096, 4096, cr);
   EXPECT_TRUE(p.cluster_reduce);
   EXPECT_EQ(describe_plan(p, cr),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster pair), cluster 1, persistent grid");
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster pair), cluster 1, "
+            "persistent grid");
   p = plan(64, 4096, 4096);
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.tiles, 32);
@@ -194,7 +197,8 @@ TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   s.split_lead = 31;
   EXPECT_EQ(error(s), "");
   s.split_lead = 32;
-  EXPECT_NE(error(s).find("split_lead 32 leaves no K steps to the shorter splits"), std::string::npos) << error(s);
+  EXPECT_NE(error(s).find("split_lead 32 leaves no K steps to the shorter splits"), std::string::npos)
+      << error(s);
   EXPECT_NE(error(s).find("use at most 31"), std::string::npos) << error(s);
   s.split_lead = -2;
   EXPECT_NE(error(s).find("split_lead must be -1"), std::string::npos) << error(s);

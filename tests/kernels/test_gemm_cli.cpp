@@ -65,12 +65,14 @@ TEST(GemmCli, PlanNeedsNoGpu) {
   auto r = run("gemm 128 4096 4096 --bt --plan --sms 132");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("planned for 132 SMs (--sms)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid"),
+      std::string::npos)
       << r.out;
   r = run("gemm 128 4096 4096 --plan --sms 132 --split-reduce cluster");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster pair), cluster 1"),
+  EXPECT_NE(r.out.find("plan:   64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster "
+                       "pair), cluster 1"),
             std::string::npos)
       << r.out;
   r = run("gemm 128 4096 4096 --plan --sms 132 --split-reduce dsmem");
