@@ -127,10 +127,6 @@ struct gemm_kernel {
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int stages_fit = (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 16) / stage_bytes;
   static constexpr int stages = stages_fit < 16 ? stages_fit : 16;
-#ifndef MP_GEMM_LATE_RELEASE
-#define MP_GEMM_LATE_RELEASE 0
-#endif
-  static constexpr bool late_release = NC == 1 && MP_GEMM_LATE_RELEASE;  // experiment switch
   // The deferred epilogue (bf16 output, cooperative consumers): finish() writes the tile's first chunks
   // at once and packs the last `deferred_chunks` 64 x CW chunks into bf16 registers (the stash), which go
   // out through shared memory and TMA one per K step of the block's next work item, while that item's

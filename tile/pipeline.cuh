@@ -80,21 +80,6 @@ __device__ int mma_pending_of(const typename K::globals& g) {
     return 1;
 }
 
-// Whether the consumer frees a stage only after it has issued the next K step's wgmma (K::late_release,
-// default false). Usually a consumer waits until at most Pending wgmma groups are in flight and then frees
-// the stage the finished group read, at once: that arrival sits between the finished group and the next
-// step's wgmma, and a lone warpgroup whose steps are short (m64n128k64: 256 tensor-core cycles) then
-// leaves the tensor cores idle meanwhile (wgmma_rate: 85 cycles per m64n128k16 with the ring against 64
-// without). Late, the stage is freed one step later, right after the next wgmma are issued, while they
-// run; the ring then holds one more stage in the consumer's hands.
-template <class K>
-constexpr bool late_release_of() {
-  if constexpr (requires { K::late_release; })
-    return K::late_release;
-  else
-    return false;
-}
-
 // Timeline diagnostics. When K::globals has `unsigned long long* trace` and `int trace_blocks` and trace is
 // set, thread 0 of each block b < trace_blocks writes the global timer (ns) at these points into
 // trace[b * trace_points + point] (the item points of the block's last work item are the ones left; the
@@ -288,27 +273,19 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
     // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
     // that the wait is one instruction).
-    constexpr bool late = late_release_of<K>();
-    static_assert(!late || T::stages >= 4, "pipeline: a late release needs a ring of at least 4 stages");
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
       for (int it = 0; it < iters; ++it, p.advance()) {
         wait(full[p.stage], p.phase);
         if (tracing && it == 0) trace_mark(g, trace_first_full);
         trace_step(tracing, g, it, 0);
         K::compute(st, stages[p.stage], g, w, it, wg);
-        if constexpr (late)  // the step Pending + 1 behind finished before the last step's wait: free it
-          if (it >= Pending + 1 && signaller) {
-            const int back = p.stage - Pending - 1;
-            release(empty[back < 0 ? back + T::stages : back]);
-          }
         // At most Pending groups stay in flight; the step they were issued before is done: free it.
         warpgroup::mma_async_wait<Pending>();
         trace_step(tracing, g, it, 1);
-        if constexpr (!late)
-          if (it >= Pending && signaller) {
-            const int back = p.stage - Pending;  // the stage Pending steps behind
-            release(empty[back < 0 ? back + T::stages : back]);
-          }
+        if (it >= Pending && signaller) {
+          const int back = p.stage - Pending;  // the stage Pending steps behind
+          release(empty[back < 0 ? back + T::stages : back]);
+        }
         // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
@@ -330,7 +307,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       warpgroup::mma_async_wait<0>();
       trace_mark(g, trace_mainloop_done);
       if (signaller)  // the item's last steps, oldest first (p is one past the last)
-        for (int back = min(pending + (late ? 1 : 0), iters); back >= 1; --back) release(empty[behind(back)]);
+        for (int back = min(pending, iters); back >= 1; --back) release(empty[behind(back)]);
       K::finish(st, *fin, g, w, wg);
       trace_mark(g, trace_finish_done);
     }

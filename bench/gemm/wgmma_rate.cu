@@ -41,8 +41,9 @@ constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s
 // arrivals and acquire waits (the mbarrier defaults); bit 0: relaxed arrivals on `empty`; bit 1: relaxed
 // waits on `full`; bit 2: only the waits (no producer: every `full` has completed its first phase before
 // the loop and the consumer waits for that phase, so each wait succeeds at once; no arrivals); bit 3: only
-// the arrivals on `empty` (no producer, no waits); bit 4: the late release (tile/pipeline.cuh,
-// late_release_of): a stage is freed right after the next step's wgmma are issued, before the wait.
+// the arrivals on `empty` (no producer, no waits); bit 4: a late release, each stage freed one step later,
+// right after the next step's wgmma are issued, before the wait (tried in the GEMM's pipeline in the sixth
+// session and not kept: bench/RESULTS.md).
 // With Ring, a K step's wgmma sit under a run-time test that is always true, as the GEMM's sit under its
 // data_only test: without one, ptxas serializes the ring kernels' wgmma (warning C7514: every wgmma waits
 // for the one before), and the ring rows measured that serialization (161.5 cycles per m64n128k16) instead
