@@ -624,55 +624,35 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   const GemmPlan p = make_plan(m, n, k, s);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
-  if (p.pingpong) {  // 64 x 256 or 128 x 128 tiles, no cluster: eight kernels (x B layout x output type)
-    if (p.bn == 256) {
-      if (bt)
-        return f32 ? run<256, true, float, 1, true>(a, b, c, m, n, k, stream, s, p)
-                   : run<256, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
-      return f32 ? run<256, false, float, 1, true>(a, b, c, m, n, k, stream, s, p)
-                 : run<256, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
-    }
+  // One kernel shape (tile width BN, cluster size CS, ping-pong PP, consumers NC, cluster K split KC) in
+  // its four instances: B stored N x K or K x N, bf16 or f32 output.
+  auto launch = [&]<int BN, int CS, bool PP, int NC, bool KC>() {
     if (bt)
-      return f32 ? run<128, true, float, 1, true>(a, b, c, m, n, k, stream, s, p)
-                 : run<128, true, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
-    return f32 ? run<128, false, float, 1, true>(a, b, c, m, n, k, stream, s, p)
-               : run<128, false, bf16, 1, true>(a, b, c, m, n, k, stream, s, p);
+      return f32 ? run<BN, true, float, CS, PP, NC, KC>(a, b, c, m, n, k, stream, s, p)
+                 : run<BN, true, bf16, CS, PP, NC, KC>(a, b, c, m, n, k, stream, s, p);
+    return f32 ? run<BN, false, float, CS, PP, NC, KC>(a, b, c, m, n, k, stream, s, p)
+               : run<BN, false, bf16, CS, PP, NC, KC>(a, b, c, m, n, k, stream, s, p);
+  };
+  // The kernel shapes plan_gemm can ask for (each one's four instances are compiled).
+  if (p.pingpong) {  // 64 x 256 or 128 x 128 tiles, no cluster
+    MP_INTERNAL_CHECK(p.bn == 256 || p.bn == 128, "gemm: no ping-pong kernel for block_n ", p.bn);
+    return p.bn == 256 ? launch.template operator()<256, 1, true, 2, false>()
+                       : launch.template operator()<128, 1, true, 2, false>();
   }
   if (p.bm == 64) {  // one consumer warpgroup: 64 x 64 or 64 x 128 tiles (the latter also in pairs)
-#define MP_GEMM_SMALL(BN, BT, OUT)                                                            \
-  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                          \
-    if constexpr (BN == 128) {                                                                \
-      if (p.cluster == 2) return run<BN, BT, OUT, 2, false, 1>(a, b, c, m, n, k, stream, s, p); \
-      if (p.cluster_reduce) return run<BN, BT, OUT, 1, false, 1, true>(a, b, c, m, n, k, stream, s, p); \
-    }                                                                                         \
-    return run<BN, BT, OUT, 1, false, 1>(a, b, c, m, n, k, stream, s, p);                     \
+    MP_INTERNAL_CHECK(p.bn == 64 || p.bn == 128, "gemm: no 64-row kernel for block_n ", p.bn);
+    if (p.bn == 64) return launch.template operator()<64, 1, false, 1, false>();
+    if (p.cluster == 2) return launch.template operator()<128, 2, false, 1, false>();
+    if (p.cluster_reduce) return launch.template operator()<128, 1, false, 1, true>();
+    return launch.template operator()<128, 1, false, 1, false>();
   }
-    MP_GEMM_SMALL(64, true, bf16)
-    MP_GEMM_SMALL(64, false, bf16)
-    MP_GEMM_SMALL(64, true, float)
-    MP_GEMM_SMALL(64, false, float)
-    MP_GEMM_SMALL(128, true, bf16)
-    MP_GEMM_SMALL(128, false, bf16)
-    MP_GEMM_SMALL(128, true, float)
-    MP_GEMM_SMALL(128, false, float)
-#undef MP_GEMM_SMALL
-    fail_internal("gemm: no 64-row kernel for block_n ", p.bn);
-  }
-#define MP_GEMM_CASE(BN, BT, OUT)                                                          \
-  if (p.bn == BN && bt == BT && f32 == std::is_same_v<OUT, float>) {                       \
-    if (p.cluster == 2) return run<BN, BT, OUT, 2>(a, b, c, m, n, k, stream, s, p); \
-    return run<BN, BT, OUT, 1>(a, b, c, m, n, k, stream, s, p);                     \
-  }
-  MP_GEMM_CASE(256, true, bf16)
-  MP_GEMM_CASE(256, false, bf16)
-  MP_GEMM_CASE(256, true, float)
-  MP_GEMM_CASE(256, false, float)
-  MP_GEMM_CASE(128, true, bf16)
-  MP_GEMM_CASE(128, false, bf16)
-  MP_GEMM_CASE(128, true, float)
-  MP_GEMM_CASE(128, false, float)
-#undef MP_GEMM_CASE
-  fail_internal("gemm: no kernel for block_n ", p.bn);
+  // two consumer warpgroups on a 128 x 128 or 128 x 256 tile, alone or in block pairs
+  MP_INTERNAL_CHECK(p.bn == 256 || p.bn == 128, "gemm: no kernel for block_n ", p.bn);
+  if (p.bn == 256)
+    return p.cluster == 2 ? launch.template operator()<256, 2, false, 2, false>()
+                          : launch.template operator()<256, 1, false, 2, false>();
+  return p.cluster == 2 ? launch.template operator()<128, 2, false, 2, false>()
+                        : launch.template operator()<128, 1, false, 2, false>();
 }
 
 std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSchedule& s) {
