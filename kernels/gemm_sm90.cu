@@ -374,29 +374,36 @@ struct gemm_kernel {
     }
   }
 
-  // Write chunk J of the stash to shared memory and start its TMA store (both consumer warpgroups each
-  // write their own rows; named barrier 1 + consumer).
-  template <int J>  // J-th deferred chunk: chunk chunks - deferred_chunks + J of the tile
-  __device__ static void stash_chunk(state& st, finish_smem& fs, const globals& g, int consumer) {
-    constexpr int C = chunks - deferred_chunks + J, h = C / (BN / CW), j = C % (BN / CW);
-    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4, bar = 1 + consumer;
+  // One 64 x CW output chunk of a consumer: wait until the store that last read `buf` is done with it,
+  // write the chunk there (put(element, jb, f) for each of the thread's elements, in the accumulator
+  // fragment's order), and start its TMA store to (row, col) of C. Both consumer warpgroups each write
+  // their own rows (named barrier `bar`).
+  template <class Put>
+  __device__ static void store_chunk(c_tile& buf, const globals& g, int bar, int row, int col, Put put) {
+    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const bool leader = warpgroup::thread_in_group() == 0;
-    c_tile& buf = fs.c[consumer][C % c_buffers];
     if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
     named_barrier_sync(bar, warpgroup_threads);
 #pragma unroll
     for (int jb = 0; jb < CW / 16; ++jb)
 #pragma unroll
       for (int f = 0; f < 4; ++f)
-        *reinterpret_cast<uint32_t*>(&buf.at(warp * 16 + lane / 4 + 8 * (f & 1),
-                                             16 * jb + 2 * (lane % 4) + 8 * (f >> 1))) =
-            st.stash[J * stash_regs + jb * 4 + f];
-    fence_async_shared();
+        put(buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1)), jb, f);
+    fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if (leader) {
-      tma::store_async(&g.c, buf, st.stash_row + h * 64, st.stash_col + j * CW);
+      tma::store_async(&g.c, buf, row, col);
       tma::commit_group();
     }
+  }
+  // Chunk J of the stash (chunk chunks - deferred_chunks + J of the tile), already packed as bf16 pairs.
+  template <int J>
+  __device__ static void stash_chunk(state& st, finish_smem& fs, const globals& g, int consumer) {
+    constexpr int C = chunks - deferred_chunks + J, h = C / (BN / CW), j = C % (BN / CW);
+    store_chunk(fs.c[consumer][C % c_buffers], g, 1 + consumer, st.stash_row + h * 64, st.stash_col + j * CW,
+                [&](OutT& dst, int jb, int f) {
+                  *reinterpret_cast<uint32_t*>(&dst) = st.stash[J * stash_regs + jb * 4 + f];
+                });
   }
   // The next chunk of the stash, if any (the chunk index is dispatched to a compile-time one, so the
   // stash stays in registers).
@@ -455,34 +462,19 @@ struct gemm_kernel {
     }
     // the chunks written now: all, or those before the stash
     const int now = can_defer && g.deferred ? chunks - deferred_chunks : chunks;
-    const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    const bool leader = warpgroup::thread_in_group() == 0;
-    const int bar = 1 + consumer;  // named barrier of this consumer warpgroup
 #pragma unroll
     for (int h = 0; h < MH; ++h)
 #pragma unroll
       for (int j = 0; j < BN / CW; ++j) {
         if (h * (BN / CW) + j >= now) break;
-        c_tile& buf = fs.c[consumer][(h * (BN / CW) + j) % c_buffers];
-        if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
-        named_barrier_sync(bar, warpgroup_threads);
-#pragma unroll
-        for (int jb = 0; jb < CW / 16; ++jb)
-#pragma unroll
-          for (int f = 0; f < 4; ++f) {
-            const float2 v = st.acc[h].tiles[0][j * (CW / 16) + jb][f];
-            OutT& dst = buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
-            if constexpr (std::is_same_v<OutT, float>)
-              *reinterpret_cast<float2*>(&dst) = v;
-            else
-              *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
-          }
-        fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
-        named_barrier_sync(bar, warpgroup_threads);
-        if (leader) {
-          tma::store_async(&g.c, buf, w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW);
-          tma::commit_group();
-        }
+        store_chunk(fs.c[consumer][(h * (BN / CW) + j) % c_buffers], g, 1 + consumer,
+                    w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW, [&](OutT& dst, int jb, int f) {
+                      const float2 v = st.acc[h].tiles[0][j * (CW / 16) + jb][f];
+                      if constexpr (std::is_same_v<OutT, float>)
+                        *reinterpret_cast<float2*>(&dst) = v;
+                      else
+                        *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
+                    });
       }
     if constexpr (KC)
       if (w.count > 1) release_part(fs);
