@@ -124,6 +124,22 @@ struct GemmPlan {
   int split_lead = 0;           // GemmSchedule::split_lead as planned (0 unless splits > 1)
 };
 GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms);
+// How split-K cuts a tile's k_iters K steps (of 64) into splits (shared by the kernel and its CPU tests):
+// every split but the last takes `per_split` steps, the last the rest. With a lead (plan_gemm keeps
+// 0 <= lead < ceil(k_iters / splits)), per_split is an even share less the lead and the last split takes
+// more than the others; without one, splits that do not divide the K steps can leave fewer non-empty
+// splits than asked (10 K steps in 4: 3 + 3 + 3 + 1; in 6: five of 2), so `splits` is recounted.
+struct KSplit {
+  int per_split, splits;
+  // split s's K range: first step and count
+  constexpr int first(int s) const { return s * per_split; }
+  constexpr int iters(int k_iters, int s) const { return s == splits - 1 ? k_iters - first(s) : per_split; }
+};
+constexpr KSplit k_split(int k_iters, int splits, int lead) {
+  const int per = (k_iters + splits - 1) / splits - lead;
+  return {per, lead > 0 ? splits : (k_iters + per - 1) / per};
+}
+
 // Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).
 int stream_k_tiles(int tiles, int grid);
 // "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"

@@ -168,16 +168,17 @@ struct gemm_kernel {
   }
   __device__ static segment segment_of(const globals& g, int work) {
     const int tiles = g.tiles_m * g.tiles_n, I = g.k_iters;
-    // Split K: every split but the last takes iters_per_split steps, the last the rest (more than the
-    // others with a split lead, fewer when the splits do not divide the K steps).
+    // Split K (KSplit, gemm.h): every split but the last takes iters_per_split steps, the last the rest.
+    const KSplit ks{g.iters_per_split, KC ? 2 : g.splits};
     if constexpr (KC) {  // item = tile; block 1 of the cluster takes the first split, block 0 (which adds
-                         // the two up) the rest (both non-empty: I >= 2)
-      const int r = int(cluster_ctarank()), w = g.iters_per_split;
-      return r == 1 ? segment{work, 0, w, 1, 2, work} : segment{work, w, I - w, 0, 2, work};
+                         // the two up) the last (both non-empty: I >= 2)
+      const int r = int(cluster_ctarank());
+      return r == 1 ? segment{work, ks.first(0), ks.iters(I, 0), 1, 2, work}
+                    : segment{work, ks.first(1), ks.iters(I, 1), 0, 2, work};
     }
     if (g.splits > 1) {  // split-K: item = split * tiles + tile
-      const int s = work / tiles, t = work % tiles, first = s * g.iters_per_split;
-      return {t, first, s == g.splits - 1 ? I - first : g.iters_per_split, s, g.splits, t};
+      const int s = work / tiles, t = work % tiles;
+      return {t, ks.first(s), ks.iters(I, s), s, g.splits, t};
     }
     if (work < g.dp_tiles) return {work, 0, I, 0, 1, 0};
     // stream-K: block b owns K steps [b*U/P, (b+1)*U/P) of the shared tiles laid end to end (U of them);
@@ -572,11 +573,8 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue != epilogue_mode::immediate;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
-  g.iters_per_split = (g.k_iters + p.splits - 1) / p.splits - p.split_lead;
-  // Without a lead, splits that do not divide the K steps can leave fewer non-empty splits than asked
-  // (10 K steps in 4: 3 + 3 + 3 + 1, or in 6: five of 2); with one (plan_gemm keeps iters_per_split >= 1),
-  // the last split takes the rest, more than the others.
-  g.splits = p.split_lead > 0 ? p.splits : (g.k_iters + g.iters_per_split - 1) / g.iters_per_split;
+  const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
+  g.iters_per_split = ks.per_split, g.splits = ks.splits;
   const int tiles = g.tiles_m * g.tiles_n;
   size_t fix_tiles = 0;
   if (KC) {

@@ -144,6 +144,45 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(stream_k_tiles(100, 132), 0);  // less than one wave
 }
 
+// The K split the kernel runs (k_split, shared with it): for every K step count, split count and lead
+// that plan_gemm accepts, the splits are non-empty, in order, and cover the K steps exactly once; with a
+// lead every split but the last is exactly `lead` short of an even share and the last is the longest.
+TEST(Gemm, KSplitCoversEveryKStepOnce) {
+  for (int k_iters = 1; k_iters <= 300; ++k_iters)
+    for (int splits = 2; splits <= 8 && splits <= k_iters; ++splits) {
+      const int even = (k_iters + splits - 1) / splits;
+      for (int lead = 0; lead < even; ++lead) {
+        const KSplit ks = k_split(k_iters, splits, lead);
+        ASSERT_GE(ks.per_split, 1) << k_iters << " " << splits << " " << lead;
+        ASSERT_GE(ks.splits, 1);
+        ASSERT_LE(ks.splits, splits);
+        if (lead > 0) {
+          ASSERT_EQ(ks.splits, splits) << k_iters << " " << splits << " " << lead;
+        }
+        int next = 0;
+        for (int s = 0; s < ks.splits; ++s) {
+          ASSERT_EQ(ks.first(s), next) << k_iters << " " << splits << " " << lead << " split " << s;
+          const int n = ks.iters(k_iters, s);
+          ASSERT_GE(n, 1) << k_iters << " " << splits << " " << lead << " split " << s;
+          if (s < ks.splits - 1) {
+            ASSERT_EQ(n, even - lead);
+          }
+          if (lead > 0 && s == ks.splits - 1) {
+            ASSERT_GT(n, ks.per_split);
+          }
+          next += n;
+        }
+        ASSERT_EQ(next, k_iters) << k_iters << " " << splits << " " << lead;
+      }
+    }
+  // The plan's lead for 128 x 4096 x 4096 (64 K steps in 2): 29 + 35.
+  const KSplit ks = k_split(64, 2, 3);
+  EXPECT_EQ(ks.iters(64, 0), 29);
+  EXPECT_EQ(ks.iters(64, 1), 35);
+  // Without a lead, 10 K steps asked in 6 splits are five of 2.
+  EXPECT_EQ(k_split(10, 6, 0).splits, 5);
+}
+
 TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   auto error = [](GemmSchedule s, int sms = 132) -> std::string {
     try {
