@@ -136,16 +136,16 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
-  char buf[240];
-  char sk[48] = "", split[96] = "";
+  char buf[200];
+  char sk[48] = "";
   if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
-  // "(lead 3 K steps; added in a cluster pair)": the split lead (GemmSchedule::split_lead), the reduction
-  if (p.split_lead > 0 || p.cluster_reduce)
-    std::snprintf(split, sizeof split, " (%s%.0d%s%s%s)", p.split_lead > 0 ? "lead " : "", p.split_lead,
-                  p.split_lead > 0 ? " K steps" : "", p.split_lead > 0 && p.cluster_reduce ? "; " : "",
-                  p.cluster_reduce ? "added in a cluster pair" : "");
+  // how the splits are cut and added up: " (lead 3 K steps; added in a cluster pair)"
+  std::string split;
+  if (p.split_lead > 0) split = "lead " + std::to_string(p.split_lead) + " K steps";
+  if (p.cluster_reduce) split += (split.empty() ? "" : "; ") + std::string("added in a cluster pair");
+  if (!split.empty()) split = " (" + split + ")";
   std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d%s, cluster %d, %s grid",
-                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, split, p.cluster,
+                p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, split.c_str(), p.cluster,
                 s.persistent ? "persistent" : "one-block-per-tile");
   return buf;
 }
