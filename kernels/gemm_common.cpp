@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -154,31 +155,32 @@ const char* const gemm_trace_point_names[gemm_trace_times] = {
     "block start",   "ready (set up; previous kernel done)", "first stage full", "mainloop done",
     "fixup done (split tiles)", "finish issued",             "block done"};
 
-const char* split_reduce_name(split_reduce r) {
-  switch (r) {
-    case split_reduce::cluster: return "cluster";
-    default: return "workspace";
-  }
-}
-bool parse_split_reduce(const std::string& name, split_reduce& out) {
-  for (auto r : {split_reduce::workspace, split_reduce::cluster})
-    if (name == split_reduce_name(r)) {
-      out = r;
+namespace {
+// The value among `all` whose name_of(value) is `name`, into `out` (left as it is for an unknown name).
+template <class E>
+bool parse_by_name(const std::string& name, E& out, std::initializer_list<E> all, const char* (*name_of)(E)) {
+  for (E v : all)
+    if (name == name_of(v)) {
+      out = v;
       return true;
     }
   return false;
+}
+}  // namespace
+
+const char* split_reduce_name(split_reduce r) {
+  return r == split_reduce::cluster ? "cluster" : "workspace";
+}
+bool parse_split_reduce(const std::string& name, split_reduce& out) {
+  return parse_by_name(name, out, {split_reduce::workspace, split_reduce::cluster}, split_reduce_name);
 }
 
 const char* consumer_schedule_name(consumer_schedule c) {
   return c == consumer_schedule::pingpong ? "pingpong" : "cooperative";
 }
 bool parse_consumer_schedule(const std::string& name, consumer_schedule& out) {
-  for (auto c : {consumer_schedule::cooperative, consumer_schedule::pingpong})
-    if (name == consumer_schedule_name(c)) {
-      out = c;
-      return true;
-    }
-  return false;
+  return parse_by_name(name, out, {consumer_schedule::cooperative, consumer_schedule::pingpong},
+                       consumer_schedule_name);
 }
 
 uint16_t float_to_bf16_bits(float x) {

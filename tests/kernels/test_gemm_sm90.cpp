@@ -132,6 +132,16 @@ TEST(SM90_Gemm, BackToBackChains) {
 // on the 64 x 128 tiles split 2 ways: partial tiles in M and N, an odd number of K steps (the halves
 // differ), two K steps (one each), many tiles per block pair (the pair's exchange buffer reused), and one
 // block pair per tile.
+// 64 x 128 tiles split 2 ways, added up by `reduce` (the shape the cluster-pair reduction runs).
+GemmSchedule split_pairs(split_reduce reduce) {
+  GemmSchedule s;
+  s.reduce = reduce;
+  s.block_m = 64;
+  s.block_n = 128;
+  s.split_k = 2;
+  return s;
+}
+
 TEST(SM90_Gemm, SplitReduce) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(300, "SM90_Gemm.SplitReduce");
@@ -147,11 +157,7 @@ TEST(SM90_Gemm, SplitReduce) {
   check_all({{1024, 2048, 1024}}, ws);  // 256 tiles, 2 partials each
   for (auto reduce : {split_reduce::cluster, split_reduce::workspace})
     for (bool persistent : {true, false}) {
-      GemmSchedule s;
-      s.reduce = reduce;
-      s.block_m = 64;
-      s.block_n = 128;
-      s.split_k = 2;
+      GemmSchedule s = split_pairs(reduce);
       s.persistent = persistent;
       const GemmPlan p = plan_gemm(128, 4096, 4096, s, 132);
       EXPECT_EQ(p.cluster_reduce, reduce == split_reduce::cluster);
@@ -167,11 +173,7 @@ TEST(SM90_Gemm, SplitLead) {
   Watchdog dog(300, "SM90_Gemm.SplitLead");
   for (auto reduce : {split_reduce::workspace, split_reduce::cluster})
     for (int lead : {1, 7}) {
-      GemmSchedule s;
-      s.reduce = reduce;
-      s.block_m = 64;
-      s.block_n = 128;
-      s.split_k = 2;
+      GemmSchedule s = split_pairs(reduce);
       s.split_lead = lead;
       // 16 and 17 K steps: halves of 8 and 9, the shorter split 1 or 2 steps (lead 7)
       check_all({{128, 4096, 1024}, {80, 1040, 1088}, {16, 128, 1024}}, s);
