@@ -11,19 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "kernels/gemm_check.h"
 
 namespace mp::kernels {
 namespace {
-
-int device_sms() {
-  int dev = 0, v = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-  return v;
-}
 
 void ck(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm check: ", what, ": ", cudaGetErrorString(e));
@@ -259,8 +253,10 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
   }
   if (opt.trace) {
     // Room for every block a launch can have (one per work item at most, as many as the SMs or more).
-    const GemmPlan p = plan_gemm(m, n, k, opt.schedule, device_sms());
-    const int blocks = std::max(p.tiles * p.splits * p.cluster, device_sms());
+    const auto gpu = query_gpu();
+    const int sms = gpu ? gpu->sm_count : 0;
+    const GemmPlan p = plan_gemm(m, n, k, opt.schedule, sms);
+    const int blocks = std::max(p.tiles * p.splits * p.cluster, sms);
     dbuf tb(size_t(blocks) * gemm_trace_points * 8);
     ck(cudaMemset(tb.p, 0, size_t(blocks) * gemm_trace_points * 8), "trace clear");
     GemmSchedule ts = opt.schedule;
