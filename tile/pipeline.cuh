@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       else {
         arrive(e);
         for (uint32_t c = 0; c < T::cluster; ++c)
-          if (c != rank) arrive_cluster(e, c);
+          if (c != rank) arrive_cluster_relaxed(e, c);  // the wgmma reading the stage are retired
       }
     };
     const bool signaller = threadIdx.x % warp_threads == 0;

@@ -112,6 +112,15 @@ __device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(&s, cta))
                : "memory");
 }
+// The same arrival with no memory ordering (.relaxed): for a thread whose accesses to what the semaphore
+// guards are complete before it arrives by other means, e.g. a consumer freeing a ring stage that a peer
+// multicasts into, after wgmma.wait_group has retired the wgmma that read it. A release at cluster scope
+// costs a MEMBAR.ALL.GPU before the arrival (SASS), which halved the multicast ring's load rate (4096^3
+// --data-only with --cluster 2: 246 us against 123 us without clusters; bench/RESULTS.md, 2026-11-30).
+__device__ inline void arrive_cluster_relaxed(semaphore& s, uint32_t cta) {
+  asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(&s, cta))
+               : "memory");
+}
 // Wait for a phase that peer blocks complete (arrive_cluster, store_async_cluster): acquire at cluster scope.
 __device__ inline void wait_cluster(semaphore& s, uint32_t parity) { wait<wait_order::cluster>(s, parity); }
 // Store 16 bytes into a peer block's shared memory (`addr` from cluster_address; 16-byte aligned) and count
