@@ -42,6 +42,10 @@ struct GemmSchedule {
   // write their partials while the adding one still computes, so it does not wait for them. -1: chosen
   // from the plan; 0: even splits (the last may be shorter when the splits do not divide the K steps).
   int split_lead = -1;
+  // Which item of a split tile (workspace reduction, persistent grid) adds the partials up: the one with
+  // the last K range (true: a fixed reducer, which waits only for the others' writes), or whichever
+  // arrives last (false: one more global round trip on the way to the store, to count the arrival).
+  bool fixed_reducer = true;
   // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
   // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
   // shapes whose 128-row tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.

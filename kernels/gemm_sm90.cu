@@ -48,6 +48,9 @@ struct gemm_globals {
   float4* ws;
   int* counters;
   int slots;
+  // Split-K tiles on the persistent grid: the item with the tile's last K range adds the others' partials
+  // (a fixed reducer: its counter only counts their writes), instead of the last item to arrive.
+  int fixed_reducer;
   int mma_pending;  // wgmma groups left in flight per K step (0 to 2), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
   int data_only;    // diagnostic: no wgmma (GemmSchedule::data_only)
@@ -295,24 +298,61 @@ struct gemm_kernel {
   // own write, waits until the others' writes are counted (they are running: they have arrived), adds
   // their partials to its accumulators and returns true (the caller then stores the tile). Fences order
   // the partials before the counts; the counter goes back to zero for the next launch.
+  //
+  // With g.fixed_reducer (split-K on the persistent grid), the item with the tile's last K range is the one
+  // that adds up, wherever it finishes: the others write, sync and publish the write with one release
+  // add; it waits (acquire) until the counter holds all of them. Its path to the tile's store then has
+  // one global round trip fewer (no arrival count), and with uneven splits (split_lead) it is the item that
+  // finishes last anyway. All blocks of the persistent grid are resident and walk their items in
+  // increasing order, and a reducer waits only for items of smaller index (the same tile's earlier
+  // splits: work = split * tiles + tile), so no wait can close a cycle.
   __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
     const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
     const int part = (PP ? 0 : consumer) + rank * (PP ? 1 : consumers);
     const int t = warpgroup::thread_in_group(), bar = 1 + consumer;
     const size_t slot_float4 = size_t(acc_float4) * warpgroup_threads;
     int* counter = &g.counters[sg.fix * parts + part];
-    constexpr int written_unit = 1 << 16;  // items per tile stay far below this
-    if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1) % written_unit;
-    named_barrier_sync(bar, warpgroup_threads);
-    // arrivals[] is written again only at the next fixup, after both paths below have synced again
-    const bool last = fs.arrivals[consumer] == sg.count - 1;
-    if (!last) {
+    auto write_partial = [&] {
       float4* mine = g.ws + ((size_t(sg.fix) * parts + part) * g.slots + sg.which) * slot_float4;
 #pragma unroll
       for (int i = 0; i < acc_float4; ++i) {
         const float2* p = acc_pair(st, i);
         __stcg(&mine[size_t(i) * warpgroup_threads + t], make_float4(p[0].x, p[0].y, p[1].x, p[1].y));
       }
+    };
+    auto add_partials = [&] {
+      const float4* base = g.ws + (size_t(sg.fix) * parts + part) * g.slots * slot_float4;
+      for (int w = 0; w < sg.count; ++w) {
+        if (w == sg.which) continue;
+#pragma unroll
+        for (int i = 0; i < acc_float4; ++i) {
+          const float4 v = __ldcg(&base[w * slot_float4 + size_t(i) * warpgroup_threads + t]);
+          float2* p = acc_pair(st, i);
+          p[0].x += v.x, p[0].y += v.y, p[1].x += v.z, p[1].y += v.w;
+        }
+      }
+    };
+    if (g.fixed_reducer) {
+      if (sg.which != sg.count - 1) {
+        write_partial();
+        named_barrier_sync(bar, warpgroup_threads);
+        if (t == 0) add_release_gpu(counter, 1);
+        return false;
+      }
+      if (t == 0)
+        while (load_acquire_gpu(counter) != sg.count - 1) __nanosleep(32);
+      named_barrier_sync(bar, warpgroup_threads);
+      add_partials();
+      if (t == 0) *counter = 0;  // every other item has counted: nothing adds to it again this launch
+      return true;
+    }
+    constexpr int written_unit = 1 << 16;  // items per tile stay far below this
+    if (t == 0) fs.arrivals[consumer] = atomicAdd(counter, 1) % written_unit;
+    named_barrier_sync(bar, warpgroup_threads);
+    // arrivals[] is written again only at the next fixup, after both paths below have synced again
+    const bool last = fs.arrivals[consumer] == sg.count - 1;
+    if (!last) {
+      write_partial();
       __threadfence();
       named_barrier_sync(bar, warpgroup_threads);
       if (t == 0) atomicAdd(counter, written_unit);
@@ -322,16 +362,7 @@ struct gemm_kernel {
       while (atomicAdd(counter, 0) != sg.count + (sg.count - 1) * written_unit) __nanosleep(32);
     named_barrier_sync(bar, warpgroup_threads);
     __threadfence();
-    const float4* base = g.ws + (size_t(sg.fix) * parts + part) * g.slots * slot_float4;
-    for (int w = 0; w < sg.count; ++w) {
-      if (w == sg.which) continue;
-#pragma unroll
-      for (int i = 0; i < acc_float4; ++i) {
-        const float4 v = __ldcg(&base[w * slot_float4 + size_t(i) * warpgroup_threads + t]);
-        float2* p = acc_pair(st, i);
-        p[0].x += v.x, p[0].y += v.y, p[1].x += v.z, p[1].y += v.w;
-      }
-    }
+    add_partials();
     if (t == 0) *counter = 0;
     return true;
   }
@@ -581,6 +612,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
     MP_INTERNAL_CHECK(g.splits == 2, "gemm: the cluster K split takes exactly 2 K ranges, got ", g.splits);
   } else if (g.splits > 1) {
     fix_tiles = tiles, g.slots = g.splits;
+    g.fixed_reducer = s.persistent && s.fixed_reducer;
   } else if (p.sk_tiles > 0) {
     if constexpr (!PP && CS == 1) g.grid = pc::resident_blocks<K>();
     g.sk_tiles = stream_k_tiles(tiles, g.grid);  // the plan assumed one block per SM; this is the grid

@@ -134,6 +134,21 @@ __device__ inline void store_async_cluster(uint32_t addr, float4 v, uint32_t sem
                : "memory");
 }
 
+// ---- flags in global memory between blocks of one grid ----
+// Add to a counter with release semantics at GPU scope: once a block's threads have written what the
+// counter announces and synced (a block or named barrier), one thread adds, and the barrier makes the
+// others' writes part of what the release publishes.
+__device__ inline void add_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Read a counter with acquire semantics at GPU scope: what was published by the releases it observes is
+// visible to this thread, and to the threads that sync with it afterwards.
+__device__ inline int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

@@ -188,6 +188,30 @@ TEST(SM90_Gemm, SplitLead) {
   check_all({{128, 4096, 4096}}, s);
 }
 
+// Who adds a split tile up (GemmSchedule::fixed_reducer): the split with the last K range, or the last to
+// arrive; even and uneven splits; more split items than blocks (a block walks several items, some of
+// them reducers waiting for splits that other blocks hold); the same shape twice in a row (the tile
+// counters must be back at zero after a launch); and one block per item (no persistent grid: the fixed
+// reducer is then off, since not every block need be resident).
+TEST(SM90_Gemm, SplitReducers) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  Watchdog dog(300, "SM90_Gemm.SplitReducers");
+  for (bool fixed : {true, false})
+    for (int lead : {0, 2}) {
+      GemmSchedule s;
+      s.fixed_reducer = fixed;
+      s.split_lead = lead;
+      s.split_k = 3;  // 2048 x 2048: 64 tiles of 128 x 256, 192 items
+      check_all({{2048, 2048, 2048}, {2048, 2048, 2048}, {128, 4096, 4096}}, s);
+      s.block_m = 64;
+      s.block_n = 128;
+      s.split_k = 4;  // 512 x 4096: 256 tiles of 64 x 128, 1024 items
+      check_all({{512, 4096, 1024}, {80, 1040, 1088}}, s);
+      s.persistent = false;
+      check_all({{512, 4096, 1024}}, s);
+    }
+}
+
 TEST(SM90_Gemm, SplitKAndSmallM) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (GemmSchedule s : tile_heights()) {

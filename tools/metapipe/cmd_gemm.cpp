@@ -106,6 +106,10 @@ int run_gemm(Args& a) {
     if (*v < 0 || *v > 64) throw usage_error("metapipe gemm: --prefetch is 0 to 64");
     sched.prefetch = int(*v);
   }
+  if (auto v = a.integer({"--fixed-reducer"})) {
+    if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --fixed-reducer is 0 or 1");
+    sched.fixed_reducer = *v == 1;
+  }
   if (auto v = a.integer({"--stream-k"})) {
     if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
     sched.stream_k = *v == 1;
@@ -226,6 +230,8 @@ MP_REGISTER_COMMAND(
     "  --split-lead N   split tiles: each split but the last N K steps (of 64) shorter than\n"
     "                   an even share, the last the rest, so the others' partials are written\n"
     "                   while it still computes (default: chosen from the plan)\n"
+    "  --fixed-reducer 0|1  split tiles (workspace): the split with the last K range adds the\n"
+    "                   partials up (1, the default), or whichever finishes last (0)\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
