@@ -44,7 +44,7 @@ struct gemm_globals {
   int splits, iters_per_split;
   int dp_tiles, sk_tiles, grid;
   // Tiles finished by several blocks: each writes its fp32 partial to ws (slot `which` of the tile), and
-  // the last to arrive (counters, left at zero after each tile) adds the others' to its own and stores.
+  // one (see fixed_reducer; counters, left at zero after each tile) adds the others' to its own and stores.
   float4* ws;
   int* counters;
   int slots;
