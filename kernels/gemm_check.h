@@ -17,6 +17,11 @@ struct GemmCheckOptions {
                                                // above: 4096 sampled elements against CPU fp64
   GemmSchedule schedule{};
   bool cublas = true;  // also run cuBLAS (check against it, time it)
+  // Time each sample's batch of launches as one CUDA graph (captured once per variant, then replayed),
+  // so that the host's launch pace cannot set the time of kernels as short as its launch overhead
+  // (M = 128: ~15 us). Falls back to direct launches, and says so in timing_method, where a capture
+  // fails.
+  bool graphs = false;
   // Diagnostic: after the timing, one more launch (after a launch of the same GEMM, as in the timed
   // batches) records the kernel's timeline (GemmSchedule::trace) into GemmCheckResult::trace.
   bool trace = false;
@@ -33,6 +38,7 @@ struct GemmCheckResult {
   bool ok = false;
   double ours_ms = 0, cublas_ms = 0;  // medians
   double ours_tflops = 0, cublas_tflops = 0;
+  std::string timing_method;  // "direct launches" or "CUDA graphs" (how the samples were launched)
   // With GemmCheckOptions::trace: per launched block, gemm_trace_points values (ns, the SM last).
   std::vector<unsigned long long> trace;
   std::string summary() const;  // "ok (rel err 2.1e-03, cuBLAS 2.1e-03)" or "FAIL: ..."

@@ -5,8 +5,9 @@
 // ("pingpong") and 128 x 128 ("pingpong-128") tiles, each timed against its own interleaved cuBLAS. All
 // cooperative rows run first, so a failing ping-pong kernel cannot take them down. Prints one table,
 // last, each shape's schedules side by side.
-//   usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N]
+//   usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] [--graphs]
 //                     [--schedule all|both|cooperative|pingpong|pingpong-128]   (both: the first two)
+// --graphs: each sample's batch of launches is one replayed CUDA graph (GemmCheckOptions::graphs).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -53,10 +54,13 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string layout = "nk", out = "bf16", schedule = "all";
   int samples = 20;
+  bool graphs = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick")
       quick = true;
+    else if (a == "--graphs")
+      graphs = true;
     else if (a == "--layout" && i + 1 < argc)
       layout = argv[++i];
     else if (a == "--out" && i + 1 < argc)
@@ -66,9 +70,10 @@ int main(int argc, char** argv) {
     else if (a == "--schedule" && i + 1 < argc)
       schedule = argv[++i];
     else {
-      std::fprintf(stderr,
-                   "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] "
-                   "[--schedule all|both|cooperative|pingpong|pingpong-128]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] [--graphs] "
+          "[--schedule all|both|cooperative|pingpong|pingpong-128]\n");
       return 2;
     }
   }
@@ -112,8 +117,10 @@ int main(int argc, char** argv) {
   if (layout == "kn" || layout == "both") layouts.push_back(b_layout::kn);
   const out_type ot = out == "f32" ? out_type::f32 : out_type::bf16;
 
-  std::printf("bench_gemm on %s (%d SMs): bf16 inputs, %s output, fp32 accumulation\n", gpu->name.c_str(),
-              gpu->sm_count, out.c_str());
+  std::printf("bench_gemm on %s (%d SMs): bf16 inputs, %s output, fp32 accumulation, %s\n", gpu->name.c_str(),
+              gpu->sm_count, out.c_str(),
+              graphs ? "samples launched as CUDA graphs (direct launches where a capture fails)"
+                     : "samples launched directly");
   std::thread watchdog(watch_rows, 120);
   // The last table has one line per (layout, shape) and a cell per schedule: "ours/cuBLAS TFLOP/s ratio
   // check", each ratio against the cuBLAS samples interleaved with that schedule's. Full rows (error, plan)
@@ -127,6 +134,7 @@ int main(int argc, char** argv) {
         const auto& s = shapes[si];
         GemmCheckOptions opt;
         opt.samples = samples;
+        opt.graphs = graphs;
         opt.full_reference_limit = 1ll << 28;
         opt.schedule = schedules[sc].sched;
         const char* sname = schedules[sc].name;

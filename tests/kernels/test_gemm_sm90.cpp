@@ -322,6 +322,22 @@ TEST(SM90_Gemm, PingPong) {
   }
 }
 
+// The graph-timed path (GemmCheckOptions::graphs): it must really time captured graphs (not fall back
+// to direct launches) and give positive times for both; the check before the timing is the usual one.
+TEST(SM90_Gemm, TimesThroughGraphs) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (b_layout bl : {b_layout::kn, b_layout::nk}) {
+    GemmCheckOptions opt;
+    opt.samples = 3;
+    opt.graphs = true;
+    auto r = check_gemm(128, 1024, 1024, bl, out_type::bf16, opt);  // split-K: the workspace path too
+    EXPECT_TRUE(r.ok) << r.summary();
+    EXPECT_EQ(r.timing_method, "CUDA graphs");
+    EXPECT_GT(r.ours_ms, 0);
+    EXPECT_GT(r.cublas_ms, 0);
+  }
+}
+
 TEST(SM90_Gemm, PingPongRejectsClusters) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   GemmCheckOptions opt;
