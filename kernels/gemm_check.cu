@@ -79,26 +79,27 @@ std::vector<double> to_host_out(const void* d, size_t n, out_type out) {
 }
 
 // Median per-launch time of two variants, their samples interleaved (ABAB...) so that both see the same
-// clocks and temperature; each sample is a batch of `reps` launches.
+// clocks and temperature. Each sample is one batch of `reps` launches that issue_first / issue_second put
+// on `stream`, between two events.
 template <class F, class G>
-std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with_second, int reps,
-                                                int samples) {
+std::pair<double, double> interleaved_medians(F&& issue_first, G&& issue_second, bool with_second, int reps,
+                                              int samples, cudaStream_t stream) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
   std::vector<float> t1, t2;
-  auto sample = [&](auto& f, std::vector<float>& out) {
-    cudaEventRecord(e0);
-    for (int r = 0; r < reps; ++r) f(r);
-    cudaEventRecord(e1);
+  auto sample = [&](auto& issue, std::vector<float>& out) {
+    cudaEventRecord(e0, stream);
+    issue();
+    cudaEventRecord(e1, stream);
     ck(cudaEventSynchronize(e1), "timing");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     out.push_back(ms / reps);
   };
   for (int s = 0; s < samples; ++s) {
-    sample(first, t1);
-    if (with_second) sample(second, t2);
+    sample(issue_first, t1);
+    if (with_second) sample(issue_second, t2);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -110,9 +111,23 @@ std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with
   return {med(t1), med(t2)};
 }
 
-// The same with each variant's batch captured once into a CUDA graph on `stream` and replayed per sample
-// (f(r, stream) issues launch r). Returns false, leaving no capture open and no error pending, if a
-// capture or instantiation fails.
+// Direct launches on the default stream: f(r) issues launch r of a batch.
+template <class F, class G>
+std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with_second, int reps,
+                                                int samples) {
+  return interleaved_medians(
+      [&] {
+        for (int r = 0; r < reps; ++r) first(r);
+      },
+      [&] {
+        for (int r = 0; r < reps; ++r) second(r);
+      },
+      with_second, reps, samples, nullptr);
+}
+
+// Each variant's batch captured once into a CUDA graph on `stream` (f(r, stream) issues launch r) and
+// replayed per sample. Returns false, leaving no capture open and no error pending, if a capture or
+// instantiation fails.
 template <class F, class G>
 bool median_ms_graphs(F&& first, G&& second, bool with_second, int reps, int samples, cudaStream_t stream,
                       std::pair<double, double>& out) {
@@ -135,38 +150,14 @@ bool median_ms_graphs(F&& first, G&& second, bool with_second, int reps, int sam
     if (g1) cudaGraphExecDestroy(g1);
     return false;
   }
-  // One replay each first: the graphs' own first launch (upload) stays out of the samples.
   auto replay = [&](cudaGraphExec_t g) { ck(cudaGraphLaunch(g, stream), "graph launch"); };
+  // One replay each first: the graphs' own first launch (upload) stays out of the samples.
   replay(g1);
   if (g2) replay(g2);
   ck(cudaStreamSynchronize(stream), "graph warm-up");
-  cudaEvent_t e0, e1;
-  cudaEventCreate(&e0);
-  cudaEventCreate(&e1);
-  std::vector<float> t1, t2;
-  auto sample = [&](cudaGraphExec_t g, std::vector<float>& t) {
-    cudaEventRecord(e0, stream);
-    replay(g);
-    cudaEventRecord(e1, stream);
-    ck(cudaEventSynchronize(e1), "timing");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, e0, e1);
-    t.push_back(ms / reps);
-  };
-  for (int s = 0; s < samples; ++s) {
-    sample(g1, t1);
-    if (g2) sample(g2, t2);
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  out = interleaved_medians([&] { replay(g1); }, [&] { replay(g2); }, g2 != nullptr, reps, samples, stream);
   cudaGraphExecDestroy(g1);
   if (g2) cudaGraphExecDestroy(g2);
-  auto med = [](std::vector<float>& t) {
-    if (t.empty()) return 0.0;
-    std::sort(t.begin(), t.end());
-    return double(t[t.size() / 2]);
-  };
-  out = {med(t1), med(t2)};
   return true;
 }
 
