@@ -144,6 +144,16 @@ constexpr KSplit k_split(int k_iters, int splits, int lead) {
   return {per, lead > 0 ? splits : (k_iters + per - 1) / per};
 }
 
+// Split-K work items: item `work` is K range (split) work / tiles of tile work % tiles, so that a tile's
+// splits are `tiles` items apart and its last split, which adds the others up on the persistent grid
+// (GemmSchedule::fixed_reducer), has the largest index of them. Block b of a grid of G walks items
+// b, b + G, ... in that order; a reducer thus waits only for items of smaller index, which no block
+// reaches after it, so with every block resident the waits cannot close a cycle (tested on the CPU).
+struct SplitItem {
+  int split, tile;
+};
+constexpr SplitItem split_item(int work, int tiles) { return {work / tiles, work % tiles}; }
+
 // Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).
 int stream_k_tiles(int tiles, int grid);
 // "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"

@@ -179,8 +179,8 @@ struct gemm_kernel {
       return r == 1 ? segment{work, ks.first(0), ks.iters(I, 0), 1, 2, work}
                     : segment{work, ks.first(1), ks.iters(I, 1), 0, 2, work};
     }
-    if (g.splits > 1) {  // split-K: item = split * tiles + tile
-      const int s = work / tiles, t = work % tiles;
+    if (g.splits > 1) {  // split-K: item = split * tiles + tile (split_item, gemm.h)
+      const auto [s, t] = split_item(work, tiles);
       return {t, ks.first(s), ks.iters(I, s), s, g.splits, t};
     }
     if (work < g.dp_tiles) return {work, 0, I, 0, 1, 0};

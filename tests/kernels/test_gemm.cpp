@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <vector>
 
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -181,6 +182,55 @@ TEST(Gemm, KSplitCoversEveryKStepOnce) {
   EXPECT_EQ(ks.iters(64, 1), 35);
   // Without a lead, 10 K steps asked in 6 splits are five of 2.
   EXPECT_EQ(k_split(10, 6, 0).splits, 5);
+}
+
+namespace {
+// Blocks 0..grid-1 of a persistent grid walk split-K items b, b + grid, ... (split_item); an item that
+// adds its tile up waits until the tile's other splits are done, the others never wait. Returns whether
+// every item completes, trying every block in turn until none can move.
+bool split_walk_completes(int tiles, int splits, int grid, bool reducer_is_last) {
+  const int items = tiles * splits;
+  std::vector<char> done(size_t(items), 0);
+  std::vector<int> next;  // each block's next item
+  for (int b = 0; b < grid; ++b) next.push_back(b);
+  const int reducer = reducer_is_last ? splits - 1 : 0;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int b = 0; b < grid; ++b)
+      while (next[size_t(b)] < items) {
+        const auto [split, tile] = split_item(next[size_t(b)], tiles);
+        bool ready = true;
+        for (int s = 0; s < splits && split == reducer; ++s)
+          if (s != reducer && !done[size_t(s * tiles + tile)]) ready = false;
+        if (!ready) break;
+        done[size_t(next[size_t(b)])] = 1;
+        next[size_t(b)] += grid;
+        moved = true;
+      }
+  }
+  for (char d : done)
+    if (!d) return false;
+  return true;
+}
+}  // namespace
+
+// The fixed reducer's deadlock freedom (GemmSchedule::fixed_reducer, split_item): with the split that has
+// the last K range adding up, every persistent grid finishes, whatever the tile count, split count and
+// grid size; with the first split adding up instead, some grids would not (the check can tell).
+TEST(Gemm, FixedReducerWalkCannotDeadlock) {
+  bool first_ever_stuck = false;
+  for (int tiles = 1; tiles <= 24; ++tiles)
+    for (int splits = 2; splits <= 5; ++splits)
+      for (int grid = 1; grid <= tiles * splits; ++grid) {
+        ASSERT_TRUE(split_walk_completes(tiles, splits, grid, true))
+            << tiles << " tiles, " << splits << " splits, grid " << grid;
+        first_ever_stuck = first_ever_stuck || !split_walk_completes(tiles, splits, grid, false);
+      }
+  EXPECT_TRUE(first_ever_stuck);
+  EXPECT_FALSE(split_walk_completes(4, 2, 1, false));  // one block: its first item waits for its later ones
+  // The item numbering the kernel uses: split 1 of tile 3 among 64 tiles is item 67.
+  EXPECT_EQ(split_item(67, 64).split, 1);
+  EXPECT_EQ(split_item(67, 64).tile, 3);
 }
 
 TEST(Gemm, PlanRejectsUnsupportedSchedules) {
