@@ -111,16 +111,16 @@ std::pair<double, double> interleaved_medians(F&& issue_first, G&& issue_second,
   return {med(t1), med(t2)};
 }
 
-// Direct launches on the default stream: f(r) issues launch r of a batch.
+// Direct launches on the default stream: f(r, stream) issues launch r of a batch.
 template <class F, class G>
 std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with_second, int reps,
                                                 int samples) {
   return interleaved_medians(
       [&] {
-        for (int r = 0; r < reps; ++r) first(r);
+        for (int r = 0; r < reps; ++r) first(r, nullptr);
       },
       [&] {
-        for (int r = 0; r < reps; ++r) second(r);
+        for (int r = 0; r < reps; ++r) second(r, nullptr);
       },
       with_second, reps, samples, nullptr);
 }
@@ -282,37 +282,27 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
     const double flop = 2.0 * m * n * k;
     // A batch of launches per sample, about 2 ms of work, rotating over the input copies.
     const int reps = int(std::clamp(2e-3 / (flop / 700e12), 1.0, 200.0));
-    auto ours = [&](int r) {
-      gemm_bf16(as[r % copies]->p, bs[r % copies]->p, c.p, m, n, k, bl, out, nullptr, opt.schedule);
+    // Launch r of a batch, on `st`.
+    auto ours = [&](int r, cudaStream_t st) {
+      gemm_bf16(as[r % copies]->p, bs[r % copies]->p, c.p, m, n, k, bl, out, st, opt.schedule);
     };
-    auto theirs = [&](int r) {
-      gemm_bf16_cublas(as[r % copies]->p, bs[r % copies]->p, cref.p, m, n, k, bl, out, nullptr);
+    auto theirs = [&](int r, cudaStream_t st) {
+      gemm_bf16_cublas(as[r % copies]->p, bs[r % copies]->p, cref.p, m, n, k, bl, out, st);
     };
-    for (int w = 0; w < 10; ++w) {  // warm-up (module load, handle creation, clocks)
-      ours(w);
-      if (opt.cublas) theirs(w);
+    // Direct launches go to the default stream; graphs are captured on one stream of their own (created
+    // once: the GEMM keeps a workspace per stream).
+    static cudaStream_t graph_stream = nullptr;
+    if (opt.graphs && !graph_stream)
+      ck(cudaStreamCreateWithFlags(&graph_stream, cudaStreamNonBlocking), "timing stream");
+    const cudaStream_t warm = opt.graphs ? graph_stream : nullptr;
+    for (int w = 0; w < 10; ++w) {  // warm-up (module load, handle creation, per-stream workspace, clocks)
+      ours(w, warm);
+      if (opt.cublas) theirs(w, warm);
     }
     ck(cudaDeviceSynchronize(), "warm-up");
     std::pair<double, double> ot;
-    bool graphed = false;
-    if (opt.graphs) {
-      cudaStream_t stream = nullptr;
-      ck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-      auto ours_on = [&](int r, cudaStream_t st) {
-        gemm_bf16(as[r % copies]->p, bs[r % copies]->p, c.p, m, n, k, bl, out, st, opt.schedule);
-      };
-      auto theirs_on = [&](int r, cudaStream_t st) {
-        gemm_bf16_cublas(as[r % copies]->p, bs[r % copies]->p, cref.p, m, n, k, bl, out, st);
-      };
-      for (int w = 0; w < 3; ++w) {  // warm-up on this stream (per-stream state: workspace, handle)
-        ours_on(w, stream);
-        if (opt.cublas) theirs_on(w, stream);
-      }
-      ck(cudaStreamSynchronize(stream), "warm-up");
-      graphed = median_ms_graphs(ours_on, theirs_on, opt.cublas, reps, opt.samples, stream, ot);
-      ck(cudaDeviceSynchronize(), "graph timing");
-      cudaStreamDestroy(stream);
-    }
+    const bool graphed =
+        opt.graphs && median_ms_graphs(ours, theirs, opt.cublas, reps, opt.samples, graph_stream, ot);
     if (!graphed) ot = median_ms_interleaved(ours, theirs, opt.cublas, reps, opt.samples);
     res.timing_method = graphed ? "CUDA graphs" : "direct launches";
     const auto [o, t] = ot;
