@@ -18,6 +18,8 @@ TEST(GemmCli, Help) {
   auto r = run("gemm --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe gemm", 0), 0u) << r.out;
+  for (const char* option : {"--graphs", "--fixed-reducer", "--split-lead", "--cluster"})
+    EXPECT_NE(r.out.find(option), std::string::npos) << option << " not in the help:\n" << r.out;
 }
 
 TEST(GemmCli, BadShapeIsAUserError) {
@@ -43,7 +45,9 @@ TEST(GemmCli, ScheduleOptionsAreChecked) {
                               {"--prefetch -2", "--prefetch"},
                               {"--data-only --compute-only", "--data-only"},
                               {"--block-m 32", "--block-m"},
-                              {"--block-n 96", "--block-n"}}) {
+                              {"--block-n 96", "--block-n"},
+                              {"--fixed-reducer 2", "--fixed-reducer"},
+                              {"--split-lead -1", "--split-lead"}}) {
     auto r = run(std::string("gemm 64 64 64 ") + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;
