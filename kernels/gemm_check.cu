@@ -5,14 +5,18 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
+#include "core/power.h"
 #include "core/random.h"
 #include "kernels/gemm_check.h"
 
@@ -78,59 +82,84 @@ std::vector<double> to_host_out(const void* d, size_t n, out_type out) {
   return v;
 }
 
-// Median per-launch time of two variants, their samples interleaved (ABAB...) so that both see the same
-// clocks and temperature. Each sample is one batch of `reps` launches that issue_first / issue_second put
-// on `stream`, between two events.
+// What one variant's samples measured: per-launch times (ms), and with a power probe the energy and the
+// SM clock over its batches.
+struct VariantSamples {
+  std::vector<float> ms;
+  double energy_mj = 0, busy_ms = 0;  // energy counted over its batches, and their length
+  long long launches = 0;
+  double clock_sum = 0;  // SM clock readings (MHz) taken while its batches ran
+  int clocks = 0;
+  double median() {
+    if (ms.empty()) return 0;
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+};
+
+// Two variants' samples, interleaved (ABAB...) so that both see the same temperature and power state.
+// Each sample is one batch of `reps` launches that issue_first / issue_second put on `stream`, between two
+// events. With a power probe, the GPU's energy counter is read before and after each batch, and its SM
+// clock every ms or so while the batch runs (long batches; short ones are over before a reading).
 template <class F, class G>
-std::pair<double, double> interleaved_medians(F&& issue_first, G&& issue_second, bool with_second, int reps,
-                                              int samples, cudaStream_t stream) {
+std::pair<VariantSamples, VariantSamples> interleaved_samples(F&& issue_first, G&& issue_second,
+                                                              bool with_second, int reps, int samples,
+                                                              cudaStream_t stream, const PowerProbe* probe) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  std::vector<float> t1, t2;
-  auto sample = [&](auto& issue, std::vector<float>& out) {
+  VariantSamples v1, v2;
+  auto sample = [&](auto& issue, VariantSamples& out) {
+    const auto before = probe ? probe->energy_mj() : std::nullopt;
     cudaEventRecord(e0, stream);
     issue();
     cudaEventRecord(e1, stream);
+    if (probe)  // clock readings while the batch runs
+      while (cudaEventQuery(e1) == cudaErrorNotReady) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (cudaEventQuery(e1) != cudaErrorNotReady) break;
+        if (auto c = probe->sm_clock_mhz()) out.clock_sum += *c, ++out.clocks;
+      }
     ck(cudaEventSynchronize(e1), "timing");
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    out.push_back(ms / reps);
+    out.ms.push_back(ms / reps);
+    const auto after = probe ? probe->energy_mj() : std::nullopt;
+    if (before && after) {
+      out.energy_mj += *after - *before;
+      out.busy_ms += ms;
+      out.launches += reps;
+    }
   };
   for (int s = 0; s < samples; ++s) {
-    sample(issue_first, t1);
-    if (with_second) sample(issue_second, t2);
+    sample(issue_first, v1);
+    if (with_second) sample(issue_second, v2);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  auto med = [](std::vector<float>& t) {
-    if (t.empty()) return 0.0;
-    std::sort(t.begin(), t.end());
-    return double(t[t.size() / 2]);
-  };
-  return {med(t1), med(t2)};
+  return {std::move(v1), std::move(v2)};
 }
 
 // Direct launches on the default stream: f(r, stream) issues launch r of a batch.
 template <class F, class G>
-std::pair<double, double> median_ms_interleaved(F&& first, G&& second, bool with_second, int reps,
-                                                int samples) {
-  return interleaved_medians(
+std::pair<VariantSamples, VariantSamples> samples_direct(F&& first, G&& second, bool with_second, int reps,
+                                                         int samples, const PowerProbe* probe) {
+  return interleaved_samples(
       [&] {
         for (int r = 0; r < reps; ++r) first(r, nullptr);
       },
       [&] {
         for (int r = 0; r < reps; ++r) second(r, nullptr);
       },
-      with_second, reps, samples, nullptr);
+      with_second, reps, samples, nullptr, probe);
 }
 
 // Each variant's batch captured once into a CUDA graph on `stream` (f(r, stream) issues launch r) and
 // replayed per sample. Returns false, leaving no capture open and no error pending, if a capture or
 // instantiation fails.
 template <class F, class G>
-bool median_ms_graphs(F&& first, G&& second, bool with_second, int reps, int samples, cudaStream_t stream,
-                      std::pair<double, double>& out) {
+bool samples_graphs(F&& first, G&& second, bool with_second, int reps, int samples, cudaStream_t stream,
+                    const PowerProbe* probe, std::pair<VariantSamples, VariantSamples>& out) {
   auto capture = [&](auto& f, cudaGraphExec_t& exec) {
     exec = nullptr;
     if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed) != cudaSuccess) return false;
@@ -155,7 +184,8 @@ bool median_ms_graphs(F&& first, G&& second, bool with_second, int reps, int sam
   replay(g1);
   if (g2) replay(g2);
   ck(cudaStreamSynchronize(stream), "graph warm-up");
-  out = interleaved_medians([&] { replay(g1); }, [&] { replay(g2); }, g2 != nullptr, reps, samples, stream);
+  out = interleaved_samples([&] { replay(g1); }, [&] { replay(g2); }, g2 != nullptr, reps, samples, stream,
+                            probe);
   cudaGraphExecDestroy(g1);
   if (g2) cudaGraphExecDestroy(g2);
   return true;
@@ -280,8 +310,11 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
 
   if (opt.time) {
     const double flop = 2.0 * m * n * k;
-    // A batch of launches per sample, about 2 ms of work, rotating over the input copies.
-    const int reps = int(std::clamp(2e-3 / (flop / 700e12), 1.0, 200.0));
+    // A batch of launches per sample, about opt.batch_ms of work, rotating over the input copies.
+    MP_USER_CHECK(opt.batch_ms > 0 && opt.batch_ms <= 2000, "gemm check: batch_ms must be in (0, 2000], got ",
+                  opt.batch_ms);
+    const int reps = int(std::clamp(opt.batch_ms * 1e-3 / (flop / 700e12), 1.0, 20000.0));
+    res.batch_launches = reps;
     // Launch r of a batch, on `st`.
     auto ours = [&](int r, cudaStream_t st) {
       gemm_bf16(as[r % copies]->p, bs[r % copies]->p, c.p, m, n, k, bl, out, st, opt.schedule);
@@ -300,12 +333,32 @@ GemmCheckResult check_gemm(int m, int n, int k, b_layout bl, out_type out, const
       if (opt.cublas) theirs(w, warm);
     }
     ck(cudaDeviceSynchronize(), "warm-up");
-    std::pair<double, double> ot;
+    // The power probe (NVML) for this GPU, when present: energy per launch and the clock it ran at.
+    std::optional<PowerProbe> probe;
+    if (opt.power) {
+      int dev = 0;
+      char bus[32] = "";
+      if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetPCIBusId(bus, sizeof bus, dev) == cudaSuccess)
+        probe.emplace(bus);
+      res.power_note = !probe ? "no PCI bus id for the GPU" : probe->available() ? "" : probe->why();
+      if (probe && !probe->available()) probe.reset();
+    }
+    const PowerProbe* pp = probe ? &*probe : nullptr;
+    std::pair<VariantSamples, VariantSamples> vs;
     const bool graphed =
-        opt.graphs && median_ms_graphs(ours, theirs, opt.cublas, reps, opt.samples, graph_stream, ot);
-    if (!graphed) ot = median_ms_interleaved(ours, theirs, opt.cublas, reps, opt.samples);
+        opt.graphs && samples_graphs(ours, theirs, opt.cublas, reps, opt.samples, graph_stream, pp, vs);
+    if (!graphed) vs = samples_direct(ours, theirs, opt.cublas, reps, opt.samples, pp);
     res.timing_method = graphed ? "CUDA graphs" : "direct launches";
-    const auto [o, t] = ot;
+    auto power_of = [](const VariantSamples& v, GemmCheckResult::Power& p) {
+      if (v.launches > 0 && v.busy_ms > 0) {
+        p.mj_per_launch = v.energy_mj / double(v.launches);
+        p.watts = v.energy_mj / v.busy_ms;
+      }
+      if (v.clocks > 0) p.sm_mhz = v.clock_sum / v.clocks;
+    };
+    power_of(vs.first, res.ours_power);
+    power_of(vs.second, res.cublas_power);
+    const double o = vs.first.median(), t = vs.second.median();
     res.ours_ms = o;
     res.ours_tflops = flop / (res.ours_ms * 1e-3) / 1e12;
     if (opt.cublas) {

@@ -22,6 +22,15 @@ struct GemmCheckOptions {
   // (M = 128: ~15 us). Falls back to direct launches, and says so in timing_method, where a capture
   // fails.
   bool graphs = false;
+  // Work per sample, in ms at 700 TFLOP/s: each sample is a batch of launches this long (at least one
+  // launch, at most 20000). The H200 runs GEMMs at its power cap, where the clock follows the power drawn
+  // with some delay, so a short batch's clock also depends on the batch before it (the other variant's);
+  // longer batches let each variant run mostly at its own clock (bench/RESULTS.md, eighth session).
+  double batch_ms = 2.0;
+  // Read the GPU's energy counter and SM clock (NVML, core/power.h) around and during each sample, for
+  // GemmCheckResult::ours_power / cublas_power. Where NVML is absent the figures stay 0 (power_note says
+  // why). Meaningful with batches of tens of ms and more (the counter advances in steps).
+  bool power = false;
   // Diagnostic: after the timing, one more launch (after a launch of the same GEMM, as in the timed
   // batches) records the kernel's timeline (GemmSchedule::trace) into GemmCheckResult::trace.
   bool trace = false;
@@ -38,6 +47,14 @@ struct GemmCheckResult {
   bool ok = false;
   double ours_ms = 0, cublas_ms = 0;  // medians
   double ours_tflops = 0, cublas_tflops = 0;
+  // With GemmCheckOptions::power: energy per launch (mJ), mean power over the batches (W), and the mean SM
+  // clock read while the batches ran (MHz); 0 where not measured.
+  struct Power {
+    double mj_per_launch = 0, watts = 0, sm_mhz = 0;
+  };
+  Power ours_power, cublas_power;
+  std::string power_note;     // why the power figures are missing, if they are
+  int batch_launches = 0;     // launches per timed sample (GemmCheckOptions::batch_ms)
   std::string timing_method;  // "direct launches" or "CUDA graphs" (how the samples were launched)
   // With GemmCheckOptions::trace: per launched block, gemm_trace_points values (ns, the SM last).
   std::vector<unsigned long long> trace;

@@ -18,7 +18,7 @@ TEST(GemmCli, Help) {
   auto r = run("gemm --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe gemm", 0), 0u) << r.out;
-  for (const char* option : {"--graphs", "--fixed-reducer", "--split-lead", "--cluster"})
+  for (const char* option : {"--graphs", "--batch-ms", "--fixed-reducer", "--split-lead", "--cluster"})
     EXPECT_NE(r.out.find(option), std::string::npos) << option << " not in the help:\n" << r.out;
 }
 
@@ -47,7 +47,10 @@ TEST(GemmCli, ScheduleOptionsAreChecked) {
                               {"--block-m 32", "--block-m"},
                               {"--block-n 96", "--block-n"},
                               {"--fixed-reducer 2", "--fixed-reducer"},
-                              {"--split-lead -1", "--split-lead"}}) {
+                              {"--split-lead -1", "--split-lead"},
+                              {"--batch-ms 0", "--batch-ms"},
+                              {"--batch-ms 5000", "--batch-ms"},
+                              {"--batch-ms 2x", "--batch-ms"}}) {
     auto r = run(std::string("gemm 64 64 64 ") + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;

@@ -2,6 +2,7 @@
 // reference, timed against cuBLAS in the same run; and its rows in `metapipe demo`.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "kernels/gemm.h"
@@ -80,6 +81,16 @@ int run_gemm(Args& a) {
   const auto samples = a.integer({"--samples"});
   const bool no_time = a.flag({"--no-time"});
   const bool graphs = a.flag({"--graphs"});
+  const bool power = a.flag({"--power"});
+  const auto batch_ms = a.value({"--batch-ms"});
+  double batch_ms_v = 2.0;
+  if (batch_ms) {
+    char* end = nullptr;
+    batch_ms_v = std::strtod(batch_ms->c_str(), &end);
+    if (end == batch_ms->c_str() || *end != '\0' || !(batch_ms_v >= 0.01 && batch_ms_v <= 2000))
+      throw usage_error("metapipe gemm: --batch-ms is a number of ms from 0.01 to 2000, got '" + *batch_ms +
+                        "'");
+  }
   const bool plan_only = a.flag({"--plan"});
   const auto sms = a.integer({"--sms"});
   if (sms && !plan_only)
@@ -186,6 +197,8 @@ int run_gemm(Args& a) {
   if (samples) opt.samples = int(std::max(1ll, *samples));
   opt.trace = trace;
   opt.graphs = graphs;
+  if (batch_ms) opt.batch_ms = batch_ms_v;
+  opt.power = power;
   auto r = kernels::check_gemm(m, n, k, bl, ot, opt);
   std::cout << "gemm " << m << " x " << n << " x " << k << ": C = " << (bt ? "A * B^T" : "A * B")
             << ", bf16 inputs, " << out << " output, on " << gpu->name << "\n"
@@ -197,10 +210,19 @@ int run_gemm(Args& a) {
                                       " elements (seed " + std::to_string(r.seed) + ")")
             << "\n";
   if (opt.time) {
-    std::printf("ours:   %s  %s\ncuBLAS: %s  %s\nratio:  %.3fx cuBLAS (median of %d, %s)\n",
-                format_ms(r.ours_ms).c_str(), tflops(r.ours_tflops).c_str(), format_ms(r.cublas_ms).c_str(),
-                tflops(r.cublas_tflops).c_str(), r.cublas_ms / r.ours_ms, opt.samples,
-                r.timing_method.c_str());
+    std::printf(
+        "ours:   %s  %s\ncuBLAS: %s  %s\nratio:  %.3fx cuBLAS (median of %d, %s, %d launches per sample)\n",
+        format_ms(r.ours_ms).c_str(), tflops(r.ours_tflops).c_str(), format_ms(r.cublas_ms).c_str(),
+        tflops(r.cublas_tflops).c_str(), r.cublas_ms / r.ours_ms, opt.samples, r.timing_method.c_str(),
+        r.batch_launches);
+  }
+  if (opt.time && power) {
+    if (!r.power_note.empty())
+      std::printf("power:  not measured (%s)\n", r.power_note.c_str());
+    else
+      for (auto [who, p] : {std::pair{"ours:  ", r.ours_power}, std::pair{"cuBLAS:", r.cublas_power}})
+        std::printf("power:  %s %.1f mJ per launch, %.0f W, SM clock %.0f MHz\n", who, p.mj_per_launch,
+                    p.watts, p.sm_mhz);
   }
   if (trace) print_trace(r.trace);
   return r.ok || sched.data_only || sched.compute_only ? 0 : 1;
@@ -208,8 +230,8 @@ int run_gemm(Args& a) {
 
 MP_REGISTER_COMMAND(
     "gemm", "bf16 GEMM on the GPU with the tile layer, checked and timed against cuBLAS",
-    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--graphs] [--no-time]\n"
-    "                          [--plan [--sms N]] [schedule options]\n\n"
+    "usage: metapipe gemm M N K [--bt] [--out bf16|f32] [--samples N] [--graphs] [--batch-ms T]\n"
+    "                          [--power] [--no-time] [--plan [--sms N]] [schedule options]\n\n"
     "Runs C = A * B (A: M x K, B: K x N, row-major bf16) with the tile layer's Hopper GEMM on fresh\n"
     "random inputs, checks it against a CPU fp64 reference (every element for small shapes, a\n"
     "sample for large ones) and against cuBLAS, then times both (median, CUDA events) and prints\n"
@@ -220,6 +242,11 @@ MP_REGISTER_COMMAND(
     "  --samples N    timed samples (default 20)\n"
     "  --graphs       time each sample's batch of launches as one replayed CUDA graph (for\n"
     "                 kernels as short as a launch: the host's pace stays out of the time)\n"
+    "  --batch-ms T   each sample is a batch of launches of about T ms of work (default 2);\n"
+    "                 ours and cuBLAS alternate by sample. At the GPU's power cap the clock\n"
+    "                 lags the power drawn, so longer batches time each at its own clock\n"
+    "  --power        also read the GPU's energy counter and SM clock (NVML) around each\n"
+    "                 sample: energy per launch, watts and MHz for ours and cuBLAS\n"
     "  --no-time      check only\n"
     "  --plan         print the schedule the shape gets and stop (no GPU needed; on the GPU\n"
     "                 present, else an H200's 132 SMs)\n"
