@@ -23,10 +23,13 @@ struct GemmCheckOptions {
   // fails.
   bool graphs = false;
   // Work per sample, in ms at 700 TFLOP/s: each sample is a batch of launches this long (at least one
-  // launch, at most 20000). The H200 runs GEMMs at its power cap, where the clock follows the power drawn
-  // with some delay, so a short batch's clock also depends on the batch before it (the other variant's);
-  // longer batches let each variant run mostly at its own clock (bench/RESULTS.md, eighth session).
-  double batch_ms = 2.0;
+  // launch, at most 20000), and the two variants alternate by sample. The H200 runs large GEMMs at its
+  // power cap (700 W), where the SM clock follows the power drawn with a delay: with 2 ms batches each
+  // sample ran partly at the clock the other variant's sample left behind, which favoured whichever kernel
+  // draws more power, by up to 4 % (bench/RESULTS.md, eighth session: 8192^3 1.042x at 2 ms batches,
+  // 0.999x at 100 ms). 200 ms batches time each at the clock it settles to (~1.5 GHz there), which is the
+  // throughput of a long run of such GEMMs. Up to the seventh session the default was 2 ms.
+  double batch_ms = 200.0;
   // Read the GPU's energy counter and SM clock (NVML, core/power.h) around and during each sample, for
   // GemmCheckResult::ours_power / cublas_power. Where NVML is absent the figures stay 0 (power_note says
   // why). Meaningful with batches of tens of ms and more (the counter advances in steps).

@@ -6,8 +6,11 @@
 // cooperative rows run first, so a failing ping-pong kernel cannot take them down. Prints one table,
 // last, each shape's schedules side by side.
 //   usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] [--graphs]
-//                     [--schedule all|both|cooperative|pingpong|pingpong-128]   (both: the first two)
+//                     [--batch-ms T] [--schedule all|both|cooperative|pingpong|pingpong-128]
+//                     (both: the first two schedules)
 // --graphs: each sample's batch of launches is one replayed CUDA graph (GemmCheckOptions::graphs).
+// --batch-ms: work per sample (default GemmCheckOptions::batch_ms, 200 ms: each variant timed at the clock
+// it settles to under the card's power cap, not the one the other variant's sample left behind).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -55,6 +58,7 @@ int main(int argc, char** argv) {
   std::string layout = "nk", out = "bf16", schedule = "all";
   int samples = 20;
   bool graphs = false;
+  double batch_ms = GemmCheckOptions{}.batch_ms;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--quick")
@@ -69,11 +73,14 @@ int main(int argc, char** argv) {
       samples = std::atoi(argv[++i]);
     else if (a == "--schedule" && i + 1 < argc)
       schedule = argv[++i];
+    else if (a == "--batch-ms" && i + 1 < argc && std::atof(argv[i + 1]) > 0 &&
+             std::atof(argv[i + 1]) <= 2000)
+      batch_ms = std::atof(argv[++i]);
     else {
       std::fprintf(
           stderr,
           "usage: bench_gemm [--quick] [--layout nk|kn|both] [--out bf16|f32] [--samples N] [--graphs] "
-          "[--schedule all|both|cooperative|pingpong|pingpong-128]\n");
+          "[--batch-ms T (0 < T <= 2000)] [--schedule all|both|cooperative|pingpong|pingpong-128]\n");
       return 2;
     }
   }
@@ -117,10 +124,13 @@ int main(int argc, char** argv) {
   if (layout == "kn" || layout == "both") layouts.push_back(b_layout::kn);
   const out_type ot = out == "f32" ? out_type::f32 : out_type::bf16;
 
-  std::printf("bench_gemm on %s (%d SMs): bf16 inputs, %s output, fp32 accumulation, %s\n", gpu->name.c_str(),
-              gpu->sm_count, out.c_str(),
-              graphs ? "samples launched as CUDA graphs (direct launches where a capture fails)"
-                     : "samples launched directly");
+  std::printf(
+      "bench_gemm on %s (%d SMs): bf16 inputs, %s output, fp32 accumulation, %s, each sample a batch of "
+      "~%g ms of launches\n",
+      gpu->name.c_str(), gpu->sm_count, out.c_str(),
+      graphs ? "samples launched as CUDA graphs (direct launches where a capture fails)"
+             : "samples launched directly",
+      batch_ms);
   std::thread watchdog(watch_rows, 120);
   // The last table has one line per (layout, shape) and a cell per schedule: "ours/cuBLAS TFLOP/s ratio
   // check", each ratio against the cuBLAS samples interleaved with that schedule's. Full rows (error, plan)
@@ -135,6 +145,7 @@ int main(int argc, char** argv) {
         GemmCheckOptions opt;
         opt.samples = samples;
         opt.graphs = graphs;
+        opt.batch_ms = batch_ms;
         opt.full_reference_limit = 1ll << 28;
         opt.schedule = schedules[sc].sched;
         const char* sname = schedules[sc].name;

@@ -83,7 +83,7 @@ int run_gemm(Args& a) {
   const bool graphs = a.flag({"--graphs"});
   const bool power = a.flag({"--power"});
   const auto batch_ms = a.value({"--batch-ms"});
-  double batch_ms_v = 2.0;
+  double batch_ms_v = kernels::GemmCheckOptions{}.batch_ms;
   if (batch_ms) {
     char* end = nullptr;
     batch_ms_v = std::strtod(batch_ms->c_str(), &end);
@@ -242,9 +242,9 @@ MP_REGISTER_COMMAND(
     "  --samples N    timed samples (default 20)\n"
     "  --graphs       time each sample's batch of launches as one replayed CUDA graph (for\n"
     "                 kernels as short as a launch: the host's pace stays out of the time)\n"
-    "  --batch-ms T   each sample is a batch of launches of about T ms of work (default 2);\n"
+    "  --batch-ms T   each sample is a batch of launches of about T ms of work (default 200);\n"
     "                 ours and cuBLAS alternate by sample. At the GPU's power cap the clock\n"
-    "                 lags the power drawn, so longer batches time each at its own clock\n"
+    "                 lags the power drawn: long batches time each at its own settled clock\n"
     "  --power        also read the GPU's energy counter and SM clock (NVML) around each\n"
     "                 sample: energy per launch, watts and MHz for ours and cuBLAS\n"
     "  --no-time      check only\n"
