@@ -344,19 +344,19 @@ TEST(SM90_Gemm, TimesThroughGraphs) {
 TEST(SM90_Gemm, LongBatchesWithPower) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   GemmCheckOptions opt;
-  opt.samples = 3;
-  opt.batch_ms = 50;
+  opt.samples = 4;
+  opt.batch_ms = 100;  // the energy counter advances in steps: batches of ~100 ms keep the error small
   opt.power = true;
   const int s = 2048;
   auto r = check_gemm(s, s, s, b_layout::nk, out_type::bf16, opt);
   EXPECT_TRUE(r.ok) << r.summary();
-  EXPECT_EQ(r.batch_launches, int(50e-3 / (2.0 * s * s * s / 700e12)));  // 50 ms at 700 TFLOP/s
+  EXPECT_EQ(r.batch_launches, int(100e-3 / (2.0 * s * s * s / 700e12)));  // 100 ms at 700 TFLOP/s
   EXPECT_GT(r.ours_ms, 0);
   if (!r.power_note.empty()) GTEST_SKIP() << "no power figures: " << r.power_note;
   for (const auto& p : {r.ours_power, r.cublas_power}) {
     EXPECT_GT(p.mj_per_launch, 0);
     EXPECT_GT(p.watts, 50);    // a busy H200 draws hundreds of watts
-    EXPECT_LT(p.watts, 2000);  // and not kilowatts
+    EXPECT_LT(p.watts, 1500);  // and not kilowatts
     EXPECT_GT(p.sm_mhz, 100);
   }
 }
