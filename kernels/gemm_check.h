@@ -32,7 +32,9 @@ struct GemmCheckOptions {
   double batch_ms = 200.0;
   // Read the GPU's energy counter and SM clock (NVML, core/power.h) around and during each sample, for
   // GemmCheckResult::ours_power / cublas_power. Where NVML is absent the figures stay 0 (power_note says
-  // why). Meaningful with batches of tens of ms and more (the counter advances in steps).
+  // why). Meaningful with batches of tens of ms and more (the counter advances in steps), and even then
+  // the counter's lag moves part of one batch's energy into the next (the other variant's), so the two
+  // energies come out closer to each other than they are; the clock readings have no such lag.
   bool power = false;
   // Diagnostic: after the timing, one more launch (after a launch of the same GEMM, as in the timed
   // batches) records the kernel's timeline (GemmSchedule::trace) into GemmCheckResult::trace.

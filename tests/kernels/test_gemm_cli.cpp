@@ -18,7 +18,8 @@ TEST(GemmCli, Help) {
   auto r = run("gemm --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe gemm", 0), 0u) << r.out;
-  for (const char* option : {"--graphs", "--batch-ms", "--fixed-reducer", "--split-lead", "--cluster"})
+  for (const char* option :
+       {"--graphs", "--batch-ms", "--power", "--fixed-reducer", "--split-lead", "--cluster"})
     EXPECT_NE(r.out.find(option), std::string::npos) << option << " not in the help:\n" << r.out;
 }
 
