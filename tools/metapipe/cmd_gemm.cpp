@@ -197,7 +197,7 @@ int run_gemm(Args& a) {
   if (samples) opt.samples = int(std::max(1ll, *samples));
   opt.trace = trace;
   opt.graphs = graphs;
-  if (batch_ms) opt.batch_ms = batch_ms_v;
+  opt.batch_ms = batch_ms_v;
   opt.power = power;
   auto r = kernels::check_gemm(m, n, k, bl, ot, opt);
   std::cout << "gemm " << m << " x " << n << " x " << k << ": C = " << (bt ? "A * B^T" : "A * B")
