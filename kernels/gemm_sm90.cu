@@ -28,6 +28,14 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
+// Build switch (an experiment, bench/RESULTS.md, ninth session): the epilogue's output buffers per
+// consumer of the cooperative 128 x 256 kernels. 2 (default): the 64-column chunks take turns, each
+// waiting until the store that read its buffer two chunks before is done. 4 (bf16 output): every chunk
+// has its own buffer, the whole tile is written between one pair of barriers and its stores are issued
+// together, at the cost of a ring stage (3 instead of 4) and of the deferred epilogue (not available).
+#ifndef MP_GEMM_COOP_CBUF
+#define MP_GEMM_COOP_CBUF 2
+#endif
 
 namespace mp::kernels {
 namespace {
@@ -96,7 +104,14 @@ struct gemm_kernel {
   // of OutT), double-buffered per consumer so one chunk's store overlaps the next chunk's writes (single-
   // buffered for ping-pong, whose epilogue runs in the shadow of the other consumer's mainloop).
   static constexpr int CW = 128 / int(sizeof(OutT));
-  static constexpr int c_buffers = PP ? 1 : 2;
+  static constexpr int coop_chunks = BN / CW;  // a cooperative consumer's chunks per tile
+  static constexpr int c_buffers = PP ? 1
+                                   : NC == 1 || MP_GEMM_COOP_CBUF < 2
+                                       ? 2
+                                       : (MP_GEMM_COOP_CBUF < coop_chunks ? MP_GEMM_COOP_CBUF : coop_chunks);
+  // Every chunk of a consumer's tile has a buffer of its own: the epilogue writes them all between one
+  // pair of barriers and issues their stores together (no deferred epilogue then).
+  static constexpr bool whole_tile = !PP && c_buffers > 2 && c_buffers == coop_chunks;
   using c_tile = st<OutT, 64, CW>;
   // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
   static constexpr int acc_float4 = MH * BN / 8;
@@ -135,7 +150,8 @@ struct gemm_kernel {
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
   // wgmma keep the tensor cores busy. Two chunks (32 registers) fit beside the 128 accumulators; three
   // or four spill (ptxas -v), so MP_GEMM_DEFERRED is 2.
-  static constexpr bool can_defer = !PP && !KC && std::is_same_v<OutT, bf16>;  // KC: the buffers hold `part`
+  static constexpr bool can_defer =
+      !PP && !KC && !whole_tile && std::is_same_v<OutT, bf16>;  // KC: the buffers hold `part`
   // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
   // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
   static constexpr int chunks = MH * (BN / CW);
@@ -406,21 +422,35 @@ struct gemm_kernel {
     }
   }
 
-  // One 64 x CW output chunk of a consumer: wait until the store that last read `buf` is done with it,
-  // write the chunk there (put(element, jb, f) for each of the thread's elements, in the accumulator
-  // fragment's order), and start its TMA store to (row, col) of C. Both consumer warpgroups each write
-  // their own rows (named barrier `bar`).
-  template <class Put>
-  __device__ static void store_chunk(c_tile& buf, const globals& g, int bar, int row, int col, Put put) {
+  // Writes the thread's pairs of one 64 x CW chunk (pair(jb, f): a bf16x2 as uint32_t, or a float2; in the
+  // accumulator fragment's order) at their swizzled offsets with st.shared. Through buf.at() they compiled
+  // to generic stores (ST.E, 64-bit addresses), and the epilogue took ~1 % of the GEMM's time more
+  // (bench/RESULTS.md, ninth session).
+  template <class Pair>
+  __device__ static void write_chunk(c_tile& buf, Pair pair) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-    const bool leader = warpgroup::thread_in_group() == 0;
-    if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
-    named_barrier_sync(bar, warpgroup_threads);
+    const uint32_t base = buf.smem_addr();
 #pragma unroll
     for (int jb = 0; jb < CW / 16; ++jb)
 #pragma unroll
-      for (int f = 0; f < 4; ++f)
-        put(buf.at(warp * 16 + lane / 4 + 8 * (f & 1), 16 * jb + 2 * (lane % 4) + 8 * (f >> 1)), jb, f);
+      for (int f = 0; f < 4; ++f) {
+        const uint32_t a = base + c_tile::layout::offset(warp * 16 + lane / 4 + 8 * (f & 1),
+                                                         16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
+        if constexpr (std::is_same_v<OutT, float>)
+          st_shared_v2_f32(a, pair(jb, f));
+        else
+          st_shared_b32(a, pair(jb, f));
+      }
+  }
+  // One 64 x CW output chunk of a consumer: wait until the store that last read `buf` is done with it,
+  // write the chunk there, and start its TMA store to (row, col) of C. Both consumer warpgroups each
+  // write their own rows (named barrier `bar`).
+  template <class Pair>
+  __device__ static void store_chunk(c_tile& buf, const globals& g, int bar, int row, int col, Pair pair) {
+    const bool leader = warpgroup::thread_in_group() == 0;
+    if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
+    named_barrier_sync(bar, warpgroup_threads);
+    write_chunk(buf, pair);
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if (leader) {
@@ -433,9 +463,7 @@ struct gemm_kernel {
   __device__ static void stash_chunk(state& st, finish_smem& fs, const globals& g, int consumer) {
     constexpr int C = chunks - deferred_chunks + J, h = C / (BN / CW), j = C % (BN / CW);
     store_chunk(fs.c[consumer][C % c_buffers], g, 1 + consumer, st.stash_row + h * 64, st.stash_col + j * CW,
-                [&](OutT& dst, int jb, int f) {
-                  *reinterpret_cast<uint32_t*>(&dst) = st.stash[J * stash_regs + jb * 4 + f];
-                });
+                [&](int jb, int f) { return st.stash[J * stash_regs + jb * 4 + f]; });
   }
   // The next chunk of the stash, if any (the chunk index is dispatched to a compile-time one, so the
   // stash stays in registers).
@@ -492,6 +520,35 @@ struct gemm_kernel {
         st.stash_left = deferred_chunks;
       }
     }
+    auto put_acc = [&](int h, int j) {  // the accumulator pairs of chunk j of slice h, in the output type
+      return [&st, h, j](int jb, int f) {
+        const float2 v = st.acc[h].tiles[0][j * (CW / 16) + jb][f];
+        if constexpr (std::is_same_v<OutT, float>) {
+          return v;
+        } else {
+          const __nv_bfloat162 b = __float22bfloat162_rn(v);
+          return *reinterpret_cast<const uint32_t*>(&b);
+        }
+      };
+    };
+    if constexpr (whole_tile) {  // every chunk in its own buffer: one wait (the previous tile's stores are
+                                 // long done), one pair of barriers, the stores issued together
+      const bool leader = warpgroup::thread_in_group() == 0;
+      const int bar = 1 + consumer;
+      if (leader) tma::wait_read<0>();
+      named_barrier_sync(bar, warpgroup_threads);
+#pragma unroll
+      for (int j = 0; j < coop_chunks; ++j) write_chunk(fs.c[consumer][j], put_acc(0, j));
+      fence_async_shared();
+      named_barrier_sync(bar, warpgroup_threads);
+      if (leader) {
+#pragma unroll
+        for (int j = 0; j < coop_chunks; ++j)
+          tma::store_async(&g.c, fs.c[consumer][j], w.row + consumer * 64, t.y * BN + j * CW);
+        tma::commit_group();
+      }
+      return;
+    }
     // the chunks written now: all, or those before the stash
     const int now = can_defer && g.deferred ? chunks - deferred_chunks : chunks;
 #pragma unroll
@@ -500,13 +557,7 @@ struct gemm_kernel {
       for (int j = 0; j < BN / CW; ++j) {
         if (h * (BN / CW) + j >= now) break;
         store_chunk(fs.c[consumer][(h * (BN / CW) + j) % c_buffers], g, 1 + consumer,
-                    w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW, [&](OutT& dst, int jb, int f) {
-                      const float2 v = st.acc[h].tiles[0][j * (CW / 16) + jb][f];
-                      if constexpr (std::is_same_v<OutT, float>)
-                        *reinterpret_cast<float2*>(&dst) = v;
-                      else
-                        *reinterpret_cast<__nv_bfloat162*>(&dst) = __float22bfloat162_rn(v);
-                    });
+                    w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW, put_acc(h, j));
       }
     if constexpr (KC)
       if (w.count > 1) release_part(fs);
@@ -589,6 +640,11 @@ template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const GemmPlan& p) {
   using K = gemm_kernel<BN, BT, OutT, CS, PP, NC, KC>;
+  if constexpr (K::whole_tile)
+    if (s.epilogue == epilogue_mode::deferred)
+      throw not_supported(
+          "gemm: the deferred epilogue of 128 x 256 tiles in a build with MP_GEMM_COOP_CBUF=4 "
+          "(build without it, or use --epilogue immediate)");
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -602,7 +658,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.prefetch = s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
-  g.deferred = s.epilogue != epilogue_mode::immediate;
+  g.deferred = s.epilogue == epilogue_mode::deferred;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
   const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
   g.iters_per_split = ks.per_split, g.splits = ks.splits;

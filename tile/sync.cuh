@@ -149,6 +149,16 @@ __device__ inline int load_acquire_gpu(const int* p) {
   return v;
 }
 
+// Stores to shared memory by 32-bit shared-window address (smem_addr() + layout offset). A C++ store
+// through a pointer into a shared tile is generic (ST.E with a 64-bit address) unless the compiler can
+// prove the address space, and a generic store to shared memory is slower than st.shared (STS).
+__device__ inline void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ inline void st_shared_v2_f32(uint32_t addr, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
