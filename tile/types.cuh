@@ -106,6 +106,9 @@ struct alignas(1024) st {
   static constexpr swizzle swz = S;
   static constexpr int bytes = layout::bytes;
   T data[R * C];
+  // The element (r, c). A store through this reference is a generic one (ST.E, 64-bit address) unless the
+  // compiler can prove the address space; a hot loop writes with st_shared_b32 (tile/sync.cuh) at
+  // smem_addr() + layout::offset(r, c) instead.
   __device__ T& at(int r, int c) {
     return *reinterpret_cast<T*>(reinterpret_cast<char*>(data) + layout::offset(r, c));
   }
