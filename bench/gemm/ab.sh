@@ -27,7 +27,7 @@ for v in "$@"; do
 done
 wait
 echo "builds: $(( $(date +%s) - t0 )) s"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader 2>/dev/null || echo "(no nvidia-smi)"
 while read -r args; do
   case "$args" in ''|'#'*) continue ;; esac
   for name in "${names[@]}"; do
