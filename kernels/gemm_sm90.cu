@@ -14,6 +14,7 @@
 // data_only / compute_only.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -36,6 +37,7 @@
 #ifndef MP_GEMM_COOP_CBUF
 #define MP_GEMM_COOP_CBUF 2
 #endif
+static_assert(MP_GEMM_COOP_CBUF == 2 || MP_GEMM_COOP_CBUF == 4, "MP_GEMM_COOP_CBUF is 2 or 4");
 
 namespace mp::kernels {
 namespace {
@@ -105,10 +107,7 @@ struct gemm_kernel {
   // buffered for ping-pong, whose epilogue runs in the shadow of the other consumer's mainloop).
   static constexpr int CW = 128 / int(sizeof(OutT));
   static constexpr int coop_chunks = BN / CW;  // a cooperative consumer's chunks per tile
-  static constexpr int c_buffers = PP ? 1
-                                   : NC == 1 || MP_GEMM_COOP_CBUF < 2
-                                       ? 2
-                                       : (MP_GEMM_COOP_CBUF < coop_chunks ? MP_GEMM_COOP_CBUF : coop_chunks);
+  static constexpr int c_buffers = PP ? 1 : NC == 1 ? 2 : std::min(MP_GEMM_COOP_CBUF, coop_chunks);
   // Every chunk of a consumer's tile has a buffer of its own: the epilogue writes them all between one
   // pair of barriers and issues their stores together (no deferred epilogue then).
   static constexpr bool whole_tile = !PP && c_buffers > 2 && c_buffers == coop_chunks;
@@ -442,19 +441,25 @@ struct gemm_kernel {
           st_shared_b32(a, pair(jb, f));
       }
   }
-  // One 64 x CW output chunk of a consumer: wait until the store that last read `buf` is done with it,
-  // write the chunk there, and start its TMA store to (row, col) of C. Both consumer warpgroups each
-  // write their own rows (named barrier `bar`).
-  template <class Pair>
-  __device__ static void store_chunk(c_tile& buf, const globals& g, int bar, int row, int col, Pair pair) {
+  // N adjacent 64 x CW output chunks of a consumer (columns col, col + CW, ...) in buffers buf[0..N): wait
+  // until the stores that last read those buffers are done with them, write the chunks (pair_of(j): chunk
+  // j's pairs, see write_chunk), and start their TMA stores to C as one bulk group. Both consumer
+  // warpgroups each write their own rows (named barrier `bar`). N = 1: the chunks take turns in the
+  // c_buffers buffers; N = c_buffers: a whole tile at once (whole_tile).
+  template <int N, class PairOf>
+  __device__ static void store_chunks(c_tile* buf, const globals& g, int bar, int row, int col,
+                                      PairOf pair_of) {
+    static_assert(N >= 1 && N <= c_buffers, "store_chunks: at most one chunk per buffer");
     const bool leader = warpgroup::thread_in_group() == 0;
-    if (leader) tma::wait_read<c_buffers - 1>();  // the store that last read this buffer is done with it
+    if (leader) tma::wait_read<c_buffers - N>();  // the stores that last read these buffers are done
     named_barrier_sync(bar, warpgroup_threads);
-    write_chunk(buf, pair);
+#pragma unroll
+    for (int j = 0; j < N; ++j) write_chunk(buf[j], pair_of(j));
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if (leader) {
-      tma::store_async(&g.c, buf, row, col);
+#pragma unroll
+      for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
       tma::commit_group();
     }
   }
@@ -462,8 +467,9 @@ struct gemm_kernel {
   template <int J>
   __device__ static void stash_chunk(state& st, finish_smem& fs, const globals& g, int consumer) {
     constexpr int C = chunks - deferred_chunks + J, h = C / (BN / CW), j = C % (BN / CW);
-    store_chunk(fs.c[consumer][C % c_buffers], g, 1 + consumer, st.stash_row + h * 64, st.stash_col + j * CW,
-                [&](int jb, int f) { return st.stash[J * stash_regs + jb * 4 + f]; });
+    store_chunks<1>(
+        &fs.c[consumer][C % c_buffers], g, 1 + consumer, st.stash_row + h * 64, st.stash_col + j * CW,
+        [&](int) { return [&](int jb, int f) { return st.stash[J * stash_regs + jb * 4 + f]; }; });
   }
   // The next chunk of the stash, if any (the chunk index is dispatched to a compile-time one, so the
   // stash stays in registers).
@@ -531,22 +537,9 @@ struct gemm_kernel {
         }
       };
     };
-    if constexpr (whole_tile) {  // every chunk in its own buffer: one wait (the previous tile's stores are
-                                 // long done), one pair of barriers, the stores issued together
-      const bool leader = warpgroup::thread_in_group() == 0;
-      const int bar = 1 + consumer;
-      if (leader) tma::wait_read<0>();
-      named_barrier_sync(bar, warpgroup_threads);
-#pragma unroll
-      for (int j = 0; j < coop_chunks; ++j) write_chunk(fs.c[consumer][j], put_acc(0, j));
-      fence_async_shared();
-      named_barrier_sync(bar, warpgroup_threads);
-      if (leader) {
-#pragma unroll
-        for (int j = 0; j < coop_chunks; ++j)
-          tma::store_async(&g.c, fs.c[consumer][j], w.row + consumer * 64, t.y * BN + j * CW);
-        tma::commit_group();
-      }
+    if constexpr (whole_tile) {  // every chunk in its own buffer: written and stored at once
+      store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
+                                [&](int j) { return put_acc(0, j); });
       return;
     }
     // the chunks written now: all, or those before the stash
@@ -556,8 +549,9 @@ struct gemm_kernel {
 #pragma unroll
       for (int j = 0; j < BN / CW; ++j) {
         if (h * (BN / CW) + j >= now) break;
-        store_chunk(fs.c[consumer][(h * (BN / CW) + j) % c_buffers], g, 1 + consumer,
-                    w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW, put_acc(h, j));
+        store_chunks<1>(&fs.c[consumer][(h * (BN / CW) + j) % c_buffers], g, 1 + consumer,
+                        w.row + (PP ? h : consumer) * 64, t.y * BN + j * CW,
+                        [&](int) { return put_acc(h, j); });
       }
     if constexpr (KC)
       if (w.count > 1) release_part(fs);
