@@ -38,6 +38,11 @@
 #define MP_GEMM_COOP_CBUF 2
 #endif
 static_assert(MP_GEMM_COOP_CBUF == 2 || MP_GEMM_COOP_CBUF == 4, "MP_GEMM_COOP_CBUF is 2 or 4");
+// Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
+// block and lane instead of four st.shared.b32), 0 with st.shared.b32.
+#ifndef MP_GEMM_STSM
+#define MP_GEMM_STSM 1
+#endif
 
 namespace mp::kernels {
 namespace {
@@ -429,6 +434,16 @@ struct gemm_kernel {
   __device__ static void write_chunk(c_tile& buf, Pair pair) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     const uint32_t base = buf.smem_addr();
+    if constexpr (MP_GEMM_STSM && sizeof(OutT) == 2) {
+      // Pair f of a 16 x 16 block is the lane's pair of 8 x 8 matrix f: rows + 8 * (f & 1), columns
+      // + 8 * (f >> 1). Lane l addresses row l % 8 of matrix l / 8 (16 bytes: one swizzle unit).
+      const int m = lane / 8, r = warp * 16 + lane % 8 + 8 * (m & 1);
+#pragma unroll
+      for (int jb = 0; jb < CW / 16; ++jb)
+        stmatrix_x4(base + c_tile::layout::offset(r, 16 * jb + 8 * (m >> 1)), pair(jb, 0), pair(jb, 1),
+                    pair(jb, 2), pair(jb, 3));
+      return;
+    }
 #pragma unroll
     for (int jb = 0; jb < CW / 16; ++jb)
 #pragma unroll

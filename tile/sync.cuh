@@ -159,6 +159,16 @@ __device__ inline void st_shared_v2_f32(uint32_t addr, float2 v) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
 }
 
+// stmatrix.x4: the warp writes four 8 x 8 matrices of 16-bit elements; lane l gives the shared address
+// of row l % 8 of matrix l / 8 (16 contiguous bytes), and v[i] is the lane's pair of matrix i (row
+// lane / 4, columns 2 * (lane % 4) and + 1) as a bf16x2 / half2. One instruction for what takes four
+// st.shared.b32 per lane.
+__device__ inline void stmatrix_x4(uint32_t addr, uint32_t v0, uint32_t v1, uint32_t v2, uint32_t v3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0),
+               "r"(v1), "r"(v2), "r"(v3)
+               : "memory");
+}
+
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
