@@ -442,19 +442,19 @@ struct gemm_kernel {
       for (int jb = 0; jb < CW / 16; ++jb)
         stmatrix_x4(base + c_tile::layout::offset(r, 16 * jb + 8 * (m >> 1)), pair(jb, 0), pair(jb, 1),
                     pair(jb, 2), pair(jb, 3));
-      return;
+    } else {
+#pragma unroll
+      for (int jb = 0; jb < CW / 16; ++jb)
+#pragma unroll
+        for (int f = 0; f < 4; ++f) {
+          const uint32_t a = base + c_tile::layout::offset(warp * 16 + lane / 4 + 8 * (f & 1),
+                                                           16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
+          if constexpr (std::is_same_v<OutT, float>)
+            st_shared_v2_f32(a, pair(jb, f));
+          else
+            st_shared_b32(a, pair(jb, f));
+        }
     }
-#pragma unroll
-    for (int jb = 0; jb < CW / 16; ++jb)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t a = base + c_tile::layout::offset(warp * 16 + lane / 4 + 8 * (f & 1),
-                                                         16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
-        if constexpr (std::is_same_v<OutT, float>)
-          st_shared_v2_f32(a, pair(jb, f));
-        else
-          st_shared_b32(a, pair(jb, f));
-      }
   }
   // N adjacent 64 x CW output chunks of a consumer (columns col, col + CW, ...) in buffers buf[0..N): wait
   // until the stores that last read those buffers are done with them, write the chunks (pair_of(j): chunk

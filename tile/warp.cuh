@@ -279,7 +279,8 @@ MP_TILE_BCAST(div, x / y)
 #undef MP_TILE_BCAST
 
 // ---- loads and stores ----
-// Element (r, c) of the tile <-> accessor(r, c) (a reference into shared or global memory).
+// Element (r, c) of the tile <-> accessor(r, c) (a reference into global memory; the shared paths below
+// address shared memory explicitly).
 template <class RT, class Acc>
 __device__ inline void load_with(RT& dst, Acc at) {
   const int lane = laneid();
@@ -314,18 +315,125 @@ __device__ inline void store_with(const RT& src, Acc at) {
         b = from_float<std::remove_cvref_t<decltype(b)>>(x.y);
       }
 }
+// Shared memory by 32-bit shared-window address (smem_addr() + layout offset). These paths went through
+// st::at / sv::data references before, which nvcc compiles to generic LD.E / ST.E (64-bit address, one
+// element each) whenever it cannot prove the address space, e.g. for a tile placed in dynamic shared
+// memory through an integer alignment; ld / st.shared are LDS / STS. The "memory" clobbers keep them in
+// order with the thread's other accesses, as the references were.
+namespace detail {
+// The bits of a 16-bit element and back.
+__device__ inline unsigned short bits(bf16 x) { return __bfloat16_as_ushort(x); }
+__device__ inline unsigned short bits(f16 x) { return __half_as_ushort(x); }
+template <class T>
+__device__ inline T from_bits(unsigned short u) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return __ushort_as_bfloat16(u);
+  else
+    return __ushort_as_half(u);
+}
+template <class T>
+__device__ inline T ld_shared(uint32_t a) {
+  if constexpr (std::is_same_v<T, float>) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a) : "memory");
+    return v;
+  } else {
+    unsigned short v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a) : "memory");
+    return from_bits<T>(v);
+  }
+}
+template <class T>
+__device__ inline void st_shared(uint32_t a, T v) {
+  if constexpr (std::is_same_v<T, float>)
+    asm volatile("st.shared.f32 [%0], %1;" ::"r"(a), "f"(v) : "memory");
+  else
+    asm volatile("st.shared.b16 [%0], %1;" ::"r"(a), "h"(bits(v)) : "memory");
+}
+// Two adjacent 16-bit elements in one 32-bit access (4-byte aligned): the lower address holds the first.
+template <class T>
+__device__ inline float2 ld_shared_pair(uint32_t a) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+  return {to_float(from_bits<T>(v & 0xffffu)), to_float(from_bits<T>(v >> 16))};
+}
+template <class T>
+__device__ inline void st_shared_pair(uint32_t a, float2 x) {
+  const uint32_t v = uint32_t(bits(from_float<T>(x.x))) | uint32_t(bits(from_float<T>(x.y))) << 16;
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
+// Whether the pair elements of a fragment of RT are adjacent in ST at every even column offset: row_l
+// pairs are columns 2k, 2k+1 of one row; with 16-bit elements and rows a multiple of 4 bytes long they
+// share a 4-byte word, which a swizzle (it moves whole 16-byte units) and a chunk (chunk_cols is then
+// even) never split.
+template <class RT, class ST>
+constexpr bool adjacent_pairs = std::is_same_v<typename RT::layout, row_l> &&
+                                sizeof(typename ST::elem) == 2 && ST::layout::row_bytes % 4 == 0;
+}  // namespace detail
+
 // shared <-> registers; the shared tile may hold more rows / columns (the register tile is at (r0, c0)).
 template <reg_tile RT, shared_tile ST>
 __device__ inline void load(RT& dst, const ST& src, int r0 = 0, int c0 = 0) {
   static_assert(RT::rows <= ST::rows && RT::cols <= ST::cols,
                 "warp::load: the register tile is larger than the shared tile");
-  load_with(dst, [&](int r, int c) -> const typename ST::elem& { return src.at(r0 + r, c0 + c); });
+  using SL = typename ST::layout;
+  using T = typename ST::elem;
+  using L = typename RT::layout;
+  const uint32_t base = src.smem_addr();
+  if constexpr (detail::adjacent_pairs<RT, ST>) {
+    if (c0 % 2 == 0) {  // an odd c0 would split the 32-bit words: element by element below
+      const int lane = laneid();
+#pragma unroll
+      for (int i = 0; i < RT::height; ++i)
+#pragma unroll
+        for (int j = 0; j < RT::width; ++j)
+#pragma unroll
+          for (int f = 0; f < 4; ++f) {
+            const int r = r0 + 16 * i + frag_row<L>(lane, f, 0), c = c0 + 16 * j + frag_col<L>(lane, f, 0);
+            dst.tiles[i][j][f] = pair_from_float2<packed_t<typename RT::elem>>(
+                detail::ld_shared_pair<T>(base + SL::offset(r, c)));
+          }
+      return;
+    }
+  }
+  load_with(dst, [&](int r, int c) { return detail::ld_shared<T>(base + SL::offset(r0 + r, c0 + c)); });
 }
 template <shared_tile ST, reg_tile RT>
 __device__ inline void store(ST& dst, const RT& src, int r0 = 0, int c0 = 0) {
   static_assert(RT::rows <= ST::rows && RT::cols <= ST::cols,
                 "warp::store: the register tile is larger than the shared tile");
-  store_with(src, [&](int r, int c) -> typename ST::elem& { return dst.at(r0 + r, c0 + c); });
+  using SL = typename ST::layout;
+  using T = typename ST::elem;
+  using L = typename RT::layout;
+  const uint32_t base = dst.smem_addr();
+  const int lane = laneid();
+  if constexpr (detail::adjacent_pairs<RT, ST>) {
+    if (c0 % 2 == 0) {
+#pragma unroll
+      for (int i = 0; i < RT::height; ++i)
+#pragma unroll
+        for (int j = 0; j < RT::width; ++j)
+#pragma unroll
+          for (int f = 0; f < 4; ++f) {
+            const int r = r0 + 16 * i + frag_row<L>(lane, f, 0), c = c0 + 16 * j + frag_col<L>(lane, f, 0);
+            detail::st_shared_pair<T>(base + SL::offset(r, c), pair_to_float2(src.tiles[i][j][f]));
+          }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RT::height; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::width; ++j)
+#pragma unroll
+      for (int f = 0; f < 4; ++f) {
+        float2 x = pair_to_float2(src.tiles[i][j][f]);
+        const int r = r0 + 16 * i, c = c0 + 16 * j;
+        detail::st_shared<T>(base + SL::offset(r + frag_row<L>(lane, f, 0), c + frag_col<L>(lane, f, 0)),
+                             from_float<T>(x.x));
+        detail::st_shared<T>(base + SL::offset(r + frag_row<L>(lane, f, 1), c + frag_col<L>(lane, f, 1)),
+                             from_float<T>(x.y));
+      }
 }
 // global <-> registers: the tile whose top-left element is (row, col) of matrix (b, d) of g. No bounds
 // checks: the caller keeps the tile inside g.
@@ -340,24 +448,28 @@ __device__ inline void store(const GL& g, const RT& src, int row, int col, int d
 // vectors: rows_v <-> shared vectors
 template <reg_vec V, shared_vec SV>
 __device__ inline void load(V& dst, const SV& src, int off = 0) {
+  using T = std::remove_cvref_t<decltype(src.data[0])>;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(src.data));
   const int lane = laneid();
 #pragma unroll
   for (int b = 0; b < V::blocks; ++b)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       dst.v[b][h] = from_float<std::remove_cvref_t<decltype(dst.v[0][0])>>(
-          to_float(src.data[off + 16 * b + lane / 4 + 8 * h]));
+          to_float(detail::ld_shared<T>(base + uint32_t(sizeof(T) * (off + 16 * b + lane / 4 + 8 * h)))));
 }
 template <shared_vec SV, reg_vec V>
 __device__ inline void store(SV& dst, const V& src, int off = 0) {
   const int lane = laneid();
   if (lane % 4 != 0) return;
+  using T = std::remove_cvref_t<decltype(dst.data[0])>;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(dst.data));
 #pragma unroll
   for (int b = 0; b < V::blocks; ++b)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      dst.data[off + 16 * b + lane / 4 + 8 * h] =
-          from_float<std::remove_cvref_t<decltype(dst.data[0])>>(to_float(src.v[b][h]));
+      detail::st_shared<T>(base + uint32_t(sizeof(T) * (off + 16 * b + lane / 4 + 8 * h)),
+                           from_float<T>(to_float(src.v[b][h])));
 }
 template <reg_vec V>
 __device__ inline void fill(V& dst, float x) {
