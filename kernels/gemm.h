@@ -20,7 +20,9 @@ enum class out_type { bf16, f32 };
 // 64 x 256 (block_n 0 or 256) or 128 x 128 (block_n 128), and the two take turns at the tensor cores, so
 // one's epilogue overlaps the other's mainloop (cluster 0 or 1).
 enum class consumer_schedule { cooperative, pingpong };
-enum class epilogue_mode { immediate, deferred };
+// How a tile's result goes out (GemmSchedule::epilogue). automatic (the default): whole where plan_gemm
+// picks it (below), otherwise immediate.
+enum class epilogue_mode { automatic, immediate, deferred, whole };
 // How the K splits of a tile are added up. workspace (the default): every split but the last to finish
 // writes its fp32 partial sums to global memory, and the last adds them (any split count, any tile).
 // cluster (opt-in): the two splits of a 64 x 128 tile run on the two blocks of a thread-block cluster, and
@@ -73,11 +75,18 @@ struct GemmSchedule {
   // On where it applies (persistent, no cluster, cooperative, no split-K); off by default, because it
   // measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
   bool stream_k = false;
-  // When a tile's result goes out: immediate (the default: after its last K step, the tensor cores idle
-  // meanwhile) or deferred (bf16 output, cooperative consumers: the tile's last two 64-column chunks are
-  // packed into registers and written during the next tile's first K steps, overlapping its wgmma). The
-  // deferred epilogue measured no faster on the H200 (bench/RESULTS.md, 2026-11-30), so it is opt-in.
-  epilogue_mode epilogue = epilogue_mode::immediate;
+  // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
+  // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
+  //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
+  // - whole (bf16 output, 128 x 256 tiles, no cluster, split or stream-K): every chunk has a buffer of its
+  //   own, so the tile is written with no such waits and its stores go out together, at the cost of a ring
+  //   stage (3 instead of 4). Measured 1-2 points of cuBLAS faster at the large shapes, slower at 2048^3
+  //   where a block has one tile (bench/RESULTS.md, 2026-11-30, tenth session).
+  // - deferred (bf16 output, cooperative consumers): the tile's last two chunks are packed into registers
+  //   and written during the next tile's first K steps, overlapping its wgmma.
+  // - automatic (the default): whole where it applies and there are more tiles than SMs, otherwise
+  //   immediate (plan_gemm; f32 output is always immediate).
+  epilogue_mode epilogue = epilogue_mode::automatic;
   // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
   // finishes (its blocks set up shared memory, then wait for that kernel before any global memory
   // access), and lets the next kernel do the same. Only in builds with MP_PIPELINE_PDL=1
@@ -126,8 +135,9 @@ struct GemmPlan {
   int sk_tiles;                 // tiles shared out by stream-K over the persistent grid (0: none)
   bool cluster_reduce = false;  // split_reduce::cluster: the 2 splits of a tile are one cluster's blocks
   int split_lead = 0;           // GemmSchedule::split_lead as planned (0 unless splits > 1)
+  bool whole_tile = false;      // the whole-tile epilogue (epilogue_mode::whole)
 };
-GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms);
+GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms, out_type out = out_type::bf16);
 // How split-K cuts a tile's k_iters K steps (of 64) into splits (shared by the kernel and its CPU tests):
 // every split but the last takes `per_split` steps, the last the rest. With a lead (plan_gemm keeps
 // 0 <= lead < ceil(k_iters / splits)), per_split is an even share less the lead and the last split takes

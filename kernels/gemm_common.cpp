@@ -30,7 +30,7 @@ int stream_k_tiles(int tiles, int grid) {
   if (grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
   return grid + tiles % grid;
 }
-GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
+GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type out) {
   check_gemm_shape(m, n, k);
   MP_USER_CHECK(sms > 0, "gemm: the GPU's SM count must be positive, got ", sms, " (is a GPU present?)");
   const bool pingpong = s.consumers == consumer_schedule::pingpong;
@@ -133,11 +133,26 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms) {
                 bm, " x ", bn, " tiles split ", splits, " ways, cluster ", cluster,
                 pingpong ? ", pingpong" : "", " (use the workspace reduction, or set those options)");
   const bool cr = s.reduce == split_reduce::cluster;
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead};
+  // The whole-tile epilogue needs a shared buffer for each of a consumer's four 64 x 64 bf16 chunks (a
+  // ring stage's worth of space; an f32 tile would need two) and is compiled for the one kernel shape the
+  // large GEMMs get. Automatic: only with more tiles than SMs; with one tile per block there is no next
+  // tile for the ring to be filling during the epilogue, and the fourth stage measured worth more (2048^3:
+  // 0.954-0.977x against 0.963-0.990x cuBLAS; bench/RESULTS.md, tenth session).
+  const bool whole_fits =
+      bm == 128 && bn == 256 && cluster == 1 && !pingpong && splits == 1 && !sk && out == out_type::bf16;
+  MP_USER_CHECK(s.epilogue != epilogue_mode::whole || whole_fits,
+                "gemm: the whole-tile epilogue runs bf16 output on 128 x 256 tiles without a cluster, K "
+                "splits, stream-K or ping-pong; this shape got ",
+                bm, " x ", bn, " tiles, split-K ", splits, ", cluster ", cluster, sk ? ", stream-K" : "",
+                pingpong ? ", pingpong" : "", ", ", out == out_type::f32 ? "f32" : "bf16",
+                " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1)");
+  const bool whole = s.epilogue == epilogue_mode::whole ||
+                     (s.epilogue == epilogue_mode::automatic && whole_fits && tiles > sms);
+  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead, whole};
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
-  char buf[200];
+  char buf[256];
   char sk[48] = "";
   if (p.sk_tiles > 0) std::snprintf(sk, sizeof sk, ", stream-K over the last %d", p.sk_tiles);
   // how the splits are cut and added up: " (lead 3 K steps; added in a cluster pair)"
@@ -145,9 +160,10 @@ std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
   if (p.split_lead > 0) split = "lead " + std::to_string(p.split_lead) + " K steps";
   if (p.cluster_reduce) split += (split.empty() ? "" : "; ") + std::string("added in a cluster pair");
   if (!split.empty()) split = " (" + split + ")";
-  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d%s, cluster %d, %s grid",
+  std::snprintf(buf, sizeof buf, "%s%dx%dx64 tiles, %d tiles%s, split-K %d%s, cluster %d, %s grid%s",
                 p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, split.c_str(), p.cluster,
-                s.persistent ? "persistent" : "one-block-per-tile");
+                s.persistent ? "persistent" : "one-block-per-tile",
+                p.whole_tile ? ", whole-tile epilogue" : "");
   return buf;
 }
 

@@ -29,17 +29,9 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Build switch (an experiment, bench/RESULTS.md, ninth session): the epilogue's output buffers per
-// consumer of the cooperative 128 x 256 kernels. 2 (default): the 64-column chunks take turns, each
-// waiting until the store that read its buffer two chunks before is done. 4 (bf16 output): every chunk
-// has its own buffer, the whole tile is written between one pair of barriers and its stores are issued
-// together, at the cost of a ring stage (3 instead of 4) and of the deferred epilogue (not available).
-#ifndef MP_GEMM_COOP_CBUF
-#define MP_GEMM_COOP_CBUF 2
-#endif
-static_assert(MP_GEMM_COOP_CBUF == 2 || MP_GEMM_COOP_CBUF == 4, "MP_GEMM_COOP_CBUF is 2 or 4");
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
-// block and lane instead of four st.shared.b32), 0 with st.shared.b32.
+// block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
+// (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
 #ifndef MP_GEMM_STSM
 #define MP_GEMM_STSM 1
 #endif
@@ -83,8 +75,13 @@ struct gemm_globals {
 // KC: split-K 2 ways within a cluster: the two blocks of a cluster take the two K halves of one tile, and
 // the second sends its partial sums into the first's shared memory (distributed shared memory), instead
 // of both going through a global workspace (fixup); one consumer warpgroup, no multicast.
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false>
+// WT: the whole-tile epilogue (GemmSchedule::epilogue, epilogue_mode::whole): each consumer has a buffer
+// for every chunk of its part of the tile, so it writes them all between one pair of barriers (no waits
+// for earlier stores) and issues their stores together; the ring loses a stage to the buffers.
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false, bool WT = false>
 struct gemm_kernel {
+  static_assert(!WT || (BN == 256 && std::is_same_v<OutT, bf16> && CS == 1 && !PP && NC == 2 && !KC),
+                "gemm: the whole-tile epilogue is compiled for bf16 128 x 256 tiles of single blocks");
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
   static_assert(!PP || NC == 2, "gemm: the ping-pong schedule has two consumer warpgroups");
   static_assert(!KC || (NC == 1 && CS == 1 && !PP), "gemm: the cluster K split is for 64-row tiles, no multicast");
@@ -112,10 +109,8 @@ struct gemm_kernel {
   // buffered for ping-pong, whose epilogue runs in the shadow of the other consumer's mainloop).
   static constexpr int CW = 128 / int(sizeof(OutT));
   static constexpr int coop_chunks = BN / CW;  // a cooperative consumer's chunks per tile
-  static constexpr int c_buffers = PP ? 1 : NC == 1 ? 2 : std::min(MP_GEMM_COOP_CBUF, coop_chunks);
-  // Every chunk of a consumer's tile has a buffer of its own: the epilogue writes them all between one
-  // pair of barriers and issues their stores together (no deferred epilogue then).
-  static constexpr bool whole_tile = !PP && c_buffers > 2 && c_buffers == coop_chunks;
+  static constexpr int c_buffers = PP ? 1 : WT ? coop_chunks : 2;
+  static constexpr bool whole_tile = WT;
   using c_tile = st<OutT, 64, CW>;
   // The float4s of one thread's accumulators, in the order fixup() keeps them in the workspace.
   static constexpr int acc_float4 = MH * BN / 8;
@@ -581,9 +576,8 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail_user("gemm: ", what, " failed: ", cudaGetErrorString(e));
 }
 
-
-GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s) {
-  return plan_gemm(m, n, k, s, pc::device_sm_count());
+GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s, out_type out) {
+  return plan_gemm(m, n, k, s, pc::device_sm_count(), out);
 }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
@@ -645,15 +639,10 @@ fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float
   return {static_cast<int*>(e->counters.p), static_cast<float4*>(e->partials.p)};
 }
 
-template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false>
+template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false, bool WT = false>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const GemmPlan& p) {
-  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC, KC>;
-  if constexpr (K::whole_tile)
-    if (s.epilogue == epilogue_mode::deferred)
-      throw not_supported(
-          "gemm: the deferred epilogue of 128 x 256 tiles in a build with MP_GEMM_COOP_CBUF=4 "
-          "(build without it, or use --epilogue immediate)");
+  using K = gemm_kernel<BN, BT, OutT, CS, PP, NC, KC, WT>;
   typename K::globals g{};
   g.a = cached_map<typename K::a_tile>(a, 1, m, k);
   g.b = BT ? cached_map<typename K::b_box>(b, 1, n, k) : cached_map<typename K::b_box>(b, 1, k, n);
@@ -708,9 +697,15 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   for (auto [p, name] : {std::pair{a, "A"}, std::pair{b, "B"}, std::pair<const void*, const char*>{c, "C"}})
     MP_USER_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "gemm: ", name,
                   " must be a 16-byte aligned device pointer");
-  const GemmPlan p = make_plan(m, n, k, s);
+  const GemmPlan p = make_plan(m, n, k, s, out);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
+  if (p.whole_tile) {  // plan_gemm gives it only to bf16 output on 128 x 256 tiles of single blocks
+    MP_INTERNAL_CHECK(!f32 && p.bm == 128 && p.bn == 256 && p.cluster == 1 && !p.pingpong,
+                      "gemm: a whole-tile epilogue planned for a kernel without one");
+    return bt ? run<256, true, bf16, 1, false, 2, false, true>(a, b, c, m, n, k, stream, s, p)
+              : run<256, false, bf16, 1, false, 2, false, true>(a, b, c, m, n, k, stream, s, p);
+  }
   // One kernel shape (tile width BN, cluster size CS, ping-pong PP, consumers NC, cluster K split KC) in
   // its four instances: B stored N x K or K x N, bf16 or f32 output.
   auto launch = [&]<int BN, int CS, bool PP, int NC, bool KC>() {
@@ -742,9 +737,9 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
                         : launch.template operator()<128, 1, false, 2, false>();
 }
 
-std::string describe_gemm(int m, int n, int k, b_layout, out_type, const GemmSchedule& s) {
+std::string describe_gemm(int m, int n, int k, b_layout, out_type out, const GemmSchedule& s) {
   check_gemm_shape(m, n, k);
-  return describe_plan(make_plan(m, n, k, s), s);
+  return describe_plan(make_plan(m, n, k, s, out), s);
 }
 
 }  // namespace mp::kernels

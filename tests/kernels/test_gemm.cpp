@@ -76,6 +76,55 @@ TEST(Gemm, ConsumerScheduleNames) {
   EXPECT_EQ(r, split_reduce::cluster);
 }
 
+// The epilogue a plan gets: automatic is the whole-tile epilogue for bf16 output on 128 x 256 tiles of
+// single blocks when there are more tiles than SMs, immediate otherwise; asking for the whole tile where
+// it does not apply is an error that names what is in the way.
+TEST(Gemm, PlanPicksTheEpilogue) {
+  const int sms = 132;
+  auto plan = [&](int m, int n, int k, GemmSchedule s = {}, out_type o = out_type::bf16) {
+    return plan_gemm(m, n, k, s, sms, o);
+  };
+  EXPECT_TRUE(plan(4096, 14336, 4096).whole_tile);  // 1792 tiles
+  EXPECT_TRUE(plan(4096, 4096, 4096).whole_tile);   // 512 tiles
+  EXPECT_EQ(describe_plan(plan(4096, 4096, 4096), {}),
+            "128x256x64 tiles, 512 tiles, split-K 1, cluster 1, persistent grid, whole-tile epilogue");
+  EXPECT_FALSE(plan(2048, 2048, 2048).whole_tile);                     // 128 tiles <= 132 SMs
+  EXPECT_FALSE(plan(4096, 4096, 4096, {}, out_type::f32).whole_tile);  // f32 output
+  EXPECT_FALSE(plan(128, 4096, 4096).whole_tile);                      // 64-row tiles
+  GemmSchedule s;
+  s.cluster = 2;
+  EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
+  s = {};
+  s.stream_k = true;
+  EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
+  s = {};
+  s.epilogue = epilogue_mode::immediate;
+  EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
+  s.epilogue = epilogue_mode::deferred;
+  EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
+  s.epilogue = epilogue_mode::whole;  // asked for: also with one wave of tiles
+  EXPECT_TRUE(plan(2048, 2048, 2048, s).whole_tile);
+  auto rejected = [&](GemmSchedule w, out_type o, const char* names) {
+    try {
+      plan(4096, 4096, 4096, w, o);
+      ADD_FAILURE() << "accepted: " << names;
+    } catch (const mp::user_error& e) {
+      EXPECT_NE(std::string(e.what()).find("whole-tile epilogue"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    }
+  };
+  rejected(s, out_type::f32, "f32 output");
+  GemmSchedule w = s;
+  w.block_n = 128;
+  rejected(w, out_type::bf16, "128 x 128 tiles");
+  w = s;
+  w.cluster = 2;
+  rejected(w, out_type::bf16, "cluster 2");
+  w = s;
+  w.split_k = 2;
+  rejected(w, out_type::bf16, "split-K 2");
+}
+
 // The schedule a shape gets on the H200 (132 SMs): computed on the host, so checked here without a GPU.
 TEST(Gemm, PlanPicksTheTileFromTheShape) {
   const int sms = 132;

@@ -240,15 +240,19 @@ TEST(SM90_Gemm, StreamK) {
   check_all({{2304, 2560, 352}}, immediate);
 }
 
-// The two epilogues: immediate (the default) and deferred (bf16 output: the last chunks of a tile are
-// written during the next tile's first K steps, or at the end of the block's work); items with fewer K
-// steps than deferred chunks (K = 16, 64), many tiles per block, one tile per block.
+// The epilogues: immediate, deferred (bf16 output: the last chunks of a tile are written during the next
+// tile's first K steps, or at the end of the block's work), whole (every chunk of the tile at once) and
+// automatic (the default; whole for the shapes with more 128 x 256 tiles than SMs); items with fewer K
+// steps than deferred chunks (K = 16, 64), many tiles per block, one tile per block, partial tiles.
 TEST(SM90_Gemm, Epilogues) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  for (auto e : {epilogue_mode::deferred, epilogue_mode::immediate}) {
+  for (auto e :
+       {epilogue_mode::deferred, epilogue_mode::immediate, epilogue_mode::whole, epilogue_mode::automatic}) {
     GemmSchedule s;
     s.epilogue = e;
-    check_all({{4096, 2048, 16}, {2048, 4096, 64}, {1040, 784, 528}, {128, 256, 1024}}, s);
+    if (e == epilogue_mode::whole) s.block_m = 128, s.block_n = 256, s.split_k = 1;  // what it runs
+    check_all({{4096, 2048, 16}, {2048, 4096, 64}, {1040, 784, 528}, {128, 256, 1024}, {4112, 4880, 208}}, s);
+    if (e == epilogue_mode::whole) continue;
     s.block_n = 128;
     check_all({{4096, 2048, 80}}, s);
   }

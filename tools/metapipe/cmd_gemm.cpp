@@ -127,10 +127,16 @@ int run_gemm(Args& a) {
     sched.stream_k = *v == 1;
   }
   if (auto v = a.value({"--epilogue"})) {
-    if (*v == "deferred")
+    if (*v == "auto")
+      sched.epilogue = kernels::epilogue_mode::automatic;
+    else if (*v == "immediate")
+      sched.epilogue = kernels::epilogue_mode::immediate;
+    else if (*v == "deferred")
       sched.epilogue = kernels::epilogue_mode::deferred;
-    else if (*v != "immediate")
-      throw usage_error("metapipe gemm: --epilogue is immediate or deferred, got '" + *v + "'");
+    else if (*v == "whole")
+      sched.epilogue = kernels::epilogue_mode::whole;
+    else
+      throw usage_error("metapipe gemm: --epilogue is auto, immediate, deferred or whole, got '" + *v + "'");
   }
   if (auto v = a.integer({"--pdl"})) {
     if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --pdl is 0 or 1");
@@ -176,7 +182,8 @@ int run_gemm(Args& a) {
     const std::string on = sms      ? std::to_string(count) + " SMs (--sms)"
                            : hopper ? gpu->name + ", " + std::to_string(count) + " SMs"
                                     : "132 SMs, an H200's (no Hopper GPU here; --sms sets another count)";
-    const auto p = kernels::plan_gemm(int(mnk[0]), int(mnk[1]), int(mnk[2]), sched, count);
+    const auto p = kernels::plan_gemm(int(mnk[0]), int(mnk[1]), int(mnk[2]), sched, count,
+                                      out == "f32" ? kernels::out_type::f32 : kernels::out_type::bf16);
     std::cout << "gemm " << mnk[0] << " x " << mnk[1] << " x " << mnk[2]
               << ": C = " << (bt ? "A * B^T" : "A * B") << ", " << out << " output, planned for " << on
               << "\n"
@@ -268,9 +275,11 @@ MP_REGISTER_COMMAND(
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
     "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
-    "  --epilogue E     immediate (default): write a tile after its last K step; deferred\n"
-    "                   (bf16 output): its last two 64-column chunks during the next tile's\n"
-    "                   first K steps\n"
+    "  --epilogue E     auto (default): whole where it applies and there are more tiles\n"
+    "                   than SMs, else immediate; immediate: write a tile after its last K\n"
+    "                   step, its 64-column chunks taking turns in two buffers; whole (bf16,\n"
+    "                   128 x 256 tiles): all chunks at once, one ring stage fewer; deferred\n"
+    "                   (bf16): the last two chunks during the next tile's first K steps\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0, 1 or 2\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
