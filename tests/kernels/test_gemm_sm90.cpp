@@ -56,10 +56,11 @@ class Watchdog {
   std::thread thread_;
 };
 
-void check_all(const std::vector<Shape>& shapes, const GemmSchedule& sched = {}) {
+void check_all(const std::vector<Shape>& shapes, const GemmSchedule& sched = {},
+               const std::vector<out_type>& outs = {out_type::bf16, out_type::f32}) {
   for (auto [m, n, k] : shapes)
     for (b_layout bl : {b_layout::kn, b_layout::nk})
-      for (out_type out : {out_type::bf16, out_type::f32}) {
+      for (out_type out : outs) {
         GemmCheckOptions opt;
         opt.time = false;
         opt.schedule = sched;
@@ -250,9 +251,18 @@ TEST(SM90_Gemm, Epilogues) {
        {epilogue_mode::deferred, epilogue_mode::immediate, epilogue_mode::whole, epilogue_mode::automatic}) {
     GemmSchedule s;
     s.epilogue = e;
-    if (e == epilogue_mode::whole) s.block_m = 128, s.block_n = 256, s.split_k = 1;  // what it runs
-    check_all({{4096, 2048, 16}, {2048, 4096, 64}, {1040, 784, 528}, {128, 256, 1024}, {4112, 4880, 208}}, s);
-    if (e == epilogue_mode::whole) continue;
+    const std::vector<Shape> shapes = {
+        {4096, 2048, 16}, {2048, 4096, 64}, {1040, 784, 528}, {128, 256, 1024}, {4112, 4880, 208}};
+    if (e == epilogue_mode::whole) {  // what it is compiled for: bf16 output, 128 x 256 tiles, no split
+      s.block_m = 128, s.block_n = 256, s.split_k = 1;
+      check_all(shapes, s, {out_type::bf16});
+      GemmCheckOptions f32;
+      f32.time = false;
+      f32.schedule = s;
+      EXPECT_THROW(check_gemm(1024, 1024, 64, b_layout::nk, out_type::f32, f32), mp::user_error);
+      continue;
+    }
+    check_all(shapes, s);
     s.block_n = 128;
     check_all({{4096, 2048, 80}}, s);
   }
