@@ -31,8 +31,21 @@ HostInputs make_inputs(const ProgramSpec& spec, const Params& params, const ir::
   return in;
 }
 
+double check_atol(const std::string& output, const std::vector<double>& want, const HostOutputs& magnitudes,
+                  double rtol) {
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  if (auto it = magnitudes.find(output); it != magnitudes.end())
+    for (double w : it->second) scale = std::max(scale, std::fabs(w));
+  return rtol * 0.1 * std::max(scale, 1e-30);
+}
+
+HostOutputs magnitudes_of(const ProgramSpec& spec, const Params& params, const HostInputs& in) {
+  return spec.magnitude ? spec.magnitude(params, in) : HostOutputs{};
+}
+
 CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref,
-                    CpuMode mode, double rtol) {
+                    CpuMode mode, double rtol, const HostOutputs& magnitudes) {
   CpuRun r;
   r.target = mode == CpuMode::Interpreter ? "cpu" : "cpu:metapipe";
   r.rtol = rtol;
@@ -47,11 +60,7 @@ CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const
   for (auto& [name, want] : ref) {
     auto it = mem.find(name);
     MP_INTERNAL_CHECK(it != mem.end(), "the reference gives tensor '", name, "' that the program lacks");
-    // Absolute floor: a tenth of the tolerance at the output's scale, so values near zero that come from
-    // cancellation are judged against the scale of the output rather than their own tiny size.
-    double scale = 0;
-    for (double w : want) scale = std::max(scale, std::fabs(w));
-    auto cmp = compare(it->second.data, want, rtol, rtol * 0.1 * std::max(scale, 1e-30));
+    auto cmp = compare(it->second.data, want, rtol, check_atol(name, want, magnitudes, rtol));
     r.ok = r.ok && cmp.ok;
     r.checks.push_back({name, cmp});
   }
@@ -63,7 +72,7 @@ CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, u
   ir::Program compiled = passes::compile(p, compile_options(params));
   HostInputs in = make_inputs(spec, params, p, seed);
   HostOutputs ref = spec.reference(params, in);
-  return run_compiled(compiled, in, ref, mode, output_tolerance(p));
+  return run_compiled(compiled, in, ref, mode, output_tolerance(p), magnitudes_of(spec, params, in));
 }
 
 double output_tolerance(const ir::Program& p) {

@@ -34,8 +34,18 @@ double output_tolerance(const ir::Program& p);
 // Fresh random inputs (seeded), reference outputs, the compiled program run in the given mode.
 CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, uint64_t seed);
 // The same, reusing an already compiled program and its inputs and reference.
+// `magnitudes`: the spec's ProgramSpec::magnitude outputs for these inputs (see check_atol), if any.
 CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref,
-                    CpuMode mode, double rtol);
+                    CpuMode mode, double rtol, const HostOutputs& magnitudes = {});
+// The absolute floor of the check of one output: a tenth of rtol at the output's scale, so that values near
+// zero from cancellation are judged against that scale rather than their own size. The scale is the
+// largest |want|, or the largest magnitude of the output's terms where the spec gives them
+// (ProgramSpec::magnitude; for fp32 the floor is then 1e-6 of the sum of |terms|, about the rounding
+// bound of a pairwise sum of 8192 terms).
+double check_atol(const std::string& output, const std::vector<double>& want, const HostOutputs& magnitudes,
+                  double rtol);
+// spec.magnitude(params, in), or nothing when the spec has none.
+HostOutputs magnitudes_of(const ProgramSpec& spec, const Params& params, const HostInputs& in);
 HostInputs make_inputs(const ProgramSpec& spec, const Params& params, const ir::Program& p, uint64_t seed);
 
 }  // namespace mp::examples

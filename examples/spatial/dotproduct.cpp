@@ -1,5 +1,7 @@
 // DotProduct (Plasticine ISCA 2017 / Spatial PLDI 2018 benchmark): tiles of two vectors are multiplied and
 // reduced, the partial sums accumulated in a loop-carried value.
+#include <cmath>
+
 #include "examples/registry.h"
 #include "front/front.h"
 
@@ -31,6 +33,13 @@ HostOutputs reference_dotproduct(const Params& p, const HostInputs& in) {
   for (int64_t i = 0; i < p.i("N"); ++i) s += double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(i)]);
   return {{"out", {s}}};
 }
+// The scale of the rounding error of `out` (ProgramSpec::magnitude): sum |a_i b_i|.
+HostOutputs magnitude_dotproduct(const Params& p, const HostInputs& in) {
+  double s = 0;
+  for (int64_t i = 0; i < p.i("N"); ++i)
+    s += std::fabs(double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(i)]));
+  return {{"out", {s}}};
+}
 
 ProgramSpec dotproduct_spec() {
   return {"dotproduct",
@@ -38,7 +47,8 @@ ProgramSpec dotproduct_spec() {
           {{"N", "8192", "vector length"}, {"TS", "1024", "tile size"}},
           build_dotproduct,
           reference_dotproduct,
-          nullptr};
+          nullptr,
+          magnitude_dotproduct};
 }
 MP_REGISTER_PROGRAM(dotproduct_spec);
 

@@ -83,11 +83,10 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   o.functional = true;
   out.r = rdu::run(arch, g, o);
   const double rtol = examples::output_tolerance(c);
+  const examples::HostOutputs mags = examples::magnitudes_of(spec, params, in);
   double worst = 0;
   for (auto& [name, want] : ref) {
-    double scale = 0;
-    for (double w : want) scale = std::max(scale, std::fabs(w));
-    auto cmp = compare(mem.at(name).data, want, rtol, rtol * 0.1 * std::max(scale, 1e-30));
+    auto cmp = compare(mem.at(name).data, want, rtol, examples::check_atol(name, want, mags, rtol));
     if (!cmp.ok && out.ok) out.check = name + ": " + cmp.summary(), out.ok = false;
     worst = std::max(worst, cmp.max_rel_err);
   }
@@ -213,7 +212,10 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
 #ifdef MP_SIM_HAVE_IR
     for (auto* spec : examples::programs()) {  // front-end programs, functional at their default sizes
       try {
-        SimOutcome o = sim_ir(arch, *spec, {}, true, fresh_seed());
+        const uint64_t seed = fresh_seed();
+        SimOutcome o = sim_ir(arch, *spec, {}, true, seed);
+        // a failure names its seed, so that `metapipe sim NAME --arch A --functional --seed N` repeats it
+        if (!o.ok) o.check += " seed " + std::to_string(seed);
         rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,
                                format_count((long long)o.r.cycles) + " cycles (" +
                                    std::to_string(o.r.kernel_calls) + " call" +
