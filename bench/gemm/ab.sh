@@ -5,7 +5,7 @@
 # `metapipe gemm` argument list (check against fp64 and cuBLAS, then ours and cuBLAS timed alternately in
 # one process: the ratio is within that process). Prints one line per (line, variant).
 #   usage: bench/gemm/ab.sh FILE NAME=CUDA_FLAGS [NAME=CUDA_FLAGS ...]
-#   e.g.:  bench/gemm/ab.sh bench/gemm/variants-s9.txt default= cbuf4=-DMP_GEMM_COOP_CBUF=4
+#   e.g.:  bench/gemm/ab.sh bench/gemm/variants-s10.txt stsm= sts=-DMP_GEMM_STSM=0
 # Environment: CMAKE_ARGS (extra configure arguments for every build, e.g. -DMP_PIPELINE_TRACE=ON for
 # --trace lines), OUT (where the logs go; default /tmp/gemm-ab).
 set -uo pipefail
