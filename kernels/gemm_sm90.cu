@@ -32,12 +32,6 @@
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
 // block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
 // (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
-// Build switch (an experiment, tenth session): 1 makes the whole-tile epilogue defer its last two chunks
-// to the next tile's first K steps, as --epilogue deferred does with two buffers (with four, neither the
-// chunks written at once nor the deferred ones wait for an earlier store). 0 (default): no deferral.
-#ifndef MP_GEMM_WHOLE_DEFER
-#define MP_GEMM_WHOLE_DEFER 0
-#endif
 #ifndef MP_GEMM_STSM
 #define MP_GEMM_STSM 1
 #endif
@@ -155,8 +149,8 @@ struct gemm_kernel {
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
   // wgmma keep the tensor cores busy. Two chunks (32 registers) fit beside the 128 accumulators; three
   // or four spill (ptxas -v), so MP_GEMM_DEFERRED is 2.
-  static constexpr bool can_defer = !PP && !KC && (!whole_tile || MP_GEMM_WHOLE_DEFER) &&
-                                    std::is_same_v<OutT, bf16>;  // KC: the buffers hold `part`
+  static constexpr bool can_defer =
+      !PP && !KC && !whole_tile && std::is_same_v<OutT, bf16>;  // KC: the buffers hold `part`
   // 64 x CW output chunks per consumer and tile; the last `deferred_chunks` of them wait in the stash (16
   // registers each), the others go out at once (registers: 128 accumulators + the stash + the K loop's).
   static constexpr int chunks = MH * (BN / CW);
@@ -553,7 +547,7 @@ struct gemm_kernel {
         }
       };
     };
-    if constexpr (whole_tile && !can_defer) {  // every chunk in its own buffer: written and stored at once
+    if constexpr (whole_tile) {  // every chunk in its own buffer: written and stored at once
       store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
                                 [&](int j) { return put_acc(0, j); });
       return;
@@ -662,7 +656,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.prefetch = s.prefetch;
   g.data_only = s.data_only;
   g.compute_only = s.compute_only;
-  g.deferred = s.epilogue == epilogue_mode::deferred || (WT && MP_GEMM_WHOLE_DEFER);
+  g.deferred = s.epilogue == epilogue_mode::deferred;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
   const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
   g.iters_per_split = ks.per_split, g.splits = ks.splits;
