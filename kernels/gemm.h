@@ -98,11 +98,11 @@ struct GemmSchedule {
   int trace_blocks = 0;
 };
 
-// The timeline GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point): 7 times (ns,
+// The timeline GemmSchedule::trace records per block (tile/pipeline.cuh, pc::trace_point): 9 times (ns,
 // named by gemm_trace_point_names), the SM number, then for each of the last item's first
 // gemm_trace_step_count K steps three SM clock readings: its stage full (consumer), its wgmma wait done,
 // the producer's wait for the stage done.
-constexpr int gemm_trace_times = 7, gemm_trace_step_count = 64;
+constexpr int gemm_trace_times = 9, gemm_trace_step_count = 64;
 constexpr int gemm_trace_points = gemm_trace_times + 1 + 3 * gemm_trace_step_count;
 extern const char* const gemm_trace_point_names[gemm_trace_times];
 

@@ -167,9 +167,15 @@ std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
   return buf;
 }
 
-const char* const gemm_trace_point_names[gemm_trace_times] = {
-    "block start",   "ready (set up; previous kernel done)", "first stage full", "mainloop done",
-    "fixup done (split tiles)", "finish issued",             "block done"};
+const char* const gemm_trace_point_names[gemm_trace_times] = {"block start",
+                                                              "ready (set up; previous kernel done)",
+                                                              "first stage full",
+                                                              "mainloop done",
+                                                              "fixup done (split tiles)",
+                                                              "epilogue: may write (whole tile)",
+                                                              "epilogue: written (whole tile)",
+                                                              "finish issued",
+                                                              "block done"};
 
 namespace {
 // The value among `all` whose name_of(value) is `name`, into `out` (left as it is for an unknown name).

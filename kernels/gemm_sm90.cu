@@ -463,10 +463,12 @@ struct gemm_kernel {
     const bool leader = warpgroup::thread_in_group() == 0;
     if (leader) tma::wait_read<c_buffers - N>();  // the stores that last read these buffers are done
     named_barrier_sync(bar, warpgroup_threads);
+    if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_begin);  // the whole tile (trace builds)
 #pragma unroll
     for (int j = 0; j < N; ++j) write_chunk(buf[j], pair_of(j));
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
+    if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
     if (leader) {
 #pragma unroll
       for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);

@@ -85,17 +85,19 @@ __device__ int mma_pending_of(const typename K::globals& g) {
 // trace[b * trace_points + point] (the item points of the block's last work item are the ones left; the
 // last slot holds the SM number). Costs a branch per point when off.
 enum trace_point : int {
-  trace_start,          // the block starts
-  trace_ready,          // its shared memory is set up and the previous grid is done (dependent launch)
-  trace_first_full,     // the item's first stage is full (consumer 0)
-  trace_mainloop_done,  // the item's wgmma are done
-  trace_fixup_done,     // the item's partial sums are added (K::finish marks it, where it has any)
-  trace_finish_done,    // the item's finish step is issued
-  trace_end,            // the block's TMA stores are done
-  trace_sm,             // not a time: the SM the block ran on
-  trace_steps,          // then per K step i < trace_step_count of the block's last item, three clock64
-                        // readings (SM cycles): [3i] its stage is full (consumer 0), [3i + 1] the wgmma
-                        // wait returned, [3i + 2] the producer has its stage (the empty wait returned)
+  trace_start,             // the block starts
+  trace_ready,             // its shared memory is set up and the previous grid is done (dependent launch)
+  trace_first_full,        // the item's first stage is full (consumer 0)
+  trace_mainloop_done,     // the item's wgmma are done
+  trace_fixup_done,        // the item's partial sums are added (K::finish marks it, where it has any)
+  trace_epilogue_begin,    // the kernel's epilogue may write its buffers (K::finish marks it, where it does)
+  trace_epilogue_written,  // the epilogue's buffers are written and fenced, its stores next (the same)
+  trace_finish_done,       // the item's finish step is issued
+  trace_end,               // the block's TMA stores are done
+  trace_sm,                // not a time: the SM the block ran on
+  trace_steps,             // then per K step i < trace_step_count of the block's last item, three clock64
+                           // readings (SM cycles): [3i] its stage is full (consumer 0), [3i + 1] the wgmma
+                           // wait returned, [3i + 2] the producer has its stage (the empty wait returned)
 };
 constexpr int trace_step_count = 64;
 constexpr int trace_points = trace_steps + 3 * trace_step_count;
