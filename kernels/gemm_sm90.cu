@@ -32,6 +32,14 @@
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
 // block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
 // (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
+// Build switch (an experiment, tenth session; NOT yet run on a GPU): 1 makes the whole-tile epilogue
+// leave the issue of its four TMA stores to the next tile, right after that tile's first wgmma are issued.
+// The issue took ~0.74 us of the epilogue's ~1.35 us while the producer's loads kept the TMA unit busy
+// (bench/RESULTS.md, tenth session, run 5), and the warpgroup's next wgmma waited for it. 0 (default):
+// the stores are issued at the end of the epilogue.
+#ifndef MP_GEMM_LATE_STORE
+#define MP_GEMM_LATE_STORE 0
+#endif
 #ifndef MP_GEMM_STSM
 #define MP_GEMM_STSM 1
 #endif
@@ -156,7 +164,13 @@ struct gemm_kernel {
   static constexpr int chunks = MH * (BN / CW);
   static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
   static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
-  struct state {
+  static constexpr bool late_store = whole_tile && MP_GEMM_LATE_STORE;
+  struct late_fields {
+    int store_row = 0, store_col = 0;  // where the written tile's stores go
+    bool stores_pending = false;       // the tile is written, its stores not issued yet
+  };
+  struct no_late_fields {};
+  struct state : std::conditional_t<late_store, late_fields, no_late_fields> {
     rt_fl<16, BN> acc[MH];
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
@@ -456,7 +470,7 @@ struct gemm_kernel {
   // j's pairs, see write_chunk), and start their TMA stores to C as one bulk group. Both consumer
   // warpgroups each write their own rows (named barrier `bar`). N = 1: the chunks take turns in the
   // c_buffers buffers; N = c_buffers: a whole tile at once (whole_tile).
-  template <int N, class PairOf>
+  template <int N, bool Issue = true, class PairOf>
   __device__ static void store_chunks(c_tile* buf, const globals& g, int bar, int row, int col,
                                       PairOf pair_of) {
     static_assert(N >= 1 && N <= c_buffers, "store_chunks: at most one chunk per buffer");
@@ -469,7 +483,7 @@ struct gemm_kernel {
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
-    if (leader) {
+    if (Issue && leader) {
 #pragma unroll
       for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
       tma::commit_group();
@@ -497,11 +511,27 @@ struct gemm_kernel {
   }
   // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile; at the end of
   // the block's work, whatever is left.
+  // late_store: the stores of the tile the epilogue wrote (its buffers were written, fenced and synced
+  // there), issued by the same leader, so that finish's wait_read covers them.
+  __device__ static void issue_stores(state& st, finish_smem& fs, const globals& g, int consumer) {
+    if constexpr (late_store) {
+      if (!st.stores_pending) return;
+      st.stores_pending = false;
+      if (warpgroup::thread_in_group() == 0) {
+#pragma unroll
+        for (int j = 0; j < c_buffers; ++j)
+          tma::store_async(&g.c, fs.c[consumer][j], st.store_row, st.store_col + j * CW);
+        tma::commit_group();
+      }
+    }
+  }
   __device__ static void after_compute(state& st, finish_smem& fs, const globals& g, int consumer) {
     if (st.deferred) drain_one(st, fs, g, consumer);
+    issue_stores(st, fs, g, consumer);
   }
   __device__ static void flush(state& st, finish_smem& fs, const globals& g, int consumer) {
     while (st.stash_left > 0) drain_one(st, fs, g, consumer);
+    issue_stores(st, fs, g, consumer);
   }
 
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
@@ -550,8 +580,15 @@ struct gemm_kernel {
       };
     };
     if constexpr (whole_tile) {  // every chunk in its own buffer: written and stored at once
-      store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
-                                [&](int j) { return put_acc(0, j); });
+      if constexpr (late_store) {  // written now, the stores issued during the next tile (after_compute)
+        issue_stores(st, fs, g, consumer);  // (none pending: an item's first K step issues them)
+        store_chunks<coop_chunks, false>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
+                                         [&](int j) { return put_acc(0, j); });
+        st.store_row = w.row + consumer * 64, st.store_col = t.y * BN, st.stores_pending = true;
+      } else {
+        store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
+                                  [&](int j) { return put_acc(0, j); });
+      }
       return;
     }
     // the chunks written now: all, or those before the stash
