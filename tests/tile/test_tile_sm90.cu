@@ -132,6 +132,70 @@ TEST(SM90_Tile, TmaLoadAndWarpOps) {
   }
 }
 
+// Shared <-> register tiles through the explicit ld.shared / st.shared paths of warp::load / store: a
+// row-layout bf16 tile (32-bit pairs), a column-layout one and an fp32 one at an odd column (element by
+// element), from a TMA-loaded (128-byte swizzled) tile and back into a zeroed one. Every value must come
+// back bit for bit at its place, and nothing else may be written.
+__global__ void shared_roundtrip_kernel(const __grid_constant__ CUtensorMap map, bf16* row_out, bf16* col_out,
+                                        float* odd_out, bf16* back) {
+  __shared__ st_bf<64, 64> t, u;
+  __shared__ semaphore bar;
+  const int lane = threadIdx.x;
+  if (lane == 0) {
+    init_semaphore(bar, 1);
+    fence_barrier_init();
+  }
+  for (int i = lane; i < 64 * 64; i += 32) u.data[i] = __float2bfloat16(0.0f);
+  __syncwarp();
+  if (lane == 0) {
+    expect_bytes(bar, tma::bytes<st_bf<64, 64>>());
+    tma::load_async(t, &map, bar, 0, 0);
+  }
+  wait(bar, 0);
+  rt_bf<16, 64> a;
+  rt_bf<16, 64, col_l> b;
+  rt_fl<16, 32> c;
+  warp::load(a, t, 16, 0);  // rows 16..31
+  warp::load(b, t, 32, 0);  // rows 32..47
+  warp::load(c, t, 48, 1);  // rows 48..63, columns 1..32
+  warp::store(gl<bf16, 1, 1, 16, 64>(row_out, 1, 1, 16, 64), a, 0, 0);
+  warp::store(gl<bf16, 1, 1, 16, 64>(col_out, 1, 1, 16, 64), b, 0, 0);
+  warp::store(gl<float, 1, 1, 16, 32>(odd_out, 1, 1, 16, 32), c, 0, 0);
+  warp::store(u, a, 16, 0);
+  warp::store(u, b, 32, 0);
+  warp::store(u, c, 48, 1);
+  __syncwarp();
+  for (int i = lane; i < 64 * 64; i += 32) back[i] = u.at(i / 64, i % 64);
+}
+
+TEST(SM90_Tile, SharedLoadStoreRoundTrip) {
+  SKIP_WITHOUT_HOPPER();
+  auto seed = mp::fresh_seed();
+  std::vector<float> xr;
+  auto xb = to_bf16(mp::random_floats(64 * 64, seed), &xr);
+  dev<uint16_t> dx(64 * 64), row(16 * 64), col(16 * 64), back(64 * 64);
+  dev<float> odd(16 * 32);
+  dx.put(xb);
+  auto map = make_tma_map<st_bf<64, 64>>(gl<bf16, 1, 1, -1, -1>(reinterpret_cast<bf16*>(dx.p), 1, 1, 64, 64));
+  shared_roundtrip_kernel<<<1, 32>>>(map, reinterpret_cast<bf16*>(row.p), reinterpret_cast<bf16*>(col.p),
+                                     odd.p, reinterpret_cast<bf16*>(back.p));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const auto r = row.get(), c = col.get(), bk = back.get();
+  const auto o = odd.get();
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 64; ++j) {
+      EXPECT_EQ(r[i * 64 + j], xb[(16 + i) * 64 + j]) << "row layout " << i << "," << j << " seed " << seed;
+      EXPECT_EQ(c[i * 64 + j], xb[(32 + i) * 64 + j]) << "col layout " << i << "," << j << " seed " << seed;
+      if (j < 32) EXPECT_EQ(o[i * 32 + j], xr[(48 + i) * 64 + 1 + j]) << "odd column " << i << "," << j;
+    }
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 64; ++j) {
+      const bool stored = (i >= 16 && i < 48) || (i >= 48 && j >= 1 && j <= 32);
+      EXPECT_EQ(bk[i * 64 + j], stored ? xb[i * 64 + j] : uint16_t(0))
+          << "back in shared " << i << "," << j << " seed " << seed;
+    }
+}
+
 // One warpgroup: TMA-load A (64x64) and B (64xN as K x N, or N x 64 as N x K), wgmma, store fp32. Sliced:
 // the four 16-wide K slices one wgmma at a time, alternately into two accumulators, added at the end.
 template <int N, bool BT, bool Sliced = false>
