@@ -369,6 +369,20 @@ __device__ inline void st_shared_pair(uint32_t a, float2 x) {
 template <class RT, class ST>
 constexpr bool adjacent_pairs = std::is_same_v<typename RT::layout, row_l> &&
                                 sizeof(typename ST::elem) == 2 && ST::layout::row_bytes % 4 == 0;
+// fn(pair, r, c) for every fragment pair of register tile `t` placed at (r0, c0) in a larger tile: (r, c)
+// is the position of the pair's first element.
+template <class RT, class Fn>
+__device__ inline void for_each_pair(RT& t, int r0, int c0, Fn fn) {
+  using L = typename std::remove_const_t<RT>::layout;
+  const int lane = laneid();
+#pragma unroll
+  for (int i = 0; i < RT::height; ++i)
+#pragma unroll
+    for (int j = 0; j < RT::width; ++j)
+#pragma unroll
+      for (int f = 0; f < 4; ++f)
+        fn(t.tiles[i][j][f], r0 + 16 * i + frag_row<L>(lane, f, 0), c0 + 16 * j + frag_col<L>(lane, f, 0));
+}
 }  // namespace detail
 
 // shared <-> registers; the shared tile may hold more rows / columns (the register tile is at (r0, c0)).
@@ -378,21 +392,13 @@ __device__ inline void load(RT& dst, const ST& src, int r0 = 0, int c0 = 0) {
                 "warp::load: the register tile is larger than the shared tile");
   using SL = typename ST::layout;
   using T = typename ST::elem;
-  using L = typename RT::layout;
   const uint32_t base = src.smem_addr();
   if constexpr (detail::adjacent_pairs<RT, ST>) {
     if (c0 % 2 == 0) {  // an odd c0 would split the 32-bit words: element by element below
-      const int lane = laneid();
-#pragma unroll
-      for (int i = 0; i < RT::height; ++i)
-#pragma unroll
-        for (int j = 0; j < RT::width; ++j)
-#pragma unroll
-          for (int f = 0; f < 4; ++f) {
-            const int r = r0 + 16 * i + frag_row<L>(lane, f, 0), c = c0 + 16 * j + frag_col<L>(lane, f, 0);
-            dst.tiles[i][j][f] = pair_from_float2<packed_t<typename RT::elem>>(
-                detail::ld_shared_pair<T>(base + SL::offset(r, c)));
-          }
+      detail::for_each_pair(dst, r0, c0, [&](auto& pair, int r, int c) {
+        pair =
+            pair_from_float2<packed_t<typename RT::elem>>(detail::ld_shared_pair<T>(base + SL::offset(r, c)));
+      });
       return;
     }
   }
@@ -404,23 +410,18 @@ __device__ inline void store(ST& dst, const RT& src, int r0 = 0, int c0 = 0) {
                 "warp::store: the register tile is larger than the shared tile");
   using SL = typename ST::layout;
   using T = typename ST::elem;
-  using L = typename RT::layout;
   const uint32_t base = dst.smem_addr();
-  const int lane = laneid();
   if constexpr (detail::adjacent_pairs<RT, ST>) {
     if (c0 % 2 == 0) {
-#pragma unroll
-      for (int i = 0; i < RT::height; ++i)
-#pragma unroll
-        for (int j = 0; j < RT::width; ++j)
-#pragma unroll
-          for (int f = 0; f < 4; ++f) {
-            const int r = r0 + 16 * i + frag_row<L>(lane, f, 0), c = c0 + 16 * j + frag_col<L>(lane, f, 0);
-            detail::st_shared_pair<T>(base + SL::offset(r, c), pair_to_float2(src.tiles[i][j][f]));
-          }
+      detail::for_each_pair(src, r0, c0, [&](const auto& pair, int r, int c) {
+        detail::st_shared_pair<T>(base + SL::offset(r, c), pair_to_float2(pair));
+      });
       return;
     }
   }
+  // element by element: the pair's second element is at frag_row / frag_col (.., 1)
+  using L = typename RT::layout;
+  const int lane = laneid();
 #pragma unroll
   for (int i = 0; i < RT::height; ++i)
 #pragma unroll
