@@ -279,8 +279,7 @@ MP_TILE_BCAST(div, x / y)
 #undef MP_TILE_BCAST
 
 // ---- loads and stores ----
-// Element (r, c) of the tile <-> accessor(r, c) (a reference into global memory; the shared paths below
-// address shared memory explicitly).
+// Element (r, c) of the tile <- at(r, c) (its value: a global reference, or a shared load below).
 template <class RT, class Acc>
 __device__ inline void load_with(RT& dst, Acc at) {
   const int lane = laneid();
@@ -298,8 +297,9 @@ __device__ inline void load_with(RT& dst, Acc at) {
         dst.tiles[i][j][f] = pair_from_float2<packed_t<E>>(x);
       }
 }
-template <class RT, class Acc>
-__device__ inline void store_with(const RT& src, Acc at) {
+// Element (r, c) of the tile -> put(r, c, its value as a float).
+template <class RT, class Put>
+__device__ inline void store_with(const RT& src, Put put) {
   const int lane = laneid();
   using L = typename RT::layout;
 #pragma unroll
@@ -309,10 +309,8 @@ __device__ inline void store_with(const RT& src, Acc at) {
 #pragma unroll
       for (int f = 0; f < 4; ++f) {
         float2 x = pair_to_float2(src.tiles[i][j][f]);
-        auto& a = at(16 * i + frag_row<L>(lane, f, 0), 16 * j + frag_col<L>(lane, f, 0));
-        a = from_float<std::remove_cvref_t<decltype(a)>>(x.x);
-        auto& b = at(16 * i + frag_row<L>(lane, f, 1), 16 * j + frag_col<L>(lane, f, 1));
-        b = from_float<std::remove_cvref_t<decltype(b)>>(x.y);
+        put(16 * i + frag_row<L>(lane, f, 0), 16 * j + frag_col<L>(lane, f, 0), x.x);
+        put(16 * i + frag_row<L>(lane, f, 1), 16 * j + frag_col<L>(lane, f, 1), x.y);
       }
 }
 // Shared memory by 32-bit shared-window address (smem_addr() + layout offset). These paths went through
@@ -419,22 +417,9 @@ __device__ inline void store(ST& dst, const RT& src, int r0 = 0, int c0 = 0) {
       return;
     }
   }
-  // element by element: the pair's second element is at frag_row / frag_col (.., 1)
-  using L = typename RT::layout;
-  const int lane = laneid();
-#pragma unroll
-  for (int i = 0; i < RT::height; ++i)
-#pragma unroll
-    for (int j = 0; j < RT::width; ++j)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        float2 x = pair_to_float2(src.tiles[i][j][f]);
-        const int r = r0 + 16 * i, c = c0 + 16 * j;
-        detail::st_shared<T>(base + SL::offset(r + frag_row<L>(lane, f, 0), c + frag_col<L>(lane, f, 0)),
-                             from_float<T>(x.x));
-        detail::st_shared<T>(base + SL::offset(r + frag_row<L>(lane, f, 1), c + frag_col<L>(lane, f, 1)),
-                             from_float<T>(x.y));
-      }
+  store_with(src, [&](int r, int c, float v) {
+    detail::st_shared<T>(base + SL::offset(r0 + r, c0 + c), from_float<T>(v));
+  });
 }
 // global <-> registers: the tile whose top-left element is (row, col) of matrix (b, d) of g. No bounds
 // checks: the caller keeps the tile inside g.
@@ -444,7 +429,8 @@ __device__ inline void load(RT& dst, const GL& g, int row, int col, int d = 0, i
 }
 template <global_layout GL, reg_tile RT>
 __device__ inline void store(const GL& g, const RT& src, int row, int col, int d = 0, int b = 0) {
-  store_with(src, [&](int r, int c) -> typename GL::elem& { return *g.ptr(b, d, row + r, col + c); });
+  store_with(
+      src, [&](int r, int c, float v) { *g.ptr(b, d, row + r, col + c) = from_float<typename GL::elem>(v); });
 }
 // vectors: rows_v <-> shared vectors
 template <reg_vec V, shared_vec SV>
