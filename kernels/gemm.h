@@ -84,8 +84,8 @@ struct GemmSchedule {
   //   where a block has one tile (bench/RESULTS.md, 2026-11-30, tenth session).
   // - deferred (bf16 output, cooperative consumers): the tile's last two chunks are packed into registers
   //   and written during the next tile's first K steps, overlapping its wgmma.
-  // - automatic (the default): whole where it applies and there are more tiles than SMs, otherwise
-  //   immediate (plan_gemm; f32 output is always immediate).
+  // - automatic (the default): whole where it applies on the persistent grid with more tiles than SMs,
+  //   otherwise immediate (plan_gemm; f32 output is always immediate).
   epilogue_mode epilogue = epilogue_mode::automatic;
   // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
   // finishes (its blocks set up shared memory, then wait for that kernel before any global memory

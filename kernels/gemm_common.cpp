@@ -135,9 +135,10 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
   const bool cr = s.reduce == split_reduce::cluster;
   // The whole-tile epilogue needs a shared buffer for each of a consumer's four 64 x 64 bf16 chunks (a
   // ring stage's worth of space; an f32 tile would need two) and is compiled for the one kernel shape the
-  // large GEMMs get. Automatic: only with more tiles than SMs; with one tile per block there is no next
-  // tile for the ring to be filling during the epilogue, and the fourth stage measured worth more (2048^3:
-  // 0.954-0.977x against 0.963-0.990x cuBLAS; bench/RESULTS.md, tenth session).
+  // large GEMMs get. Automatic: only on the persistent grid with more tiles than SMs; with one tile per
+  // block there is no next tile for the ring to be filling during the epilogue, and the fourth stage
+  // measured worth more (2048^3: 0.954-0.977x against 0.963-0.990x cuBLAS; bench/RESULTS.md, tenth
+  // session).
   const bool whole_fits =
       bm == 128 && bn == 256 && cluster == 1 && !pingpong && splits == 1 && !sk && out == out_type::bf16;
   MP_USER_CHECK(s.epilogue != epilogue_mode::whole || whole_fits,
@@ -147,7 +148,7 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                 pingpong ? ", pingpong" : "", ", ", out == out_type::f32 ? "f32" : "bf16",
                 " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1)");
   const bool whole = s.epilogue == epilogue_mode::whole ||
-                     (s.epilogue == epilogue_mode::automatic && whole_fits && tiles > sms);
+                     (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
   return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead, whole};
 }
 

@@ -98,6 +98,9 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   s.stream_k = true;
   EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
   s = {};
+  s.persistent = false;  // one tile per block
+  EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
+  s = {};
   s.epilogue = epilogue_mode::immediate;
   EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
   s.epilogue = epilogue_mode::deferred;
