@@ -29,9 +29,6 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
-// block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
-// (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
 // Build switch (an experiment, tenth session; NOT yet run on a GPU): 1 makes the whole-tile epilogue
 // leave the issue of its four TMA stores to the next tile, right after that tile's first wgmma are issued.
 // The issue took ~0.74 us of the epilogue's ~1.35 us while the producer's loads kept the TMA unit busy
@@ -40,6 +37,9 @@
 #ifndef MP_GEMM_LATE_STORE
 #define MP_GEMM_LATE_STORE 0
 #endif
+// Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
+// block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
+// (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
 #ifndef MP_GEMM_STSM
 #define MP_GEMM_STSM 1
 #endif
@@ -436,9 +436,9 @@ struct gemm_kernel {
   }
 
   // Writes the thread's pairs of one 64 x CW chunk (pair(jb, f): a bf16x2 as uint32_t, or a float2; in the
-  // accumulator fragment's order) at their swizzled offsets with st.shared. Through buf.at() they compiled
-  // to generic stores (ST.E, 64-bit addresses), and the epilogue took ~1 % of the GEMM's time more
-  // (bench/RESULTS.md, ninth session).
+  // accumulator fragment's order) at their swizzled offsets with stmatrix (bf16, MP_GEMM_STSM) or
+  // st.shared. Through buf.at() they compiled to generic stores (ST.E, 64-bit addresses), and the epilogue
+  // took ~1 % of the GEMM's time more (bench/RESULTS.md, ninth session).
   template <class Pair>
   __device__ static void write_chunk(c_tile& buf, Pair pair) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
@@ -483,11 +483,14 @@ struct gemm_kernel {
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
-    if (Issue && leader) {
+    if (Issue && leader) issue_group<N>(buf, g, row, col);
+  }
+  // The leader's TMA stores of N written chunks (columns col, col + CW, ...), as one bulk group.
+  template <int N>
+  __device__ static void issue_group(c_tile* buf, const globals& g, int row, int col) {
 #pragma unroll
-      for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
-      tma::commit_group();
-    }
+    for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
+    tma::commit_group();
   }
   // Chunk J of the stash (chunk chunks - deferred_chunks + J of the tile), already packed as bf16 pairs.
   template <int J>
@@ -509,22 +512,17 @@ struct gemm_kernel {
       --st.stash_left;
     }
   }
-  // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile; at the end of
-  // the block's work, whatever is left.
   // late_store: the stores of the tile the epilogue wrote (its buffers were written, fenced and synced
   // there), issued by the same leader, so that finish's wait_read covers them.
   __device__ static void issue_stores(state& st, finish_smem& fs, const globals& g, int consumer) {
     if constexpr (late_store) {
       if (!st.stores_pending) return;
       st.stores_pending = false;
-      if (warpgroup::thread_in_group() == 0) {
-#pragma unroll
-        for (int j = 0; j < c_buffers; ++j)
-          tma::store_async(&g.c, fs.c[consumer][j], st.store_row, st.store_col + j * CW);
-        tma::commit_group();
-      }
+      if (warpgroup::thread_in_group() == 0) issue_group<c_buffers>(fs.c[consumer], g, st.store_row, st.store_col);
     }
   }
+  // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile (and late_store's
+  // stores); at the end of the block's work, whatever is left.
   __device__ static void after_compute(state& st, finish_smem& fs, const globals& g, int consumer) {
     if (st.deferred) drain_one(st, fs, g, consumer);
     issue_stores(st, fs, g, consumer);

@@ -28,18 +28,17 @@ ir::Program build_dotproduct(const Params& p) {
   return b.finish();
 }
 
-HostOutputs reference_dotproduct(const Params& p, const HostInputs& in) {
+// sum a_i b_i, or sum |a_i b_i| (`magnitude`: the scale of its rounding error, ProgramSpec::magnitude)
+HostOutputs dot(const Params& p, const HostInputs& in, bool magnitude) {
   double s = 0;
-  for (int64_t i = 0; i < p.i("N"); ++i) s += double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(i)]);
+  for (int64_t i = 0; i < p.i("N"); ++i) {
+    const double t = double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(i)]);
+    s += magnitude ? std::fabs(t) : t;
+  }
   return {{"out", {s}}};
 }
-// The scale of the rounding error of `out` (ProgramSpec::magnitude): sum |a_i b_i|.
-HostOutputs magnitude_dotproduct(const Params& p, const HostInputs& in) {
-  double s = 0;
-  for (int64_t i = 0; i < p.i("N"); ++i)
-    s += std::fabs(double(in.at("A")[size_t(i)]) * double(in.at("B")[size_t(i)]));
-  return {{"out", {s}}};
-}
+HostOutputs reference_dotproduct(const Params& p, const HostInputs& in) { return dot(p, in, false); }
+HostOutputs magnitude_dotproduct(const Params& p, const HostInputs& in) { return dot(p, in, true); }
 
 ProgramSpec dotproduct_spec() {
   return {"dotproduct",
