@@ -29,23 +29,6 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Build switch (an experiment, tenth session; NOT yet run on a GPU): 1 makes the whole-tile epilogue
-// leave the issue of its four TMA stores to the next tile, right after that tile's first wgmma are issued.
-// The issue took ~0.74 us of the epilogue's ~1.35 us while the producer's loads kept the TMA unit busy
-// (bench/RESULTS.md, tenth session, run 5), and the warpgroup's next wgmma waited for it. 0 (default):
-// the stores are issued at the end of the epilogue.
-#ifndef MP_GEMM_LATE_STORE
-#define MP_GEMM_LATE_STORE 0
-#endif
-// Build switch (an experiment, eleventh session): 1 hands the whole-tile epilogue's TMA stores to a warp
-// of the producer warpgroup (one per consumer: the pipeline template's optional K::storer). The consumer
-// writes its chunks, fences and arrives on an mbarrier, and goes on to its next tile at once: no named
-// barriers and no store issue on its path. It waits only for the stores that last read its buffers
-// (another mbarrier, which the storer arrives on once they have). 0 (default): the consumer's leader
-// issues them (store_chunks).
-#ifndef MP_GEMM_STORE_WARP
-#define MP_GEMM_STORE_WARP 0
-#endif
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
 // block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
 // (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
@@ -141,15 +124,6 @@ struct gemm_kernel {
     semaphore full, empty;
   };
   struct no_reduce {};
-  // store_warp: per consumer, `written` completes when its buffers hold a tile (one arrival per consumer
-  // warp; row and col say where it goes, row < 0: no more tiles), `read` when the storer's TMA stores have
-  // read them (one arrival).
-  static constexpr bool store_warp = whole_tile && MP_GEMM_STORE_WARP && !MP_GEMM_LATE_STORE;
-  struct handover {
-    semaphore written, read;
-    int row, col;
-  };
-  struct no_handover {};
   struct finish_smem {
     union {
       c_tile c[consumers][c_buffers];
@@ -157,18 +131,12 @@ struct gemm_kernel {
     };
     int arrivals[consumers];  // fixup(): the tile counter's value before this consumer's arrival
     std::conditional_t<KC, reduce_sems, no_reduce> red;
-    std::conditional_t<store_warp, handover, no_handover> hand[consumers];
   };
   __device__ static void init(finish_smem& fs) {
     if constexpr (KC) {
       init_semaphore(fs.red.full, 1);
       init_semaphore(fs.red.empty, 1);
     }
-    if constexpr (store_warp)
-      for (int c = 0; c < consumers; ++c) {
-        init_semaphore(fs.hand[c].written, warpgroup_warps);
-        init_semaphore(fs.hand[c].read, 1);
-      }
   }
   using globals = gemm_globals;
   // The ring: as deep as the shared memory allows beside the epilogue buffers (at most 16 stages).
@@ -188,14 +156,7 @@ struct gemm_kernel {
   static constexpr int chunks = MH * (BN / CW);
   static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
   static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
-  static constexpr bool late_store = whole_tile && MP_GEMM_LATE_STORE;
-  struct late_fields {
-    int store_row = 0, store_col = 0;  // where the written tile's stores go
-    bool stores_pending = false;       // the tile is written, its stores not issued yet
-  };
-  struct no_late_fields {};
-  struct state : std::conditional_t<late_store, late_fields, no_late_fields> {
-    uint32_t hand_phase = 0;  // store_warp: the parity of the consumer's next handover
+  struct state {
     rt_fl<16, BN> acc[MH];
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs
     int stash_row = 0, stash_col = 0, stash_left = 0;  // where the stash goes; chunks not yet written
@@ -495,7 +456,7 @@ struct gemm_kernel {
   // j's pairs, see write_chunk), and start their TMA stores to C as one bulk group. Both consumer
   // warpgroups each write their own rows (named barrier `bar`). N = 1: the chunks take turns in the
   // c_buffers buffers; N = c_buffers: a whole tile at once (whole_tile).
-  template <int N, bool Issue = true, class PairOf>
+  template <int N, class PairOf>
   __device__ static void store_chunks(c_tile* buf, const globals& g, int bar, int row, int col,
                                       PairOf pair_of) {
     static_assert(N >= 1 && N <= c_buffers, "store_chunks: at most one chunk per buffer");
@@ -508,7 +469,7 @@ struct gemm_kernel {
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
-    if (Issue && leader) issue_group<N>(buf, g, row, col);
+    if (leader) issue_group<N>(buf, g, row, col);
   }
   // The leader's TMA stores of N written chunks (columns col, col + CW, ...), as one bulk group.
   template <int N>
@@ -537,62 +498,13 @@ struct gemm_kernel {
       --st.stash_left;
     }
   }
-  // late_store: the stores of the tile the epilogue wrote (its buffers were written, fenced and synced
-  // there), issued by the same leader, so that finish's wait_read covers them.
-  __device__ static void issue_stores(state& st, finish_smem& fs, const globals& g, int consumer) {
-    if constexpr (late_store) {
-      if (!st.stores_pending) return;
-      st.stores_pending = false;
-      if (warpgroup::thread_in_group() == 0) issue_group<c_buffers>(fs.c[consumer], g, st.store_row, st.store_col);
-    }
-  }
-  // store_warp, consumer side (every thread of the consumer): wait until the storer's last stores have
-  // read the buffers, write the tile's chunks (pair_of(j): chunk j's pairs; none when row < 0, the end),
-  // fence them for the TMA engine, and hand them over (one arrival per warp, after the warp's writes).
-  template <class PairOf>
-  __device__ static void hand_over(state& st, finish_smem& fs, const globals& g, int consumer, int row,
-                                   int col, PairOf pair_of) {
-    handover& h = fs.hand[consumer];
-    wait(h.read, st.hand_phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
-    if (row >= 0) {
-      pc::trace_mark(g, pc::trace_epilogue_begin);
-#pragma unroll
-      for (int j = 0; j < coop_chunks; ++j) write_chunk(fs.c[consumer][j], pair_of(j));
-      fence_async_shared();  // each thread's writes, visible to the TMA engine
-    }
-    if (warpgroup::thread_in_group() == 0) h.row = row, h.col = col;
-    __syncwarp();
-    if (threadIdx.x % warp_threads == 0) arrive(h.written);
-    pc::trace_mark(g, pc::trace_epilogue_written);
-    st.hand_phase ^= 1u;
-  }
-
-  // store_warp, storer side (lane 0 of a producer warp, one per consumer): every tile the consumer hands
-  // over goes out as one bulk group; the buffers are handed back once the stores have read them.
-  __device__ static void storer(const globals& g, finish_smem& fs, int consumer) requires store_warp {
-    handover& h = fs.hand[consumer];
-    for (uint32_t phase = 0;; phase ^= 1u) {
-      wait(h.written, phase);
-      const int row = h.row, col = h.col;
-      if (row < 0) break;
-      issue_group<coop_chunks>(fs.c[consumer], g, row, col);
-      tma::wait_read<0>();
-      arrive(h.read);
-    }
-    tma::wait_all<0>();  // the block's shared memory stays until the stores are done
-  }
-
-  // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile (and late_store's
-  // stores); at the end of the block's work, whatever is left.
+  // Pipeline hooks: after each K step's wgmma are issued, one chunk of the previous tile; at the end of the
+  // block's work, whatever is left.
   __device__ static void after_compute(state& st, finish_smem& fs, const globals& g, int consumer) {
     if (st.deferred) drain_one(st, fs, g, consumer);
-    issue_stores(st, fs, g, consumer);
   }
   __device__ static void flush(state& st, finish_smem& fs, const globals& g, int consumer) {
     while (st.stash_left > 0) drain_one(st, fs, g, consumer);
-    issue_stores(st, fs, g, consumer);
-    if constexpr (store_warp)  // the end: the storer stops
-      hand_over(st, fs, g, consumer, -1, 0, [](int) { return [](int, int) { return 0u; }; });
   }
 
   __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {
@@ -641,18 +553,8 @@ struct gemm_kernel {
       };
     };
     if constexpr (whole_tile) {  // every chunk in its own buffer: written and stored at once
-      if constexpr (store_warp) {
-        hand_over(st, fs, g, consumer, w.row + consumer * 64, t.y * BN, [&](int j) { return put_acc(0, j); });
-      } else if constexpr (late_store) {    // written now, the stores issued during the next tile
-                                            // (after_compute)
-        issue_stores(st, fs, g, consumer);  // (none pending: an item's first K step issues them)
-        store_chunks<coop_chunks, false>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
-                                         [&](int j) { return put_acc(0, j); });
-        st.store_row = w.row + consumer * 64, st.store_col = t.y * BN, st.stores_pending = true;
-      } else {
-        store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
-                                  [&](int j) { return put_acc(0, j); });
-      }
+      store_chunks<coop_chunks>(fs.c[consumer], g, 1 + consumer, w.row + consumer * 64, t.y * BN,
+                                [&](int j) { return put_acc(0, j); });
       return;
     }
     // the chunks written now: all, or those before the stash

@@ -18,13 +18,7 @@
 //     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's
 //     semaphores static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of,
 //     multicast_of
-//     __device__ static void storer(const globals&, finish_smem&, int consumer);  // optional: see below
 //   };
-//
-// K::storer, where K has it, runs on lane 0 of producer warp 1 + c for each consumer c, beside the
-// producer's loop: work that a consumer hands over through finish_smem (e.g. issuing its TMA stores), so
-// that it is off the consumer's path. It returns when its consumer says there is no more (through K's own
-// protocol), and must leave no TMA store reading shared memory behind.
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
@@ -261,11 +255,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int wg = warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
-    const int t = warpgroup::thread_in_group();
-    if (t == 0) produce<K>(g, m, cluster_id, clusters);
-    if constexpr (requires { K::storer(g, *fin, 0); })
-      if (t % warp_threads == 0 && t / warp_threads >= 1 && t / warp_threads <= T::consumers)
-        K::storer(g, *fin, t / warp_threads - 1);
+    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
   } else {  // consumer warpgroups
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
