@@ -44,9 +44,10 @@ struct GemmSchedule {
   // write their partials while the adding one still computes, so it does not wait for them. -1: chosen
   // from the plan; 0: even splits (the last may be shorter when the splits do not divide the K steps).
   int split_lead = -1;
-  // Which item of a split tile (workspace reduction, persistent grid) adds the partials up: the one with
-  // the last K range (true: a fixed reducer, which waits only for the others' writes), or whichever
-  // arrives last (false: one more global round trip on the way to the store, to count the arrival).
+  // Which item of a split tile (workspace reduction, persistent grid) or a stream-K tile adds the partials
+  // up: a fixed one (true: split-K's last K range; stream-K's part that its block reaches last, see
+  // stream_k_part), which waits only for the others' writes, or whichever arrives last (false: one more
+  // global round trip on the way to the store, to count the arrival).
   bool fixed_reducer = true;
   // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
   // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
@@ -71,14 +72,16 @@ struct GemmSchedule {
   bool compute_only = false;
   // Stream-K for the last waves: when the tile count leaves the last wave of the persistent grid partly
   // idle, the last P + T % P tiles are cut into equal K ranges, one per block, and blocks that share a
-  // tile add their fp32 partials in a workspace (in-kernel; the last to finish stores the tile).
+  // tile add their fp32 partials in a workspace (in-kernel; the block that reaches the tile last stores
+  // it, or with fixed_reducer false the last to finish; stream_k_part).
   // On where it applies (persistent, no cluster, cooperative, no split-K); off by default, because it
   // measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
   bool stream_k = false;
   // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
   // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
   //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
-  // - whole (bf16 output, 128 x 256 tiles, no cluster, split or stream-K): every chunk has a buffer of its
+  // - whole (bf16 output, 128 x 256 tiles, no cluster or K split; stream-K allowed): every chunk has a buffer
+  // of its
   //   own, so the tile is written with no such waits and its stores go out together, at the cost of a ring
   //   stage (3 instead of 4). Measured 1-2 points of cuBLAS faster at the large shapes, slower at 2048^3
   //   where a block has one tile (bench/RESULTS.md, 2026-11-30, tenth session).
@@ -166,6 +169,30 @@ constexpr SplitItem split_item(int work, int tiles) { return {work / tiles, work
 
 // Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).
 int stream_k_tiles(int tiles, int grid);
+
+// Stream-K's items: block b of `grid` owns K steps [b*U/grid, (b+1)*U/grid) of the `shared` tiles laid end
+// to end (U = shared * k_iters, each range at least one tile long, so at most two blocks share a tile);
+// its j-th item (j = 0, 1, 2) is the part of that range inside the j-th tile it touches: K steps
+// [first, first + iters) of shared tile `tile` (iters 0: no such item). A tile's parts are numbered from
+// its last K range (which 0) to its first (which count - 1): the block holding the first K range reaches
+// the tile at the end of its range, the others at the start of theirs, so the part numbered last is the
+// one finished last, and the fixed reducer (which == count - 1, GemmSchedule::fixed_reducer) waits only
+// for partials written long before. It waits only for the first items of higher blocks, whose items before
+// them are data-parallel tiles, so no wait can close a cycle (both tested on the CPU).
+struct StreamKPart {
+  int tile, first, iters, which, count;
+};
+constexpr StreamKPart stream_k_part(int j, int b, int grid, int shared, int k_iters) {
+  const long long U = 1ll * shared * k_iters, s = b * U / grid, e = (b + 1) * U / grid;
+  const int t = int(s / k_iters) + j;
+  const long long ts = 1ll * t * k_iters, te = ts + k_iters;
+  if (ts >= e) return {0, 0, 0, 0, 1};
+  // the block owning K step u: the largest b with b*U/grid <= u
+  auto owner = [&](long long u) { return int(((u + 1) * grid - 1) / U); };
+  const int first = owner(ts), last = owner(te - 1);
+  const long long from = s > ts ? s : ts, to = e < te ? e : te;
+  return {t, int(from - ts), int(to - from), last - b, last - first + 1};
+}
 // "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& sched);
 

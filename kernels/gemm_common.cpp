@@ -140,11 +140,11 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
   // measured worth more (2048^3: 0.954-0.977x against 0.963-0.990x cuBLAS; bench/RESULTS.md, tenth
   // session).
   const bool whole_fits =
-      bm == 128 && bn == 256 && cluster == 1 && !pingpong && splits == 1 && !sk && out == out_type::bf16;
+      bm == 128 && bn == 256 && cluster == 1 && !pingpong && splits == 1 && out == out_type::bf16;
   MP_USER_CHECK(s.epilogue != epilogue_mode::whole || whole_fits,
                 "gemm: the whole-tile epilogue runs bf16 output on 128 x 256 tiles without a cluster, K "
-                "splits, stream-K or ping-pong; this shape got ",
-                bm, " x ", bn, " tiles, split-K ", splits, ", cluster ", cluster, sk ? ", stream-K" : "",
+                "splits or ping-pong; this shape got ",
+                bm, " x ", bn, " tiles, split-K ", splits, ", cluster ", cluster,
                 pingpong ? ", pingpong" : "", ", ", out == out_type::f32 ? "f32" : "bf16",
                 " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1)");
   const bool whole = s.epilogue == epilogue_mode::whole ||

@@ -55,8 +55,9 @@ struct gemm_globals {
   float4* ws;
   int* counters;
   int slots;
-  // Split-K tiles on the persistent grid: the item with the tile's last K range adds the others' partials
-  // (a fixed reducer: its counter only counts their writes), instead of the last item to arrive.
+  // Split-K tiles on the persistent grid and stream-K tiles: the item numbered last (see fixup) adds the
+  // others' partials (a fixed reducer: its counter only counts their writes), instead of the last item to
+  // arrive.
   int fixed_reducer;
   int mma_pending;  // wgmma groups left in flight per K step (0 to 2), read by the pipeline template
   int prefetch;     // K steps ahead that the producer asks L2 to fetch the A and B tiles (0: none)
@@ -199,19 +200,11 @@ struct gemm_kernel {
       return {t, ks.first(s), ks.iters(I, s), s, g.splits, t};
     }
     if (work < g.dp_tiles) return {work, 0, I, 0, 1, 0};
-    // stream-K: block b owns K steps [b*U/P, (b+1)*U/P) of the shared tiles laid end to end (U of them);
-    // its j-th item is the part of that range inside the j-th tile it touches.
+    // stream-K: block b's j-th item is its part of the j-th shared tile its K range touches
     const int P = g.grid, j = (work - g.dp_tiles) / P, b = (work - g.dp_tiles) % P;
-    const long long U = 1ll * g.sk_tiles * I;
-    const long long s = b * U / P, e = (b + 1) * U / P;
-    const int t = int(s / I) + j;
-    const long long ts = 1ll * t * I, te = ts + I;
-    if (ts >= e) return {0, 0, 0, 0, 1, 0};
-    // the block owning K step u: the largest b with b*U/P <= u
-    auto owner = [&](long long u) { return int(((u + 1) * P - 1) / U); };
-    const int first = owner(ts), last = owner(te - 1);
-    const long long from = s > ts ? s : ts, to = e < te ? e : te;
-    return {g.dp_tiles + t, int(from - ts), int(to - from), b - first, last - first + 1, t};
+    const StreamKPart sk = stream_k_part(j, b, P, g.sk_tiles, I);
+    if (sk.iters == 0) return {0, 0, 0, 0, 1, 0};
+    return {g.dp_tiles + sk.tile, sk.first, sk.iters, sk.which, sk.count, sk.tile};
   }
   // A work item decoded once per item (the producer's per-step load must stay cheap): its K range and
   // the tile's position (tile_of, m_row).
@@ -314,13 +307,14 @@ struct gemm_kernel {
   // their partials to its accumulators and returns true (the caller then stores the tile). Fences order
   // the partials before the counts; the counter goes back to zero for the next launch.
   //
-  // With g.fixed_reducer (split-K on the persistent grid), the item with the tile's last K range is the one
-  // that adds up, wherever it finishes: the others write, sync and publish the write with one release
-  // add; it waits (acquire) until the counter holds all of them. Its path to the tile's store then has
-  // one global round trip fewer (no arrival count), and with uneven splits (split_lead) it is the item that
-  // finishes last anyway. All blocks of the persistent grid are resident and walk their items in
-  // increasing order, and a reducer waits only for items of smaller index (the same tile's earlier
-  // splits: work = split * tiles + tile), so no wait can close a cycle.
+  // With g.fixed_reducer (split-K on the persistent grid, or stream-K), the item numbered last (which ==
+  // count - 1) adds up, wherever it finishes: the others write, sync and publish the write with one
+  // release add; it waits (acquire) until the counter holds all of them. Its path to the tile's store then
+  // has one global round trip fewer (no arrival count). Split-K: the item with the tile's last K range,
+  // which with uneven splits (split_lead) finishes last anyway; all blocks of the persistent grid are
+  // resident and walk their items in increasing order, and a reducer waits only for items of smaller index
+  // (the same tile's earlier splits: work = split * tiles + tile), so no wait can close a cycle. Stream-K:
+  // the block that reaches the tile last (stream_k_part, gemm.h, also for why no wait closes a cycle).
   __device__ static bool fixup(state& st, finish_smem& fs, const globals& g, const segment& sg, int consumer) {
     const int rank = CS > 1 ? int(cluster_ctarank()) : 0;
     const int part = (PP ? 0 : consumer) + rank * (PP ? 1 : consumers);
@@ -676,6 +670,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
     if constexpr (!PP && CS == 1) g.grid = pc::resident_blocks<K>();
     g.sk_tiles = stream_k_tiles(tiles, g.grid);  // the plan assumed one block per SM; this is the grid
     fix_tiles = g.sk_tiles, g.slots = 2;         // each block's K range is >= one tile: <= 2 per tile
+    g.fixed_reducer = s.fixed_reducer;
   }
   g.dp_tiles = tiles - g.sk_tiles;
   if (fix_tiles > 0) {

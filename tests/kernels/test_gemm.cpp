@@ -95,8 +95,11 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   s.cluster = 2;
   EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
   s = {};
-  s.stream_k = true;
-  EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
+  s.stream_k = true;  // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
+  EXPECT_TRUE(plan(4096, 14336, 4096, s).whole_tile);
+  EXPECT_EQ(describe_plan(plan(4096, 4096, 4096, s), s),
+            "128x256x64 tiles, 512 tiles, stream-K over the last 248, split-K 1, cluster 1, persistent grid, "
+            "whole-tile epilogue");
   s = {};
   s.persistent = false;  // one tile per block
   EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
@@ -283,6 +286,78 @@ TEST(Gemm, FixedReducerWalkCannotDeadlock) {
   // The item numbering the kernel uses: split 1 of tile 3 among 64 tiles is item 67.
   EXPECT_EQ(split_item(67, 64).split, 1);
   EXPECT_EQ(split_item(67, 64).tile, 3);
+}
+
+// Stream-K's items (stream_k_part), for every grid and every share stream_k_tiles can give (grid + 1 to
+// 2 * grid - 1 tiles), several K lengths: every K step of every shared tile belongs to exactly one item; a
+// block touches at most three tiles; a tile has at most two parts, numbered from its last K range (which 0)
+// to its first; the fixed reducer (which == count - 1) is the part its block finishes last, on a timeline
+// where every K step takes the same time (the other part ends earlier, so it never waits for one still
+// running; the reverse numbering would, which the check can tell); and the walk with the reducers'
+// waits completes.
+TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
+  bool reverse_would_wait = false;
+  for (int grid = 1; grid <= 40; ++grid)
+    for (int shared = grid + 1; shared < 2 * grid; ++shared)
+      for (int k_iters : {1, 2, 3, 7, 64}) {
+        const std::string at = std::to_string(grid) + " blocks, " + std::to_string(shared) + " tiles, " +
+                               std::to_string(k_iters) + " K steps";
+        const long long U = 1ll * shared * k_iters;
+        std::vector<int> owner(size_t(U), -1);  // the block holding each K step
+        struct part {
+          int block, j, which, count;
+          long long end;  // when the block finishes it, in K steps from the start of its range
+        };
+        std::vector<std::vector<part>> parts(static_cast<size_t>(shared));
+        for (int b = 0; b < grid; ++b) {
+          const long long s = b * U / grid;
+          ASSERT_EQ(stream_k_part(3, b, grid, shared, k_iters).iters, 0) << at << ": block " << b;
+          for (int j = 0; j < 3; ++j) {
+            const StreamKPart p = stream_k_part(j, b, grid, shared, k_iters);
+            if (p.iters == 0) continue;
+            ASSERT_TRUE(p.tile >= 0 && p.tile < shared && p.first >= 0 && p.first + p.iters <= k_iters) << at;
+            for (int i = 0; i < p.iters; ++i) {
+              int& who = owner[size_t(1ll * p.tile * k_iters + p.first + i)];
+              ASSERT_EQ(who, -1) << at << ": K step " << p.first + i << " of tile " << p.tile << " twice";
+              who = b;
+            }
+            parts[size_t(p.tile)].push_back(
+                {b, j, p.which, p.count, 1ll * p.tile * k_iters + p.first + p.iters - s});
+          }
+        }
+        for (int who : owner) ASSERT_NE(who, -1) << at << ": a K step without an item";
+        for (int t = 0; t < shared; ++t) {
+          const auto& ps = parts[size_t(t)];
+          ASSERT_TRUE(ps.size() == 1 || ps.size() == 2) << at << ", tile " << t;
+          for (size_t i = 0; i < ps.size(); ++i) {
+            ASSERT_EQ(ps[i].count, int(ps.size())) << at << ", tile " << t;
+            // blocks in increasing order hold increasing K ranges: the later block's part is which 0
+            ASSERT_EQ(ps[i].which, int(ps.size() - 1 - i)) << at << ", tile " << t;
+          }
+          if (ps.size() == 2) {
+            EXPECT_GE(ps[0].end, ps[1].end) << at << ", tile " << t << ": the reducer would wait";
+            reverse_would_wait = reverse_would_wait || ps[1].end < ps[0].end;
+          }
+        }
+        // The walk: each block takes its items in order; a reducer waits until the tile's other part is done.
+        std::vector<int> next(size_t(grid), 0);
+        std::vector<std::vector<char>> done(size_t(shared), std::vector<char>(2, 0));
+        for (bool moved = true; moved;) {
+          moved = false;
+          for (int b = 0; b < grid; ++b)
+            while (next[size_t(b)] < 3) {
+              const StreamKPart p = stream_k_part(next[size_t(b)], b, grid, shared, k_iters);
+              if (p.iters > 0) {
+                if (p.count == 2 && p.which == 1 && !done[size_t(p.tile)][0]) break;
+                done[size_t(p.tile)][size_t(p.which)] = 1;
+              }
+              ++next[size_t(b)];
+              moved = true;
+            }
+        }
+        for (int b = 0; b < grid; ++b) ASSERT_EQ(next[size_t(b)], 3) << at << ": block " << b << " stuck";
+      }
+  EXPECT_TRUE(reverse_would_wait);
 }
 
 TEST(Gemm, PlanRejectsUnsupportedSchedules) {

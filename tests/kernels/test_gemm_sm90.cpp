@@ -223,9 +223,10 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
 }
 
 // Stream-K (opt-in): tile counts above the SM count and not a multiple of it, so the last waves' tiles
-// are shared out by K ranges and finished in-kernel by whichever block arrives last. Partial tiles in M,
-// N and K, K = 16 (every range whole tiles), both tile widths, the same shape twice in a row (the tile
-// counters must be back at zero after a launch), and the immediate epilogue.
+// are shared out by K ranges and finished in-kernel by the block that reaches the tile last (the fixed
+// reducer, stream_k_part) or by whichever arrives last. Partial tiles in M, N and K, K = 16 (every range
+// whole tiles), both tile widths, the same shape twice in a row (the tile counters must be back at zero
+// after a launch), and the epilogues (automatic: whole-tile for bf16 on 128 x 256 tiles; immediate).
 TEST(SM90_Gemm, StreamK) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(600, "SM90_Gemm.StreamK");
@@ -239,6 +240,9 @@ TEST(SM90_Gemm, StreamK) {
   GemmSchedule immediate = sk;
   immediate.epilogue = epilogue_mode::immediate;
   check_all({{2304, 2560, 352}}, immediate);
+  GemmSchedule last = sk;
+  last.fixed_reducer = false;
+  check_all({{2304, 2560, 352}, {2304, 2560, 352}, {4096, 4096, 1024}}, last);
 }
 
 // The epilogues: immediate, deferred (bf16 output: the last chunks of a tile are written during the next
