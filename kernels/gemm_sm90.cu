@@ -29,11 +29,6 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Build switch (a diagnostic, eleventh session): the most ring stages a kernel may have (16 by default;
-// fewer: how much the K loop gains from each stage, e.g. 3 against 4 with the immediate epilogue).
-#ifndef MP_GEMM_MAX_STAGES
-#define MP_GEMM_MAX_STAGES 16
-#endif
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
 // block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
 // (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
@@ -149,7 +144,7 @@ struct gemm_kernel {
   static constexpr int stage_bytes = (BM + BN) * BK * 2;
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int stages_fit = (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 16) / stage_bytes;
-  static constexpr int stages = stages_fit < MP_GEMM_MAX_STAGES ? stages_fit : MP_GEMM_MAX_STAGES;
+  static constexpr int stages = stages_fit < 16 ? stages_fit : 16;
   // The deferred epilogue (bf16 output, cooperative consumers): finish() writes the tile's first chunks
   // at once and packs the last `deferred_chunks` 64 x CW chunks into bf16 registers (the stash), which go
   // out through shared memory and TMA one per K step of the block's next work item, while that item's
