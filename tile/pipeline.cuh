@@ -10,14 +10,12 @@
 //     struct item;                                           // what a work index means (decoded once)
 //     __device__ static item item_of(const globals&, int work);
 //     __device__ static int iters(const item&);
-//     __device__ static void load(stage&, const globals&, const item&, int iter, semaphore& full);  // 1
-//     thread
+//     __device__ static void load(stage&, const globals&, const item&, int iter, semaphore& full);  // 1 thread
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
-//     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's
-//     semaphores static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of,
-//     multicast_of
+//     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
+//     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
