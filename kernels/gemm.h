@@ -80,11 +80,11 @@ struct GemmSchedule {
   // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
   // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
   //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
-  // - whole (bf16 output, 128 x 256 tiles, no cluster or K split; stream-K allowed): every chunk has a buffer
-  // of its
-  //   own, so the tile is written with no such waits and its stores go out together, at the cost of a ring
-  //   stage (3 instead of 4). Measured 1-2 points of cuBLAS faster at the large shapes, slower at 2048^3
-  //   where a block has one tile (bench/RESULTS.md, 2026-11-30, tenth session).
+  // - whole (bf16 output, 128 x 256 tiles, no cluster or K split; stream-K allowed): every chunk has a
+  //   buffer of its own, so the tile is written with no such waits and its stores go out together, at the
+  //   cost of a ring stage (3 instead of 4, which the K loop does not miss: eleventh session). Measured
+  //   1-2 points of cuBLAS faster at the large shapes, slower at 2048^3 where a block has one tile
+  //   (bench/RESULTS.md, 2026-11-30, tenth session).
   // - deferred (bf16 output, cooperative consumers): the tile's last two chunks are packed into registers
   //   and written during the next tile's first K steps, overlapping its wgmma.
   // - automatic (the default): whole where it applies on the persistent grid with more tiles than SMs,
