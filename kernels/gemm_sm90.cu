@@ -472,14 +472,11 @@ struct gemm_kernel {
     fence_async_shared();  // make the generic-proxy writes visible to the TMA engine
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
-    if (leader) issue_group<N>(buf, g, row, col);
-  }
-  // The leader's TMA stores of N written chunks (columns col, col + CW, ...), as one bulk group.
-  template <int N>
-  __device__ static void issue_group(c_tile* buf, const globals& g, int row, int col) {
+    if (leader) {  // the N stores as one bulk group
 #pragma unroll
-    for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
-    tma::commit_group();
+      for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
+      tma::commit_group();
+    }
   }
   // Chunk J of the stash (chunk chunks - deferred_chunks + J of the tile), already packed as bf16 pairs.
   template <int J>

@@ -2,6 +2,7 @@
 // and column reductions and broadcasts, and loads / stores between registers, shared and global memory.
 // Destination first. Shapes are checked at compile time.
 #pragma once
+#include "tile/sync.cuh"
 #include "tile/types.cuh"
 
 namespace mp::tile {
@@ -357,8 +358,7 @@ __device__ inline float2 ld_shared_pair(uint32_t a) {
 }
 template <class T>
 __device__ inline void st_shared_pair(uint32_t a, float2 x) {
-  const uint32_t v = uint32_t(bits(from_float<T>(x.x))) | uint32_t(bits(from_float<T>(x.y))) << 16;
-  asm volatile("st.shared.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+  st_shared_b32(a, uint32_t(bits(from_float<T>(x.x))) | uint32_t(bits(from_float<T>(x.y))) << 16);
 }
 // Whether the pair elements of a fragment of RT are adjacent in ST at every even column offset: row_l
 // pairs are columns 2k, 2k+1 of one row; with 16-bit elements and rows a multiple of 4 bytes long they
