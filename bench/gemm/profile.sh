@@ -4,17 +4,19 @@
 # sampling, and writes the reports and CSV exports under $OUT.
 #   usage: [PROFILES="ours cublas ..."] bench/gemm/profile.sh [M N K [extra metapipe gemm options]]
 # PROFILES picks the kernels (default: ours cublas pingpong ours_c2; also ours_compute, ours_data: the
-# --compute-only / --data-only diagnostics).
+# --compute-only / --data-only diagnostics). BIN: profile that metapipe binary instead of building one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 FINAL="${OUT:-/tmp/gemm-profile}"; OUT=/tmp/gemm-profile-work; rm -rf "$OUT"; mkdir -p "$OUT" "$FINAL"
 export PATH="$PATH:/usr/local/cuda/bin"
 shape="${*:-4096 4096 4096 --bt}"
 t0=$(date +%s)
-cmake --preset default >"$OUT/build.log" 2>&1 && cmake --build --preset default -j"$(nproc)" --target metapipe >>"$OUT/build.log" 2>&1 ||
-  { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
-echo "build: $(( $(date +%s) - t0 )) s"
-bin=./build/tools/metapipe/metapipe
+bin="${BIN:-./build/tools/metapipe/metapipe}"
+if [ -z "${BIN:-}" ]; then
+  cmake --preset default >"$OUT/build.log" 2>&1 && cmake --build --preset default -j"$(nproc)" --target metapipe >>"$OUT/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"
+fi
 sections="--section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis"
 prof() {  # name, kernel regex, metapipe gemm arguments
   local name=$1 re=$2; shift 2
