@@ -106,6 +106,20 @@ MP_HD constexpr uint64_t wgmma_operand_desc(uint32_t tile_addr, int ks) {
   }
 }
 
+// The k16 steps of one operand tile differ only in the descriptor's start-address field, by a constant:
+// wgmma_operand_desc<L, M>(addr, ks) == wgmma_desc_add(wgmma_operand_desc<L, M>(addr, 0),
+// wgmma_desc_step<L, M>(ks)) for every tile that lies in shared memory (below 256 KB, so the 14-bit start
+// field does not carry; the CPU tests check every address). A kernel then builds one descriptor per
+// operand and K step and adds compile-time constants, instead of rebuilding each k16 step's descriptor.
+template <class L, major M>
+MP_HD constexpr uint32_t wgmma_desc_step(int ks) {
+  return uint32_t(wgmma_operand_desc<L, M>(0u, ks) - wgmma_operand_desc<L, M>(0u, 0));
+}
+// Adds to the start-address field (the low word) only: one integer add, the high word untouched.
+MP_HD constexpr uint64_t wgmma_desc_add(uint64_t desc, uint32_t step) {
+  return (desc & 0xFFFFFFFF00000000ull) | uint64_t(uint32_t(desc) + step);
+}
+
 // A model of how wgmma reads a descriptor (the PTX ISA's canonical layouts, 16-bit elements): the smem
 // address of operand element (mn, k), 0 <= k < 16. Used by the CPU tests to prove that the descriptors
 // above address exactly the elements of our shared tiles.

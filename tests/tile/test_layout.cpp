@@ -123,3 +123,34 @@ TEST(TileLayout, WgmmaDescriptorsMNMajorEveryCoordinate) {
   check_mn_major_operand<64, 128, swizzle::b128>();
   check_mn_major_operand<32, 64, swizzle::b128>();
 }
+
+// The per-step descriptors the warpgroup mma builds (step 0's descriptor plus a constant) equal the ones
+// built from scratch, for every 16-byte-aligned tile address whose tile lies in the 228 KB of shared
+// memory a Hopper block can have, and every k16 step.
+template <class L, major M>
+void check_desc_steps(int ksteps, uint32_t tile_bytes) {
+  constexpr uint32_t smem_bytes = 228 * 1024;
+  for (uint32_t base = 0; base + tile_bytes <= smem_bytes; base += 16) {
+    const uint64_t d0 = wgmma_operand_desc<L, M>(base, 0);
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const uint64_t stepped = wgmma_desc_add(d0, wgmma_desc_step<L, M>(ks));
+      const uint64_t direct = wgmma_operand_desc<L, M>(base, ks);
+      ASSERT_EQ(stepped, direct) << "base " << base << " ks " << ks;
+    }
+  }
+}
+
+TEST(TileLayout, WgmmaDescriptorStepsMatchEveryAddress) {
+  check_desc_steps<st_layout<64, 64, 2, swizzle::b128>, major::k>(4, 64 * 64 * 2);
+  check_desc_steps<st_layout<256, 64, 2, swizzle::b128>, major::k>(4, 256 * 64 * 2);
+  check_desc_steps<st_layout<64, 128, 2, swizzle::b128>, major::k>(8, 64 * 128 * 2);
+  check_desc_steps<st_layout<64, 32, 2, swizzle::b64>, major::k>(2, 64 * 32 * 2);
+  check_desc_steps<st_layout<64, 16, 2, swizzle::b32>, major::k>(1, 64 * 16 * 2);
+  check_desc_steps<st_layout<64, 256, 2, swizzle::b128>, major::mn>(4, 64 * 256 * 2);
+  check_desc_steps<st_layout<64, 128, 2, swizzle::b128>, major::mn>(4, 64 * 128 * 2);
+  check_desc_steps<st_layout<32, 64, 2, swizzle::b128>, major::mn>(2, 32 * 64 * 2);
+  // A tile that would end past 256 KB is where the start field would carry: not a shared-memory tile.
+  using A = st_layout<64, 64, 2, swizzle::b128>;
+  const uint64_t stepped = wgmma_desc_add(wgmma_operand_desc<A, major::k>(0x3FFF0, 0), wgmma_desc_step<A, major::k>(1));
+  EXPECT_NE(stepped, (wgmma_operand_desc<A, major::k>(0x3FFF0, 1)));
+}
