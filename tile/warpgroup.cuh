@@ -65,7 +65,6 @@ __device__ inline void mma(rt_fl<16, N>& acc, const SA& a, const SB& b, bool acc
     static_assert(SB::rows == K, "warpgroup::mma_AB: B's rows (K) must equal A's columns");
   }
   float* d = reinterpret_cast<float*>(acc.tiles);
-#ifndef MP_WGMMA_DESC_EACH  // experiment switch: rebuild every k16 step's descriptors (the old way)
   // One descriptor per operand; the k16 steps add compile-time constants to its start field.
   const uint64_t da0 = wgmma_operand_desc<typename SA::layout, major::k>(a.smem_addr(), 0);
   const uint64_t db0 = wgmma_operand_desc<typename SB::layout, BM>(b.smem_addr(), 0);
@@ -75,15 +74,6 @@ __device__ inline void mma(rt_fl<16, N>& acc, const SA& a, const SB& b, bool acc
     const uint64_t db = wgmma_desc_add(db0, wgmma_desc_step<typename SB::layout, BM>(ks));
     wgmma_ss_bf16<N>::template mma<BM == major::mn ? 1 : 0>(d, da, db, (accumulate || ks > 0) ? 1 : 0);
   }
-#else
-  const uint32_t abase = a.smem_addr(), bbase = b.smem_addr();
-#pragma unroll
-  for (int ks = 0; ks < K / 16; ++ks) {
-    const uint64_t da = wgmma_operand_desc<typename SA::layout, major::k>(abase, ks);
-    const uint64_t db = wgmma_operand_desc<typename SB::layout, BM>(bbase, ks);
-    wgmma_ss_bf16<N>::template mma<BM == major::mn ? 1 : 0>(d, da, db, (accumulate || ks > 0) ? 1 : 0);
-  }
-#endif
 }
 // One K slice of 16 (number ks) of the same product: a single wgmma instruction.
 template <int N, major BM, class SA, class SB>
