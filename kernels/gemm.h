@@ -80,16 +80,15 @@ struct GemmSchedule {
   // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
   // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
   //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
-  // - whole (bf16 output, 128 x 256 tiles, no K split; stream-K allowed; in 2-block clusters only in
-  //   builds with the experiment MP_GEMM_CLUSTER_WHOLE, gemm_sm90.cu): every chunk has a buffer of its
-  //   own, so the tile is written with no such waits and its stores go out together, at the cost of a
-  //   ring stage (3 instead of 4, which the K loop does not miss: eleventh session). Measured 1-2 points
-  //   of cuBLAS faster at the large shapes, slower at 2048^3 where a block has one tile
+  // - whole (bf16 output, 128 x 256 tiles, no cluster or K split; stream-K allowed): every chunk has a
+  //   buffer of its own, so the tile is written with no such waits and its stores go out together, at the
+  //   cost of a ring stage (3 instead of 4, which the K loop does not miss: eleventh session). Measured
+  //   1-2 points of cuBLAS faster at the large shapes, slower at 2048^3 where a block has one tile
   //   (bench/RESULTS.md, 2026-11-30, tenth session).
   // - deferred (bf16 output, cooperative consumers): the tile's last two chunks are packed into registers
   //   and written during the next tile's first K steps, overlapping its wgmma.
-  // - automatic (the default): whole where it applies, without a cluster, on the persistent grid with more
-  //   tiles than SMs, otherwise immediate (plan_gemm; f32 output is always immediate).
+  // - automatic (the default): whole where it applies on the persistent grid with more tiles than SMs,
+  //   otherwise immediate (plan_gemm; f32 output is always immediate).
   epilogue_mode epilogue = epilogue_mode::automatic;
   // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
   // finishes (its blocks set up shared memory, then wait for that kernel before any global memory

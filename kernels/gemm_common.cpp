@@ -139,18 +139,18 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
   // block there is no next tile for the ring to be filling during the epilogue, and the fourth stage
   // measured worth more (2048^3: 0.954-0.977x against 0.963-0.990x cuBLAS; bench/RESULTS.md, tenth
   // session).
-  // Asked for, it also runs in 2-block clusters, in builds that compile that kernel (gemm_sm90.cu,
-  // MP_GEMM_CLUSTER_WHOLE: an experiment; others refuse it when launching); automatic never picks it.
-  const bool whole_fits = bm == 128 && bn == 256 && !pingpong && splits == 1 && out == out_type::bf16;
+  // Not in 2-block clusters: tried as an experiment, 2-3 points of cuBLAS slower than without a cluster
+  // at every large shape (bench/RESULTS.md, twelfth session).
+  const bool whole_fits =
+      bm == 128 && bn == 256 && cluster == 1 && !pingpong && splits == 1 && out == out_type::bf16;
   MP_USER_CHECK(s.epilogue != epilogue_mode::whole || whole_fits,
-                "gemm: the whole-tile epilogue runs bf16 output on 128 x 256 tiles without K splits or "
-                "ping-pong; this shape got ",
-                bm, " x ", bn, " tiles, split-K ", splits, pingpong ? ", pingpong" : "", ", ",
-                out == out_type::f32 ? "f32" : "bf16",
+                "gemm: the whole-tile epilogue runs bf16 output on 128 x 256 tiles without a cluster, K "
+                "splits or ping-pong; this shape got ",
+                bm, " x ", bn, " tiles, split-K ", splits, ", cluster ", cluster,
+                pingpong ? ", pingpong" : "", ", ", out == out_type::f32 ? "f32" : "bf16",
                 " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1)");
-  const bool whole =
-      s.epilogue == epilogue_mode::whole ||
-      (s.epilogue == epilogue_mode::automatic && whole_fits && cluster == 1 && s.persistent && tiles > sms);
+  const bool whole = s.epilogue == epilogue_mode::whole ||
+                     (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
   return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead, whole};
 }
 

@@ -29,15 +29,6 @@
 #ifndef MP_GEMM_DEFERRED
 #define MP_GEMM_DEFERRED 2
 #endif
-// Build switch (an experiment, eleventh session; compiled, NOT yet run on a GPU): 1 compiles the whole-tile
-// epilogue for 2-block clusters too (B multicast, `--cluster 2 --epilogue whole`), which builds without it
-// refuse as not supported yet. cuBLAS's kernel at 4096^3 runs in 2-block clusters, by its name sharing an
-// operand (bench/RESULTS.md, "run 11: Nsight Compute"), and at K = 4096 it is ~2 % faster per wave of tiles
-// (eleventh session, run 8); our clusters measured level with the immediate epilogue, and had no
-// whole-tile epilogue to try. Until its GPU tests pass it stays out of the default build.
-#ifndef MP_GEMM_CLUSTER_WHOLE
-#define MP_GEMM_CLUSTER_WHOLE 0
-#endif
 // Build switch (tenth session): 1 writes bf16 output chunks with stmatrix (one instruction per 16 x 16
 // block and lane instead of four st.shared.b32), 0 with st.shared.b32. Measured level within the spread
 // (bench/RESULTS.md, tenth session); kept for the 656 fewer instructions in the default kernel.
@@ -90,8 +81,8 @@ struct gemm_globals {
 // for earlier stores) and issues their stores together; the ring loses a stage to the buffers.
 template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false, bool WT = false>
 struct gemm_kernel {
-  static_assert(!WT || (BN == 256 && std::is_same_v<OutT, bf16> && !PP && NC == 2 && !KC),
-                "gemm: the whole-tile epilogue is compiled for bf16 128 x 256 tiles");
+  static_assert(!WT || (BN == 256 && std::is_same_v<OutT, bf16> && CS == 1 && !PP && NC == 2 && !KC),
+                "gemm: the whole-tile epilogue is compiled for bf16 128 x 256 tiles of single blocks");
   static_assert(!PP || CS == 1, "gemm: the ping-pong schedule runs without clusters");
   static_assert(!PP || NC == 2, "gemm: the ping-pong schedule has two consumer warpgroups");
   static_assert(!KC || (NC == 1 && CS == 1 && !PP), "gemm: the cluster K split is for 64-row tiles, no multicast");
@@ -706,20 +697,9 @@ void gemm_bf16(const void* a, const void* b, void* c, int m, int n, int k, b_lay
   const GemmPlan p = make_plan(m, n, k, s, out);
   const bool bt = bl == b_layout::nk;
   const bool f32 = out == out_type::f32;
-  if (p.whole_tile) {  // plan_gemm gives it only to bf16 output on 128 x 256 tiles
-    MP_INTERNAL_CHECK(!f32 && p.bm == 128 && p.bn == 256 && !p.pingpong,
+  if (p.whole_tile) {  // plan_gemm gives it only to bf16 output on 128 x 256 tiles of single blocks
+    MP_INTERNAL_CHECK(!f32 && p.bm == 128 && p.bn == 256 && p.cluster == 1 && !p.pingpong,
                       "gemm: a whole-tile epilogue planned for a kernel without one");
-    if (p.cluster == 2) {
-#if MP_GEMM_CLUSTER_WHOLE
-      return bt ? run<256, true, bf16, 2, false, 2, false, true>(a, b, c, m, n, k, stream, s, p)
-                : run<256, false, bf16, 2, false, 2, false, true>(a, b, c, m, n, k, stream, s, p);
-#else
-      throw not_supported(
-          "gemm: the whole-tile epilogue in 2-block clusters in this build (an experiment not yet checked "
-          "on a GPU: configure with -DCMAKE_CUDA_FLAGS=-DMP_GEMM_CLUSTER_WHOLE=1; or use --cluster 1 or "
-          "--epilogue immediate)");
-#endif
-    }
     return bt ? run<256, true, bf16, 1, false, 2, false, true>(a, b, c, m, n, k, stream, s, p)
               : run<256, false, bf16, 1, false, 2, false, true>(a, b, c, m, n, k, stream, s, p);
   }

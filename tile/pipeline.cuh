@@ -270,11 +270,9 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
-#ifndef MP_PIPELINE_REMAT_RING
     // The ring's address is opaque from here on, so that the compiler keeps it in registers instead of
     // recomputing it from the block's shared-memory window (about 15 instructions) at every K step.
     asm volatile("" : "+l"(stages));
-#endif
     // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
     // that the wait is one instruction).
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {

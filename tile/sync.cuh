@@ -40,21 +40,9 @@ __device__ inline void expect_bytes(semaphore& s, uint32_t bytes) {
 enum class wait_order { cta, relaxed, cluster };
 // Whether the phase with this parity has completed (mbarrier.try_wait: the thread may be suspended for a
 // while until it does).
-// Experiment switch MP_WAIT_SUSPEND_NS (a build flag, off by default): pass try_wait that suspend-time
-// hint in nanoseconds, so that a waiting thread sleeps up to that long for the phase instead of returning
-// after the hardware's own limit and spinning (fewer issued instructions: does it cost less power?).
 template <wait_order O = wait_order::cta>
 __device__ inline bool phase_done(semaphore& s, uint32_t parity) {
   uint32_t done;
-#ifdef MP_WAIT_SUSPEND_NS
-#define MP_PHASE_DONE(SEM)                                                    \
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity" SEM               \
-               ".shared::cta.b64 p, [%1], %2, %3;\n"                          \
-               "selp.u32 %0, 1, 0, p;\n}\n"                                   \
-               : "=r"(done)                                                   \
-               : "r"(s.addr()), "r"(parity), "n"(MP_WAIT_SUSPEND_NS)          \
-               : "memory")
-#else
 #define MP_PHASE_DONE(SEM)                                                    \
   asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity" SEM               \
                ".shared::cta.b64 p, [%1], %2;\n"                              \
@@ -62,7 +50,6 @@ __device__ inline bool phase_done(semaphore& s, uint32_t parity) {
                : "=r"(done)                                                   \
                : "r"(s.addr()), "r"(parity)                                   \
                : "memory")
-#endif
   if constexpr (O == wait_order::cta)
     MP_PHASE_DONE(".acquire.cta");
   else if constexpr (O == wait_order::relaxed)
