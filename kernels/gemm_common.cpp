@@ -148,7 +148,7 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                 "splits or ping-pong; this shape got ",
                 bm, " x ", bn, " tiles, split-K ", splits, ", cluster ", cluster,
                 pingpong ? ", pingpong" : "", ", ", out == out_type::f32 ? "f32" : "bf16",
-                " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1)");
+                " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1, cluster 1)");
   const bool whole = s.epilogue == epilogue_mode::whole ||
                      (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
   return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead, whole};
