@@ -26,7 +26,6 @@
 // before any global memory access, and lets the next grid start launching. K::globals may also carry a
 // timeline trace (trace_mark below) for diagnostics.
 #pragma once
-#include <utility>
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/types.cuh"
@@ -251,12 +250,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
 
   const int nwork = K::work_count(g);
-#ifdef MP_PIPELINE_STAGE_UNROLL
-  // (experiment) the same for every thread of a warp, which the compiler learns from the shuffle
-  const int wg = __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0);
-#else
   const int wg = warpgroup::warpgroup_id();
-#endif
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
     if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
@@ -276,32 +270,6 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
-#ifdef MP_PIPELINE_STAGE_UNROLL
-    // Experiment (build switch, not yet run on a GPU): the K loop unrolled by the ring depth, so that
-    // every step's stage is a compile-time constant and its addresses (and wgmma descriptors) are the
-    // ring's base plus constants, which the compiler may keep in uniform registers. A pass over the
-    // stages starts at the item's current stage and stops after its last K step.
-    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
-      int it = 0;
-      auto step = [&]<int S>() {
-        wait(full[S], p.phase);
-        if (tracing && it == 0) trace_mark(g, trace_first_full);
-        trace_step(tracing, g, it, 0);
-        K::compute(st, stages[S], g, w, it, wg);
-        warpgroup::mma_async_wait<Pending>();
-        trace_step(tracing, g, it, 1);
-        if (it >= Pending && signaller) release(empty[(S - Pending + T::stages) % T::stages]);
-        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-        ++it;
-        p.advance();
-      };
-      while (it < iters) {
-        [&]<int... S>(std::integer_sequence<int, S...>) {
-          ((p.stage == S && it < iters ? step.template operator()<S>() : void()), ...);
-        }(std::make_integer_sequence<int, T::stages>{});
-      }
-    };
-#else
     // The ring's address is opaque from here on, so that the compiler keeps it in registers instead of
     // recomputing it from the block's shared-memory window (about 15 instructions) at every K step.
     asm volatile("" : "+l"(stages));
@@ -324,7 +292,6 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
     };
-#endif
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
