@@ -26,6 +26,7 @@
 // before any global memory access, and lets the next grid start launching. K::globals may also carry a
 // timeline trace (trace_mark below) for diagnostics.
 #pragma once
+#include <utility>
 #include "tile/sync.cuh"
 #include "tile/tma.cuh"
 #include "tile/types.cuh"
@@ -176,7 +177,14 @@ struct block_smem {
   // Thread 0 initialises the semaphores; the caller then syncs the block (or the cluster).
   __device__ static block_smem carve(uint8_t* raw, int empty_arrivals) {
     using T = traits<K>;
+#ifdef MP_PIPELINE_STAGE_UNROLL
+    // (experiment) aligned in the shared window's 32-bit addresses: the compiler then computes stage
+    // addresses in uniform registers from the block's window base, with no generic-address arithmetic
+    const uint32_t raw32 = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+    uint8_t* base = static_cast<uint8_t*>(__cvta_shared_to_generic((raw32 + 1023u) & ~1023u));
+#else
     uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+#endif
     block_smem m;
     m.stages = reinterpret_cast<typename K::stage*>(base);
     m.fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
@@ -250,7 +258,12 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
 
   const int nwork = K::work_count(g);
+#ifdef MP_PIPELINE_STAGE_UNROLL
+  // (experiment) the same for every thread of a warp, which the compiler learns from the shuffle
+  const int wg = __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0);
+#else
   const int wg = warpgroup::warpgroup_id();
+#endif
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
     if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
@@ -270,6 +283,35 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
+#ifdef MP_PIPELINE_STAGE_UNROLL
+    // Experiment (build switch MP_PIPELINE_STAGE_UNROLL): the K loop unrolled by the ring depth, so that
+    // every step's stage is a compile-time constant and its addresses (and wgmma descriptors) are the
+    // ring's base plus constants, kept in uniform registers (with the warpgroup index shuffled and the
+    // base aligned in 32-bit shared addresses: 50 instructions per K step against the default's 77).
+    // Without the 32-bit alignment it was level in the twelfth session's run 7 (67 instructions); with
+    // it, not yet run on a GPU. A pass over the stages starts at the item's current stage and stops
+    // after its last K step.
+    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
+      int it = 0;
+      auto step = [&]<int S>() {
+        wait(full[S], p.phase);
+        if (tracing && it == 0) trace_mark(g, trace_first_full);
+        trace_step(tracing, g, it, 0);
+        K::compute(st, stages[S], g, w, it, wg);
+        warpgroup::mma_async_wait<Pending>();
+        trace_step(tracing, g, it, 1);
+        if (it >= Pending && signaller) release(empty[(S - Pending + T::stages) % T::stages]);
+        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
+        ++it;
+        p.advance();
+      };
+      while (it < iters) {
+        [&]<int... S>(std::integer_sequence<int, S...>) {
+          ((p.stage == S && it < iters ? step.template operator()<S>() : void()), ...);
+        }(std::make_integer_sequence<int, T::stages>{});
+      }
+    };
+#else
     // The ring's address is opaque from here on, so that the compiler keeps it in registers instead of
     // recomputing it from the block's shared-memory window (about 15 instructions) at every K step.
     asm volatile("" : "+l"(stages));
@@ -292,6 +334,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
       }
     };
+#endif
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
