@@ -283,6 +283,23 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
+    // One K step of an item on ring stage `s`: an int, or a std::integral_constant where the K loop is
+    // unrolled by the ring depth (MP_PIPELINE_STAGE_UNROLL below).
+    auto step = [&]<int Pending>(const typename K::item& w, int it, auto s) {
+      wait(full[s], p.phase);
+      if (tracing && it == 0) trace_mark(g, trace_first_full);
+      trace_step(tracing, g, it, 0);
+      K::compute(st, stages[s], g, w, it, wg);
+      // At most Pending groups stay in flight; the step they were issued before is done: free it.
+      warpgroup::mma_async_wait<Pending>();
+      trace_step(tracing, g, it, 1);
+      if (it >= Pending && signaller) {
+        const int back = int(s) - Pending;  // the stage Pending steps behind
+        release(empty[back < 0 ? back + T::stages : back]);
+      }
+      // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
+      if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
+    };
 #ifdef MP_PIPELINE_STAGE_UNROLL
     // Experiment (build switch MP_PIPELINE_STAGE_UNROLL): the K loop unrolled by the ring depth, so that
     // every step's stage is a compile-time constant and its addresses (and wgmma descriptors) are the
@@ -293,21 +310,14 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     // after its last K step.
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
       int it = 0;
-      auto step = [&]<int S>() {
-        wait(full[S], p.phase);
-        if (tracing && it == 0) trace_mark(g, trace_first_full);
-        trace_step(tracing, g, it, 0);
-        K::compute(st, stages[S], g, w, it, wg);
-        warpgroup::mma_async_wait<Pending>();
-        trace_step(tracing, g, it, 1);
-        if (it >= Pending && signaller) release(empty[(S - Pending + T::stages) % T::stages]);
-        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
+      auto unrolled = [&]<int S>() {
+        step.template operator()<Pending>(w, it, std::integral_constant<int, S>{});
         ++it;
         p.advance();
       };
       while (it < iters) {
         [&]<int... S>(std::integer_sequence<int, S...>) {
-          ((p.stage == S && it < iters ? step.template operator()<S>() : void()), ...);
+          ((p.stage == S && it < iters ? unrolled.template operator()<S>() : void()), ...);
         }(std::make_integer_sequence<int, T::stages>{});
       }
     };
@@ -318,21 +328,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
     // that the wait is one instruction).
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
-      for (int it = 0; it < iters; ++it, p.advance()) {
-        wait(full[p.stage], p.phase);
-        if (tracing && it == 0) trace_mark(g, trace_first_full);
-        trace_step(tracing, g, it, 0);
-        K::compute(st, stages[p.stage], g, w, it, wg);
-        // At most Pending groups stay in flight; the step they were issued before is done: free it.
-        warpgroup::mma_async_wait<Pending>();
-        trace_step(tracing, g, it, 1);
-        if (it >= Pending && signaller) {
-          const int back = p.stage - Pending;  // the stage Pending steps behind
-          release(empty[back < 0 ? back + T::stages : back]);
-        }
-        // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
-        if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
-      }
+      for (int it = 0; it < iters; ++it, p.advance()) step.template operator()<Pending>(w, it, p.stage);
     };
 #endif
     for (int work = cluster_id; work < nwork; work += clusters) {

@@ -151,6 +151,7 @@ TEST(TileLayout, WgmmaDescriptorStepsMatchEveryAddress) {
   check_desc_steps<st_layout<32, 64, 2, swizzle::b128>, major::mn>(2, 32 * 64 * 2);
   // A tile that would end past 256 KB is where the start field would carry: not a shared-memory tile.
   using A = st_layout<64, 64, 2, swizzle::b128>;
-  const uint64_t stepped = wgmma_desc_add(wgmma_operand_desc<A, major::k>(0x3FFF0, 0), wgmma_desc_step<A, major::k>(1));
+  const uint64_t stepped =
+      wgmma_desc_add(wgmma_operand_desc<A, major::k>(0x3FFF0, 0), wgmma_desc_step<A, major::k>(1));
   EXPECT_NE(stepped, (wgmma_operand_desc<A, major::k>(0x3FFF0, 1)));
 }
