@@ -157,6 +157,10 @@ struct gemm_kernel {
   static constexpr int chunks = MH * (BN / CW);
   static constexpr int deferred_chunks = can_defer ? (chunks < MP_GEMM_DEFERRED ? chunks : MP_GEMM_DEFERRED) : 0;
   static constexpr int stash_regs = CW / 16 * 4;  // per chunk and thread
+  // The K loop unrolled by the ring depth (tile/pipeline.cuh), except beside the 256-wide stash: 128
+  // accumulators + 32 stash registers leave no room for the unrolled loop's constants (32-36 bytes of
+  // spills in ptxas -v).
+  static constexpr bool unroll_ring = !(can_defer && BN == 256);
   struct state {
     rt_fl<16, BN> acc[MH];
     uint32_t stash[deferred_chunks > 0 ? deferred_chunks * stash_regs : 1];  // bf16 pairs

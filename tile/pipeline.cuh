@@ -16,6 +16,7 @@
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
 //     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
 //     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
+//     static constexpr bool unroll_ring;                    // optional: see unroll_ring_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -44,6 +45,11 @@
 #ifndef MP_PIPELINE_PDL
 #define MP_PIPELINE_PDL 0
 #endif
+// MP_PIPELINE_STAGE_UNROLL (on by default; 0 for the A/B against the rolled loop): the consumer's K loop
+// unrolled by the ring depth (traits::unroll, unroll_ring_of).
+#ifndef MP_PIPELINE_STAGE_UNROLL
+#define MP_PIPELINE_STAGE_UNROLL 1
+#endif
 
 namespace mp::tile::pc {
 
@@ -68,6 +74,18 @@ constexpr bool multicast_of() {
     return K::multicast;
   else
     return cluster_of<K>() > 1;
+}
+
+// Whether the consumer's K loop is unrolled by the ring depth: K::unroll_ring, or by default yes. The
+// unrolled loop keeps every stage's addresses as constants (fewer instructions per K step) but holds a
+// few more registers live; a kernel whose consumers are at the register limit (ptxas -v shows spills)
+// sets unroll_ring = false.
+template <class K>
+constexpr bool unroll_ring_of() {
+  if constexpr (requires { K::unroll_ring; })
+    return K::unroll_ring;
+  else
+    return true;
 }
 
 // How many wgmma groups a consumer leaves in flight when it moves on to the next stage: K::globals may
@@ -149,6 +167,10 @@ struct traits {
                                           ? 0
                                           : (int(sizeof(typename K::finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int barrier_bytes = 2 * stages * 8;
+  // The consumer's K loop unrolled by the ring depth (kernel<K> below), unless K says `unroll_ring =
+  // false` (where the unrolled loop's extra live registers would spill) or the build sets
+  // MP_PIPELINE_STAGE_UNROLL=0 (the A/B against the rolled loop).
+  static constexpr bool unroll = MP_PIPELINE_STAGE_UNROLL && unroll_ring_of<K>();
   // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
   static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
   static_assert(stages >= 1, "pipeline: at least one stage");
@@ -177,14 +199,16 @@ struct block_smem {
   // Thread 0 initialises the semaphores; the caller then syncs the block (or the cluster).
   __device__ static block_smem carve(uint8_t* raw, int empty_arrivals) {
     using T = traits<K>;
-#ifdef MP_PIPELINE_STAGE_UNROLL
-    // (experiment) aligned in the shared window's 32-bit addresses: the compiler then computes stage
-    // addresses in uniform registers from the block's window base, with no generic-address arithmetic
-    const uint32_t raw32 = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
-    uint8_t* base = static_cast<uint8_t*>(__cvta_shared_to_generic((raw32 + 1023u) & ~1023u));
-#else
-    uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
-#endif
+    // With the unrolled K loop, aligned in the shared window's 32-bit addresses: the compiler then
+    // computes stage addresses in uniform registers from the block's window base, with no generic-address
+    // arithmetic. (For the rolled loop, that costs the deferred-stash kernels a 32-byte spill.)
+    uint8_t* base;
+    if constexpr (T::unroll) {
+      const uint32_t raw32 = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+      base = static_cast<uint8_t*>(__cvta_shared_to_generic((raw32 + 1023u) & ~1023u));
+    } else {
+      base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    }
     block_smem m;
     m.stages = reinterpret_cast<typename K::stage*>(base);
     m.fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
@@ -258,12 +282,9 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
 
   const int nwork = K::work_count(g);
-#ifdef MP_PIPELINE_STAGE_UNROLL
-  // (experiment) the same for every thread of a warp, which the compiler learns from the shuffle
-  const int wg = __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0);
-#else
-  const int wg = warpgroup::warpgroup_id();
-#endif
+  // The same for every thread of a warp, which with the unrolled K loop the compiler learns from a
+  // shuffle (and then keeps what depends on it, like the wgmma descriptors, in uniform registers).
+  const int wg = T::unroll ? __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0) : warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
     if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
@@ -284,7 +305,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
     // One K step of an item on ring stage `s`: an int, or a std::integral_constant where the K loop is
-    // unrolled by the ring depth (MP_PIPELINE_STAGE_UNROLL below).
+    // unrolled by the ring depth (T::unroll).
     auto step = [&]<int Pending>(const typename K::item& w, int it, auto s) {
       wait(full[s], p.phase);
       if (tracing && it == 0) trace_mark(g, trace_first_full);
@@ -300,37 +321,31 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
       if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
     };
-#ifdef MP_PIPELINE_STAGE_UNROLL
-    // Experiment (build switch MP_PIPELINE_STAGE_UNROLL): the K loop unrolled by the ring depth, so that
-    // every step's stage is a compile-time constant and its addresses (and wgmma descriptors) are the
-    // ring's base plus constants, kept in uniform registers (with the warpgroup index shuffled and the
-    // base aligned in 32-bit shared addresses: 50 instructions per K step against the default's 77).
-    // Without the 32-bit alignment it was level in the twelfth session's run 7 (67 instructions); with
-    // it, not yet run on a GPU. A pass over the stages starts at the item's current stage and stops
-    // after its last K step.
+    // The K loop, unrolled by the ring depth (T::unroll): every step's stage is then a compile-time
+    // constant and its addresses (and wgmma descriptors) are the ring's base plus constants, kept in
+    // uniform registers (50 instructions per K step of the GEMM against 77 rolled; bench/RESULTS.md,
+    // thirteenth session). A pass over the stages starts at the item's current stage and stops after its
+    // last K step. Rolled, the ring's address is made opaque, so that the compiler keeps it in registers
+    // instead of recomputing it from the block's shared-memory window at every K step. `Pending`: wgmma
+    // groups left in flight per step (a compile-time count, so that the wait is one instruction).
+    if constexpr (!T::unroll) asm volatile("" : "+l"(stages));
     auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
-      int it = 0;
-      auto unrolled = [&]<int S>() {
-        step.template operator()<Pending>(w, it, std::integral_constant<int, S>{});
-        ++it;
-        p.advance();
-      };
-      while (it < iters) {
-        [&]<int... S>(std::integer_sequence<int, S...>) {
-          ((p.stage == S && it < iters ? unrolled.template operator()<S>() : void()), ...);
-        }(std::make_integer_sequence<int, T::stages>{});
+      if constexpr (T::unroll) {
+        int it = 0;
+        auto unrolled = [&]<int S>() {
+          step.template operator()<Pending>(w, it, std::integral_constant<int, S>{});
+          ++it;
+          p.advance();
+        };
+        while (it < iters) {
+          [&]<int... S>(std::integer_sequence<int, S...>) {
+            ((p.stage == S && it < iters ? unrolled.template operator()<S>() : void()), ...);
+          }(std::make_integer_sequence<int, T::stages>{});
+        }
+      } else {
+        for (int it = 0; it < iters; ++it, p.advance()) step.template operator()<Pending>(w, it, p.stage);
       }
     };
-#else
-    // The ring's address is opaque from here on, so that the compiler keeps it in registers instead of
-    // recomputing it from the block's shared-memory window (about 15 instructions) at every K step.
-    asm volatile("" : "+l"(stages));
-    // One item's K steps with `Pending` wgmma groups left in flight per step (a compile-time count, so
-    // that the wait is one instruction).
-    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
-      for (int it = 0; it < iters; ++it, p.advance()) step.template operator()<Pending>(w, it, p.stage);
-    };
-#endif
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
