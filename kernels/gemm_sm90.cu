@@ -639,6 +639,15 @@ fixup_space workspace(cudaStream_t stream, size_t counters, size_t partial_float
   return {static_cast<int*>(e->counters.p), static_cast<float4*>(e->partials.p)};
 }
 
+// Which kernels run the K loop unrolled by the ring depth (bench/RESULTS.md, thirteenth session): the
+// large shapes' whole-tile kernels and the small tiles do; the 128 x 256 kernels that hold the deferred
+// epilogue's stash keep the rolled loop (unrolled, they spill).
+static_assert(pc::traits<gemm_kernel<256, true, bf16, 1, false, 2, false, true>>::unroll ==
+              bool(MP_PIPELINE_STAGE_UNROLL));
+static_assert(pc::traits<gemm_kernel<128, false, bf16, 1, false, 1>>::unroll == bool(MP_PIPELINE_STAGE_UNROLL));
+static_assert(!pc::traits<gemm_kernel<256, true, bf16, 1>>::unroll);
+static_assert(pc::traits<gemm_kernel<256, true, float, 1>>::unroll == bool(MP_PIPELINE_STAGE_UNROLL));
+
 template <int BN, bool BT, class OutT, int CS, bool PP = false, int NC = 2, bool KC = false, bool WT = false>
 void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_t stream,
          const GemmSchedule& s, const GemmPlan& p) {
