@@ -174,9 +174,6 @@ struct gemm_kernel {
     st.data_only = g.data_only != 0;
     st.deferred = g.deferred != 0;
   }
-  // The pipeline tests this once per item (pc::kernel); compute() tests it again for the ping-pong
-  // template, where the compiler folds it away after the pipeline's test.
-  __device__ static bool computes(const state& st) { return !st.data_only; }
 
   // A work item is a K range of one tile. Items of one block are work = blockIdx.x + j * gridDim.x.
   struct segment {

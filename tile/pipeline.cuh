@@ -50,15 +50,6 @@
 #ifndef MP_PIPELINE_STAGE_UNROLL
 #define MP_PIPELINE_STAGE_UNROLL 1
 #endif
-// Experiments (fourteenth session, A/B): MP_PIPELINE_LEAN 0 restores the thirteenth session's K step (the
-// ring's base recomputed every step; K::computes not hoisted); MP_PIPELINE_BACKOFF_NS > 0 makes the
-// producer sleep that long between tests of a stage it waits to refill.
-#ifndef MP_PIPELINE_LEAN
-#define MP_PIPELINE_LEAN 1
-#endif
-#ifndef MP_PIPELINE_BACKOFF_NS
-#define MP_PIPELINE_BACKOFF_NS 0
-#endif
 
 namespace mp::tile::pc {
 
@@ -246,12 +237,7 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
     const typename K::item w = K::item_of(g, work);
     const int iters = K::iters(w);
     for (int it = 0; it < iters; ++it, p.advance()) {
-      // a fresh barrier counts as having completed phase "-1"
-      if constexpr (MP_PIPELINE_BACKOFF_NS > 0) {
-        while (!phase_done(m.empty[p.stage], p.phase ^ 1u)) __nanosleep(MP_PIPELINE_BACKOFF_NS);
-      } else {
-        wait(m.empty[p.stage], p.phase ^ 1u);
-      }
+      wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
       trace_step(tracing, g, it, 2);
       K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
     }
@@ -319,13 +305,12 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
     // One K step of an item on ring stage `s`: an int, or a std::integral_constant where the K loop is
-    // unrolled by the ring depth (T::unroll). `Compute`: false runs the step without K::compute (a kernel
-    // whose K::computes(st) is false, a diagnostic; the test is made once per item, not per step).
-    auto step = [&]<int Pending, bool Compute>(const typename K::item& w, int it, auto s) {
+    // unrolled by the ring depth (T::unroll).
+    auto step = [&]<int Pending>(const typename K::item& w, int it, auto s) {
       wait(full[s], p.phase);
       if (tracing && it == 0) trace_mark(g, trace_first_full);
       trace_step(tracing, g, it, 0);
-      if constexpr (Compute) K::compute(st, stages[s], g, w, it, wg);
+      K::compute(st, stages[s], g, w, it, wg);
       // At most Pending groups stay in flight; the step they were issued before is done: free it.
       warpgroup::mma_async_wait<Pending>();
       trace_step(tracing, g, it, 1);
@@ -339,25 +324,16 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     // The K loop, unrolled by the ring depth (T::unroll): every step's stage is then a compile-time
     // constant and its addresses (and wgmma descriptors) are the ring's base plus constants, kept in
     // uniform registers (50 instructions per K step of the GEMM against 77 rolled; bench/RESULTS.md,
-    // thirteenth session). The ring's base goes through a warp shuffle once, so that the compiler knows
-    // it is warp-uniform and keeps it in a uniform register instead of recomputing it from the block's
-    // shared-memory window at every step (45-49 instructions a step; fourteenth session). A pass over
-    // the stages starts at the item's current stage and stops after its last K step. (Peeling whole
-    // passes out of the loop, to test for the item's end once a pass, made the code too large: the
-    // compiler stopped inlining and put the accumulators on the stack.) Rolled, the ring's address is
-    // made opaque, so that the compiler keeps it in registers. `Pending`: wgmma groups left in flight
-    // per step (a compile-time count, so that the wait is one instruction).
-    if constexpr (T::unroll && MP_PIPELINE_LEAN) {
-      const uint32_t base = __shfl_sync(0xffffffffu, static_cast<uint32_t>(__cvta_generic_to_shared(stages)), 0);
-      stages = static_cast<typename K::stage*>(__cvta_shared_to_generic(base));
-    } else if constexpr (!T::unroll) {
-      asm volatile("" : "+l"(stages));
-    }
-    auto mainloop = [&]<int Pending, bool Compute>(const typename K::item& w, int iters) {
-      if constexpr (T::unroll && Compute) {
+    // thirteenth session). A pass over the stages starts at the item's current stage and stops after its
+    // last K step. Rolled, the ring's address is made opaque, so that the compiler keeps it in registers
+    // instead of recomputing it from the block's shared-memory window at every K step. `Pending`: wgmma
+    // groups left in flight per step (a compile-time count, so that the wait is one instruction).
+    if constexpr (!T::unroll) asm volatile("" : "+l"(stages));
+    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
+      if constexpr (T::unroll) {
         int it = 0;
         auto unrolled = [&]<int S>() {
-          step.template operator()<Pending, Compute>(w, it, std::integral_constant<int, S>{});
+          step.template operator()<Pending>(w, it, std::integral_constant<int, S>{});
           ++it;
           p.advance();
         };
@@ -367,16 +343,8 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
           }(std::make_integer_sequence<int, T::stages>{});
         }
       } else {
-        for (int it = 0; it < iters; ++it, p.advance())
-          step.template operator()<Pending, Compute>(w, it, p.stage);
+        for (int it = 0; it < iters; ++it, p.advance()) step.template operator()<Pending>(w, it, p.stage);
       }
-    };
-    // The kernel's optional diagnostic without the math (K::computes), tested once per item.
-    auto computes = [&] {
-      if constexpr (MP_PIPELINE_LEAN && requires { K::computes(st); })
-        return K::computes(st);
-      else
-        return true;
     };
     for (int work = cluster_id; work < nwork; work += clusters) {
       const typename K::item w = K::item_of(g, work);
@@ -386,14 +354,12 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         const int s = p.stage - back;
         return s < 0 ? s + T::stages : s;
       };
-      if (!computes())
-        mainloop.template operator()<0, false>(w, iters);
-      else if (pending == 0)
-        mainloop.template operator()<0, true>(w, iters);
+      if (pending == 0)
+        mainloop.template operator()<0>(w, iters);
       else if (pending == 1)
-        mainloop.template operator()<1, true>(w, iters);
+        mainloop.template operator()<1>(w, iters);
       else
-        mainloop.template operator()<2, true>(w, iters);
+        mainloop.template operator()<2>(w, iters);
       warpgroup::mma_async_wait<0>();
       trace_mark(g, trace_mainloop_done);
       if (signaller)  // the item's last steps, oldest first (p is one past the last)
