@@ -175,6 +175,13 @@ struct gemm_kernel {
     st.deferred = g.deferred != 0;
   }
 
+  // The pipeline's first act (pc::prefetch_of): the three tensor maps into the descriptor cache.
+  __device__ static void prefetch(const globals& g) {
+    tma::prefetch_map(&g.a);
+    tma::prefetch_map(&g.b);
+    tma::prefetch_map(&g.c);
+  }
+
   // A work item is a K range of one tile. Items of one block are work = blockIdx.x + j * gridDim.x.
   struct segment {
     int tile;     // tile index (tile_of() turns it into a position)

@@ -17,6 +17,7 @@
 //     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
 //     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
 //     static constexpr bool unroll_ring;                    // optional: see unroll_ring_of
+//     __device__ static void prefetch(const globals&);      // optional, 1 thread first: see prefetch_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
@@ -152,6 +153,10 @@ __device__ inline void trace_step(bool tracing, const G& g, int it, int which) {
   }
 }
 
+// Build switch for A/B (fourteenth session): 0 leaves K::prefetch uncalled.
+#ifndef MP_PIPELINE_PREFETCH
+#define MP_PIPELINE_PREFETCH 1
+#endif
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
@@ -228,6 +233,14 @@ struct block_smem {
 
 // The producer's loop (one thread): every K step of work items first, first + step, ..., each into the
 // next ring stage once its consumers have freed it.
+// K's optional first act (K::prefetch: the tensor maps its TMA copies use, fetched into the SM's
+// descriptor cache while the block sets up its semaphores), by the producer warpgroup's first thread.
+template <class K>
+__device__ inline void prefetch_of(const typename K::globals& g) {
+  if constexpr (MP_PIPELINE_PREFETCH && requires { K::prefetch(g); })
+    if (threadIdx.x == traits<K>::consumers * warpgroup_threads) K::prefetch(g);
+}
+
 template <class K>
 __device__ void produce(const typename K::globals& g, const block_smem<K>& m, int first, int step) {
   ring_pos<traits<K>::stages> p;
@@ -260,6 +273,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     kernel(const __grid_constant__ typename K::globals g) {
   using T = traits<K>;
   trace_mark(g, trace_start);
+  prefetch_of<K>(g);
   extern __shared__ uint8_t smem_raw[];
   // One arrival per consumer warp of every block of the cluster on `empty`: with multicast, a peer writes
   // into this block's stage, so the stage is free only when all blocks have consumed it.

@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   static_assert(T::consumers == 2, "pingpong: exactly two consumer warpgroups take turns");
   static_assert(T::cluster == 1 && !T::multicast, "pingpong: no thread-block clusters (each item has one consumer)");
   trace_mark(g, trace_start);
+  prefetch_of<K>(g);
   extern __shared__ uint8_t smem_raw[];
   // one arrival per warp of the one consumer of a stage on `empty`
   const auto m = block_smem<K>::carve(smem_raw, warpgroup_warps);

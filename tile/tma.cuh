@@ -9,6 +9,12 @@
 
 namespace mp::tile::tma {
 
+// Fetch a tensor map (a __grid_constant__ kernel parameter) into the SM's descriptor cache ahead of its
+// first use, so that the first load or store through it does not wait for the fetch.
+__device__ inline void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // Load the tile whose top-left element is (row, col) of the (b, d) matrix into `dst`; the semaphore's
 // phase completes when all bytes have landed (out-of-bounds elements are written as zeros). Each column
 // chunk of the tile is one TMA box.
