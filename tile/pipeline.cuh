@@ -153,10 +153,6 @@ __device__ inline void trace_step(bool tracing, const G& g, int it, int which) {
   }
 }
 
-// Build switch for A/B (fourteenth session): 0 leaves K::prefetch uncalled.
-#ifndef MP_PIPELINE_PREFETCH
-#define MP_PIPELINE_PREFETCH 1
-#endif
 template <class K>
 struct traits {
   static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
@@ -235,9 +231,11 @@ struct block_smem {
 // next ring stage once its consumers have freed it.
 // K's optional first act (K::prefetch: the tensor maps its TMA copies use, fetched into the SM's
 // descriptor cache while the block sets up its semaphores), by the producer warpgroup's first thread.
+// Common practice for TMA kernels; on the H200 it measured level with no prefetch (bench/RESULTS.md,
+// fourteenth session), and it is kept as the cheaper start (3 instructions).
 template <class K>
 __device__ inline void prefetch_of(const typename K::globals& g) {
-  if constexpr (MP_PIPELINE_PREFETCH && requires { K::prefetch(g); })
+  if constexpr (requires { K::prefetch(g); })
     if (threadIdx.x == traits<K>::consumers * warpgroup_threads) K::prefetch(g);
 }
 
