@@ -229,20 +229,6 @@ struct block_smem {
 
 // The producer's loop (one thread): every K step of work items first, first + step, ..., each into the
 // next ring stage once its consumers have freed it.
-// A block's last wait before it exits: the TMA stores its finish steps issued must have read their
-// shared-memory sources (the memory goes with the block). Their global writes need no wait here: a
-// grid's writes are complete when the grid is, and no block of this grid reads another's output tile.
-// (Common practice for TMA epilogues; MP_PIPELINE_EXIT_READ=0 waits for the writes too, for A/B.)
-#ifndef MP_PIPELINE_EXIT_READ
-#define MP_PIPELINE_EXIT_READ 1
-#endif
-__device__ inline void exit_wait() {
-  if constexpr (MP_PIPELINE_EXIT_READ)
-    tma::wait_read<0>();
-  else
-    tma::wait_all<0>();
-}
-
 // K's optional first act (K::prefetch: the tensor maps its TMA copies use, fetched into the SM's
 // descriptor cache while the block sets up its semaphores), by the producer warpgroup's first thread.
 // Common practice for TMA kernels; on the H200 it measured level with no prefetch (bench/RESULTS.md,
@@ -394,7 +380,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       trace_mark(g, trace_finish_done);
     }
     if constexpr (requires { K::flush(st, *fin, g, wg); }) K::flush(st, *fin, g, wg);
-    exit_wait();  // TMA stores a finish step issued must have read the block's shared memory before it goes
+    tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
     trace_mark(g, trace_end);
   }
   // No block may leave while a peer can still multicast into it or arrive on its semaphores.

@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       if (prev >= 0 && signaller) arrive(empty[prev]);
       K::finish(st, *fin, g, w, wg);
     }
-    exit_wait();  // TMA stores a finish step issued must have read the block's shared memory before it goes
+    tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
   }
 }
 
