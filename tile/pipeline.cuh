@@ -227,18 +227,18 @@ struct block_smem {
   }
 };
 
-// The producer's loop (one thread): every K step of work items first, first + step, ..., each into the
-// next ring stage once its consumers have freed it.
 // K's optional first act (K::prefetch: the tensor maps its TMA copies use, fetched into the SM's
 // descriptor cache while the block sets up its semaphores), by the producer warpgroup's first thread.
-// Common practice for TMA kernels; on the H200 it measured level with no prefetch (bench/RESULTS.md,
-// fourteenth session), and it is kept as the cheaper start (3 instructions).
+// What TMA kernels commonly do; on the H200 the GEMM measured level with and without it (bench/RESULTS.md,
+// fourteenth session). Kept: three instructions a block, and no first copy waits for its descriptor.
 template <class K>
 __device__ inline void prefetch_of(const typename K::globals& g) {
   if constexpr (requires { K::prefetch(g); })
     if (threadIdx.x == traits<K>::consumers * warpgroup_threads) K::prefetch(g);
 }
 
+// The producer's loop (one thread): every K step of work items first, first + step, ..., each into the
+// next ring stage once its consumers have freed it.
 template <class K>
 __device__ void produce(const typename K::globals& g, const block_smem<K>& m, int first, int step) {
   ring_pos<traits<K>::stages> p;
