@@ -307,9 +307,9 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
     const uint32_t rank = T::cluster > 1 ? cluster_ctarank() : 0;
     auto release = [rank](semaphore& e) {
       arrive(e);
-      if constexpr (T::ring_blocks > 1)  // and in the peers, whose producers multicast into this stage
-        for (uint32_t c = 0; c < T::cluster; ++c)
-          if (c != rank) arrive_cluster_relaxed(e, c);  // the wgmma reading the stage are retired
+      // and in the peer (clusters are pairs), whose producer multicasts into this stage; the wgmma reading
+      // it are retired
+      if constexpr (T::ring_blocks > 1) arrive_cluster_relaxed(e, rank ^ 1u);
     };
     const bool signaller = threadIdx.x % warp_threads == 0;
     // Read once: the K loop below runs on registers (see tracing_steps).
