@@ -1,7 +1,7 @@
 # Fifteenth session, run 1 (device tool: OUT=$OUT bash bench/gemm/s15-run1.sh): four builds at once
-# Ran on the experiment commit 6c88b45 (branch exp-cluster); its switches were removed after the runs.
 # (trace, base, per-warpgroup release, no multicast; all with MP_GEMM_CLUSTER_WHOLE), then the timelines
 # of variants-s15-trace.txt and the A/B of variants-s15-cluster.txt.
+# Ran on the experiment commit 6c88b45 (branch exp-cluster); its switches were removed after the runs.
 export PATH=$PATH:/usr/local/cuda/bin; t0=$(date +%s)
 CW=-DMP_GEMM_CLUSTER_WHOLE=1
 build() {
