@@ -20,6 +20,15 @@ enum class out_type { bf16, f32 };
 // 64 x 256 (block_n 0 or 256) or 128 x 128 (block_n 128), and the two take turns at the tensor cores, so
 // one's epilogue overlaps the other's mainloop (cluster 0 or 1).
 enum class consumer_schedule { cooperative, pingpong };
+// Whether the last, partial wave of tiles is shared out by K ranges (GemmSchedule::stream_k; stream_k_tiles).
+// automatic (the default): where that wave leaves at least a third of the grid idle (and keeps a quarter
+// busy). Under the H200's power cap the SMs left idle by a partial wave give their power to the busy
+// ones, which then clock higher; so sharing the wave out pays only where it is far from full. Measured
+// (bench/RESULTS.md, fifteenth session): 8192^3 (52 % full) 1.027 -> 1.042 and 4096 x 14336 x 4096
+// (58 %) 0.998 -> 1.004, but 4096^3 (88 %) 1.00 -> 0.96. on: wherever there is a partial wave after
+// whole ones. off: never.
+enum class stream_k_mode { automatic, off, on };
+
 // How a tile's result goes out (GemmSchedule::epilogue). automatic (the default): whole where plan_gemm
 // picks it (below), otherwise immediate.
 enum class epilogue_mode { automatic, immediate, deferred, whole };
@@ -70,13 +79,12 @@ struct GemmSchedule {
   // Diagnostic: the opposite, all the wgmma on whatever the ring's shared memory holds, with no loads (the
   // producer only signals each stage full). The result is NOT computed.
   bool compute_only = false;
-  // Stream-K for the last waves: when the tile count leaves the last wave of the persistent grid partly
-  // idle, the last P + T % P tiles are cut into equal K ranges, one per block, and blocks that share a
-  // tile add their fp32 partials in a workspace (in-kernel; the block that reaches the tile last stores
-  // it, or with fixed_reducer false the last to finish; stream_k_part).
-  // On where it applies (persistent, no cluster, cooperative, no split-K); off by default, because it
-  // measured slower than leaving the last wave partly idle (bench/RESULTS.md, 2026-11-30).
-  bool stream_k = false;
+  // Stream-K for the last, partial wave (stream_k_mode): when the tile count leaves the last wave of the
+  // persistent grid partly idle, its T % P tiles are cut into equal K ranges, one per block (shorter than
+  // a tile), and the blocks that share a tile add their fp32 partials in a workspace (in-kernel; the block
+  // holding the tile's first K range stores it, or with fixed_reducer false the last to finish;
+  // stream_k_part). Applies with persistent 128-row tiles, cooperative consumers, no cluster or split-K.
+  stream_k_mode stream_k = stream_k_mode::automatic;
   // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
   // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
   //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
@@ -167,18 +175,23 @@ struct SplitItem {
 };
 constexpr SplitItem split_item(int work, int tiles) { return {work / tiles, work % tiles}; }
 
-// Stream-K's share: of `tiles` tiles on `grid` blocks, how many are cut into K ranges (0: none).
-int stream_k_tiles(int tiles, int grid);
+// Stream-K's share: of `tiles` tiles of `k_iters` K steps on `grid` blocks, how many are cut into K ranges
+// (0: none): the last, partial wave's (tiles % grid, after at least one whole wave), where `mode` asks
+// for it (stream_k_mode); never with ranges under one K step.
+int stream_k_tiles(int tiles, int grid, int k_iters, stream_k_mode mode);
 
 // Stream-K's items: block b of `grid` owns K steps [b*U/grid, (b+1)*U/grid) of the `shared` tiles laid end
-// to end (U = shared * k_iters, each range at least one tile long, so at most two blocks share a tile);
-// its j-th item (j = 0, 1, 2) is the part of that range inside the j-th tile it touches: K steps
-// [first, first + iters) of shared tile `tile` (iters 0: no such item). A tile's parts are numbered from
-// its last K range (which 0) to its first (which count - 1): the block holding the first K range reaches
-// the tile at the end of its range, the others at the start of theirs, so the part numbered last is the
-// one finished last, and the fixed reducer (which == count - 1, GemmSchedule::fixed_reducer) waits only
-// for partials written long before. It waits only for the first items of higher blocks, whose items before
-// them are data-parallel tiles, so no wait can close a cycle (both tested on the CPU).
+// to end (U = shared * k_iters; with the last wave's share, shared < grid, every range is shorter than a
+// tile, so a block touches at most two tiles and a tile has up to stream_k_max_parts parts); its j-th item
+// (j = 0, 1, 2) is the part of that range inside the j-th tile it touches: K steps [first, first + iters)
+// of shared tile `tile` (iters 0: no such item). A tile's parts are numbered from its last K range
+// (which 0) to its first (which count - 1). The block holding the first K range reaches the tile at the
+// end of its range; the others hold the tile's later ranges, at the start of theirs or (a range inside
+// the tile) as the whole of it, which ends at most one K step after (ranges differ by at most one step).
+// So the fixed reducer (which == count - 1, GemmSchedule::fixed_reducer) waits for partials finished
+// before its own or at about the same time. It waits only for the first items of higher blocks, and a
+// first item is a reducer only where its range starts the tile, when it waits for still higher blocks'
+// first items: no wait can close a cycle (both tested on the CPU).
 struct StreamKPart {
   int tile, first, iters, which, count;
 };
@@ -192,6 +205,17 @@ constexpr StreamKPart stream_k_part(int j, int b, int grid, int shared, int k_it
   const int first = owner(ts), last = owner(te - 1);
   const long long from = s > ts ? s : ts, to = e < te ? e : te;
   return {t, int(from - ts), int(to - from), last - b, last - first + 1};
+}
+// The most parts (blocks) any shared tile has: the workspace slots per tile.
+constexpr int stream_k_max_parts(int grid, int shared, int k_iters) {
+  const long long U = 1ll * shared * k_iters;
+  auto owner = [&](long long u) { return int(((u + 1) * grid - 1) / U); };
+  int most = 1;
+  for (int t = 0; t < shared; ++t) {
+    const int c = owner(1ll * (t + 1) * k_iters - 1) - owner(1ll * t * k_iters) + 1;
+    most = c > most ? c : most;
+  }
+  return most;
 }
 // "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& sched);

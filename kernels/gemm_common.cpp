@@ -26,9 +26,12 @@ void check_gemm_shape(long long m, long long n, long long k) {
 // Stream-K for the tail: with T tiles on P blocks and T % P != 0, the last wave would leave SMs idle. The
 // tiles of the last full wave and of the partial one (P + T % P of them) are cut into equal K ranges
 // instead, one per block; the others stay whole (data-parallel). Returns how many tiles are shared.
-int stream_k_tiles(int tiles, int grid) {
-  if (grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
-  return grid + tiles % grid;
+int stream_k_tiles(int tiles, int grid, int k_iters, stream_k_mode mode) {
+  if (mode == stream_k_mode::off || grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
+  const int last = tiles % grid;  // the last wave's tiles
+  if (1ll * last * k_iters < grid) return 0;  // ranges under one K step
+  if (mode == stream_k_mode::automatic && (3 * last > 2 * grid || 4 * last < grid)) return 0;
+  return last;
 }
 GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type out) {
   check_gemm_shape(m, n, k);
@@ -55,7 +58,7 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
     // split-K, and no other option asks for 128-row tiles: twice the tiles, so half the K splits
     // (bench/RESULTS.md, 2026-11-30, third session).
     const int t128 = (m + 127) / 128 * ((n + 127) / 128);
-    const bool wide = bn == 256 || s.cluster == 2 || s.stream_k;
+    const bool wide = bn == 256 || s.cluster == 2 || s.stream_k == stream_k_mode::on;
     bm = !wide && t128 * 2 <= sms ? 64 : 128;
   }
   if (bm == 64 && !pingpong) {
@@ -67,7 +70,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                   bn);
     MP_USER_CHECK(s.cluster <= 1 || bn == 128,
                   "gemm: 64-row tiles run in clusters of 2 only when 128 wide (block_n 128)");
-    MP_USER_CHECK(!s.stream_k, "gemm: stream-K runs on 128-row tiles (block_m 0 or 128)");
+    MP_USER_CHECK(s.stream_k != stream_k_mode::on,
+                  "gemm: stream-K runs on 128-row tiles (block_m 0 or 128; or stream_k automatic or off)");
   }
   const int tm = (m + bm - 1) / bm;
   if (bn == 0) {
@@ -80,7 +84,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
     bn = eff(256) >= 0.85 * eff(128) ? 256 : 128;
     // With more 128 x 256 tiles than SMs, stream-K (below) fills the last wave, so the wave efficiency
     // no longer argues for the narrower tiles, which move 1.33x the bytes per flop.
-    const bool sk_possible = s.stream_k && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
+    const bool sk_possible =
+        s.stream_k == stream_k_mode::on && s.split_k <= 1 && s.persistent && s.cluster <= 1 && !pingpong;
     if (sk_possible && tm * ((n + 255) / 256) > sms) bn = 256;
   }
   if (bm == 128 && !pingpong)
@@ -123,7 +128,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                 s.prefetch);
   MP_USER_CHECK(!(s.data_only && s.compute_only), "gemm: data_only and compute_only exclude each other");
   // Stream-K needs the persistent grid of single blocks with the cooperative consumers.
-  const bool sk = s.stream_k && splits == 1 && s.persistent && cluster == 1 && !pingpong;
+  const bool sk = s.stream_k != stream_k_mode::off && bm == 128 && splits == 1 && s.persistent &&
+                  cluster == 1 && !pingpong;
   // The cluster reduction of split tiles: two K halves of a 64 x 128 tile on the two blocks of a cluster
   // (one kernel shape, to keep the kernel count down: the one small shapes get by default).
   const bool cluster_fits = bm == 64 && bn == 128 && splits == 2 && cluster == 1 && !pingpong;
@@ -151,7 +157,7 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                 " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1, cluster 1)");
   const bool whole = s.epilogue == epilogue_mode::whole ||
                      (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms) : 0, cr, lead, whole};
+  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms, k_iters, s.stream_k) : 0, cr, lead, whole};
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {

@@ -194,7 +194,8 @@ struct gemm_kernel {
   __host__ __device__ static int work_count(const globals& g) {
     if (KC) return g.tiles_m * g.tiles_n;  // the two blocks of a cluster share each item
     if (g.splits > 1) return g.tiles_m * g.tiles_n * g.splits;
-    return g.dp_tiles + (g.sk_tiles > 0 ? 3 * g.grid : 0);  // a block's K range touches at most 3 tiles
+    // a block's K range touches at most 3 tiles (2 with the last wave's share: stream_k_part)
+    return g.dp_tiles + (g.sk_tiles > 0 ? 3 * g.grid : 0);
   }
   __device__ static segment segment_of(const globals& g, int work) {
     const int tiles = g.tiles_m * g.tiles_n, I = g.k_iters;
@@ -685,8 +686,10 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
     g.fixed_reducer = s.persistent && s.fixed_reducer;
   } else if (p.sk_tiles > 0) {
     if constexpr (!PP && CS == 1) g.grid = pc::resident_blocks<K>();
-    g.sk_tiles = stream_k_tiles(tiles, g.grid);  // the plan assumed one block per SM; this is the grid
-    fix_tiles = g.sk_tiles, g.slots = 2;         // each block's K range is >= one tile: <= 2 per tile
+    // the plan assumed one block per SM; this is the grid
+    g.sk_tiles = stream_k_tiles(tiles, g.grid, g.k_iters, s.stream_k);
+    fix_tiles = g.sk_tiles;
+    g.slots = g.sk_tiles > 0 ? stream_k_max_parts(g.grid, g.sk_tiles, g.k_iters) : 1;
     g.fixed_reducer = s.fixed_reducer;
   }
   g.dp_tiles = tiles - g.sk_tiles;

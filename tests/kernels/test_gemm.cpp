@@ -95,10 +95,10 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   s.cluster = 2;
   EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
   s = {};
-  s.stream_k = true;  // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
+  s.stream_k = stream_k_mode::on;  // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
   EXPECT_TRUE(plan(4096, 14336, 4096, s).whole_tile);
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096, s), s),
-            "128x256x64 tiles, 512 tiles, stream-K over the last 248, split-K 1, cluster 1, persistent grid, "
+            "128x256x64 tiles, 512 tiles, stream-K over the last 116, split-K 1, cluster 1, persistent grid, "
             "whole-tile epilogue");
   s = {};
   s.persistent = false;  // one tile per block
@@ -192,12 +192,31 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.bn, 256);
   GemmSchedule sk;
-  sk.stream_k = true;
-  p = plan(4096, 4096, 4096, sk);  // 512 tiles on 132 SMs: the last full wave and the partial one shared
-  EXPECT_EQ(p.sk_tiles, 132 + 512 % 132);
-  EXPECT_EQ(stream_k_tiles(512, 132), 248);
-  EXPECT_EQ(stream_k_tiles(528, 132), 0);  // whole waves: nothing to share
-  EXPECT_EQ(stream_k_tiles(100, 132), 0);  // less than one wave
+  sk.stream_k = stream_k_mode::on;
+  p = plan(4096, 4096, 4096, sk);  // 512 tiles on 132 SMs: the partial wave's 116 shared
+  EXPECT_EQ(p.sk_tiles, 512 % 132);
+  EXPECT_EQ(plan(4096, 4096, 4096).sk_tiles, 0);  // automatic: the last wave is 88 % full
+  EXPECT_EQ(plan(8192, 8192, 8192).sk_tiles, 68);  // 2048 tiles: the last wave 52 % full
+  EXPECT_EQ(plan(4096, 14336, 4096).sk_tiles, 76);  // 1792 tiles: 58 %
+  EXPECT_EQ(plan(8192, 128256, 4096).sk_tiles, 0);  // 32064 tiles: 91 %
+  sk.stream_k = stream_k_mode::off;
+  EXPECT_EQ(plan(8192, 8192, 8192, sk).sk_tiles, 0);
+  using M = stream_k_mode;
+  for (M mode : {M::automatic, M::on, M::off}) {
+    EXPECT_EQ(stream_k_tiles(528, 132, 64, mode), 0);  // whole waves: nothing to share
+    EXPECT_EQ(stream_k_tiles(100, 132, 64, mode), 0);  // less than one wave
+  }
+  EXPECT_EQ(stream_k_tiles(512, 132, 64, M::on), 116);
+  EXPECT_EQ(stream_k_tiles(512, 132, 64, M::automatic), 0);
+  EXPECT_EQ(stream_k_tiles(512, 132, 64, M::off), 0);
+  // automatic: from a quarter to two thirds of a wave (33 to 88 tiles of 132)
+  EXPECT_EQ(stream_k_tiles(132 + 32, 132, 64, M::automatic), 0);
+  EXPECT_EQ(stream_k_tiles(132 + 33, 132, 64, M::automatic), 33);
+  EXPECT_EQ(stream_k_tiles(132 + 88, 132, 64, M::automatic), 88);
+  EXPECT_EQ(stream_k_tiles(132 + 89, 132, 64, M::automatic), 0);
+  // never ranges under one K step: 2 tiles of 64 steps over 132 blocks would be
+  EXPECT_EQ(stream_k_tiles(134, 132, 64, M::on), 0);
+  EXPECT_EQ(stream_k_tiles(135, 132, 64, M::on), 3);
 }
 
 // The K split the kernel runs (k_split, shared with it): for every K step count, split count and lead
@@ -288,21 +307,24 @@ TEST(Gemm, FixedReducerWalkCannotDeadlock) {
   EXPECT_EQ(split_item(67, 64).tile, 3);
 }
 
-// Stream-K's items (stream_k_part), for every grid and every share stream_k_tiles can give (grid + 1 to
-// 2 * grid - 1 tiles), several K lengths: every K step of every shared tile belongs to exactly one item; a
-// block touches at most three tiles; a tile has at most two parts, numbered from its last K range (which 0)
-// to its first; the fixed reducer (which == count - 1) is the part its block finishes last, on a timeline
-// where every K step takes the same time (the other part ends earlier, so it never waits for one still
-// running; the reverse numbering would, which the check can tell); and the walk with the reducers'
-// waits completes.
+// Stream-K's items (stream_k_part), for every grid and every share up to 2 * grid - 1 tiles (the last
+// wave's share, under grid, is what stream_k_tiles gives; larger shares were the earlier two-tile
+// variant), several K lengths, ranges of at least one K step: every K step of every shared tile belongs to
+// exactly one item; a block touches at most three tiles, two when the share is under the grid; a tile has
+// stream_k_max_parts parts at most (and some tile that many), numbered from its last K range (which 0) to
+// its first; the fixed reducer (which == count - 1) finishes its part no earlier than one K step before
+// any other part of the tile, on a timeline where every K step takes the same time (with two parts the
+// other ends earlier; the reverse numbering would wait for one still running, which the check can tell);
+// and the walk with the reducers' waits completes.
 TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
-  bool reverse_would_wait = false;
+  bool reverse_would_wait = false, three_parts = false;
   for (int grid = 1; grid <= 40; ++grid)
-    for (int shared = grid + 1; shared < 2 * grid; ++shared)
+    for (int shared = 1; shared < 2 * grid; ++shared)
       for (int k_iters : {1, 2, 3, 7, 64}) {
+        const long long U = 1ll * shared * k_iters;
+        if (U < grid) continue;  // ranges under one K step: stream_k_tiles never shares so little
         const std::string at = std::to_string(grid) + " blocks, " + std::to_string(shared) + " tiles, " +
                                std::to_string(k_iters) + " K steps";
-        const long long U = 1ll * shared * k_iters;
         std::vector<int> owner(size_t(U), -1);  // the block holding each K step
         struct part {
           int block, j, which, count;
@@ -312,6 +334,8 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
         for (int b = 0; b < grid; ++b) {
           const long long s = b * U / grid;
           ASSERT_EQ(stream_k_part(3, b, grid, shared, k_iters).iters, 0) << at << ": block " << b;
+          if (shared < grid)
+            ASSERT_EQ(stream_k_part(2, b, grid, shared, k_iters).iters, 0) << at << ": block " << b;
           for (int j = 0; j < 3; ++j) {
             const StreamKPart p = stream_k_part(j, b, grid, shared, k_iters);
             if (p.iters == 0) continue;
@@ -326,30 +350,41 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
           }
         }
         for (int who : owner) ASSERT_NE(who, -1) << at << ": a K step without an item";
+        const int most = stream_k_max_parts(grid, shared, k_iters);
+        size_t seen = 0;
         for (int t = 0; t < shared; ++t) {
           const auto& ps = parts[size_t(t)];
-          ASSERT_TRUE(ps.size() == 1 || ps.size() == 2) << at << ", tile " << t;
+          ASSERT_TRUE(!ps.empty() && ps.size() <= size_t(most)) << at << ", tile " << t;
+          if (shared > grid) ASSERT_LE(ps.size(), 2u) << at << ", tile " << t;
+          seen = std::max(seen, ps.size());
+          three_parts = three_parts || ps.size() >= 3;
           for (size_t i = 0; i < ps.size(); ++i) {
             ASSERT_EQ(ps[i].count, int(ps.size())) << at << ", tile " << t;
-            // blocks in increasing order hold increasing K ranges: the later block's part is which 0
+            // blocks in increasing order hold increasing K ranges: the last block's part is which 0
             ASSERT_EQ(ps[i].which, int(ps.size() - 1 - i)) << at << ", tile " << t;
+            if (i > 0) EXPECT_GE(ps[0].end + 1, ps[i].end) << at << ", tile " << t << ": the reducer would wait";
           }
-          if (ps.size() == 2) {
+          if (ps.size() == 2 && shared > grid) {  // ranges longer than a tile: the other part ends first
             EXPECT_GE(ps[0].end, ps[1].end) << at << ", tile " << t << ": the reducer would wait";
             reverse_would_wait = reverse_would_wait || ps[1].end < ps[0].end;
           }
         }
-        // The walk: each block takes its items in order; a reducer waits until the tile's other part is done.
+        ASSERT_EQ(seen, size_t(most)) << at;
+        // The walk: each block takes its items in order; a reducer waits until the tile's other parts are
+        // done.
         std::vector<int> next(size_t(grid), 0);
-        std::vector<std::vector<char>> done(size_t(shared), std::vector<char>(2, 0));
+        std::vector<int> done(size_t(shared), 0);  // parts of each tile done, the reducer's excluded
         for (bool moved = true; moved;) {
           moved = false;
           for (int b = 0; b < grid; ++b)
             while (next[size_t(b)] < 3) {
               const StreamKPart p = stream_k_part(next[size_t(b)], b, grid, shared, k_iters);
               if (p.iters > 0) {
-                if (p.count == 2 && p.which == 1 && !done[size_t(p.tile)][0]) break;
-                done[size_t(p.tile)][size_t(p.which)] = 1;
+                if (p.which == p.count - 1) {
+                  if (done[size_t(p.tile)] < p.count - 1) break;
+                } else {
+                  ++done[size_t(p.tile)];
+                }
               }
               ++next[size_t(b)];
               moved = true;
@@ -358,6 +393,7 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
         for (int b = 0; b < grid; ++b) ASSERT_EQ(next[size_t(b)], 3) << at << ": block " << b << " stuck";
       }
   EXPECT_TRUE(reverse_would_wait);
+  EXPECT_TRUE(three_parts);
 }
 
 TEST(Gemm, PlanRejectsUnsupportedSchedules) {
@@ -395,7 +431,7 @@ TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   EXPECT_EQ(error(s), "");
   s = {};
   s.block_m = 64;
-  s.stream_k = true;
+  s.stream_k = stream_k_mode::on;
   EXPECT_NE(error(s).find("stream-K runs on 128-row tiles"), std::string::npos) << error(s);
   s = {};
   s.block_m = 128;

@@ -231,7 +231,7 @@ TEST(SM90_Gemm, StreamK) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(600, "SM90_Gemm.StreamK");
   GemmSchedule sk;
-  sk.stream_k = true;
+  sk.stream_k = stream_k_mode::on;
   check_all({{2304, 2560, 352}, {2304, 2560, 352}, {2320, 2576, 400}, {2304, 2560, 16}, {4096, 4096, 1024}},
             sk);
   GemmSchedule narrow = sk;

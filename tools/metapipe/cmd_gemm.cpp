@@ -122,9 +122,15 @@ int run_gemm(Args& a) {
     if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --fixed-reducer is 0 or 1");
     sched.fixed_reducer = *v == 1;
   }
-  if (auto v = a.integer({"--stream-k"})) {
-    if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --stream-k is 0 or 1");
-    sched.stream_k = *v == 1;
+  if (auto v = a.value({"--stream-k"})) {
+    if (*v == "auto")
+      sched.stream_k = kernels::stream_k_mode::automatic;
+    else if (*v == "0")
+      sched.stream_k = kernels::stream_k_mode::off;
+    else if (*v == "1")
+      sched.stream_k = kernels::stream_k_mode::on;
+    else
+      throw usage_error("metapipe gemm: --stream-k is auto, 0 or 1, got '" + *v + "'");
   }
   if (auto v = a.value({"--epilogue"})) {
     if (*v == "auto")
@@ -272,10 +278,11 @@ MP_REGISTER_COMMAND(
     "                   while it still computes (default: chosen from the plan)\n"
     "  --fixed-reducer 0|1  split tiles (workspace): the split with the last K range adds the\n"
     "                   partials up (1, the default), or whichever finishes last (0); stream-K\n"
-    "                   tiles: the block that reaches the tile last, or the last to finish\n"
+    "                   tiles: the block holding the tile's first K range, or the last to finish\n"
     "  --group-m N      walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
     "  --cluster N      1, or 2: block pairs share the B tile (TMA multicast)\n"
-    "  --stream-k 0|1   share the last waves' tiles out by K ranges (default 0: off)\n"
+    "  --stream-k auto|0|1  share the last, partial wave's tiles out by K ranges (default auto: where\n"
+    "                   that wave leaves at least a third of the GPU idle; 1: wherever there is one)\n"
     "  --epilogue E     auto (default): whole where it applies on the persistent grid with\n"
     "                   more tiles than SMs, else immediate; immediate: write a tile after\n"
     "                   its last K step, its 64-column chunks taking turns in two buffers;\n"
