@@ -222,11 +222,14 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
   }
 }
 
-// Stream-K (opt-in): tile counts above the SM count and not a multiple of it, so the last waves' tiles
-// are shared out by K ranges and finished in-kernel by the block that reaches the tile last (the fixed
-// reducer, stream_k_part) or by whichever arrives last. Partial tiles in M, N and K, K = 16 (every range
-// whole tiles), both tile widths, the same shape twice in a row (the tile counters must be back at zero
-// after a launch), and the epilogues (automatic: whole-tile for bf16 on 128 x 256 tiles; immediate).
+// Stream-K forced on (stream_k_mode::on): tile counts above the SM count and not a multiple of it, so the
+// last, partial wave's tiles are shared out by K ranges shorter than a tile (2304 x 2560 x 352: 48 tiles
+// of 6 K steps over 132 blocks, up to 4 parts a tile) and finished in-kernel by the block holding the
+// tile's first K range (the fixed reducer, stream_k_part) or by whichever arrives last. Partial tiles in
+// M, N and K, K = 16 (too few K steps to share: data-parallel), both tile widths, the same shape twice in
+// a row (the tile counters must be back at zero after a launch), and the epilogues (automatic: whole-tile
+// for bf16 on 128 x 256 tiles; immediate). The default (automatic) shares where the last wave is at most
+// two thirds full, which other tests' shapes reach.
 TEST(SM90_Gemm, StreamK) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   Watchdog dog(600, "SM90_Gemm.StreamK");
