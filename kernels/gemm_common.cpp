@@ -28,7 +28,7 @@ void check_gemm_shape(long long m, long long n, long long k) {
 // instead, one per block; the others stay whole (data-parallel). Returns how many tiles are shared.
 int stream_k_tiles(int tiles, int grid, int k_iters, stream_k_mode mode) {
   if (mode == stream_k_mode::off || grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
-  const int last = tiles % grid;  // the last wave's tiles
+  const int last = tiles % grid;              // the last wave's tiles
   if (1ll * last * k_iters < grid) return 0;  // ranges under one K step
   if (mode == stream_k_mode::automatic && (3 * last > 2 * grid || 4 * last < grid)) return 0;
   return last;
@@ -157,7 +157,8 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
                 " output (use --epilogue immediate or auto, or set block_m 128, block_n 256, split_k 1, cluster 1)");
   const bool whole = s.epilogue == epilogue_mode::whole ||
                      (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
-  return {bm, bn, splits, tiles, cluster, pingpong, sk ? stream_k_tiles(tiles, sms, k_iters, s.stream_k) : 0, cr, lead, whole};
+  const int sk_tiles = sk ? stream_k_tiles(tiles, sms, k_iters, s.stream_k) : 0;
+  return {bm, bn, splits, tiles, cluster, pingpong, sk_tiles, cr, lead, whole};
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {

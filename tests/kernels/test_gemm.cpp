@@ -95,7 +95,8 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   s.cluster = 2;
   EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
   s = {};
-  s.stream_k = stream_k_mode::on;  // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
+  // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
+  s.stream_k = stream_k_mode::on;
   EXPECT_TRUE(plan(4096, 14336, 4096, s).whole_tile);
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096, s), s),
             "128x256x64 tiles, 512 tiles, stream-K over the last 116, split-K 1, cluster 1, persistent grid, "
@@ -195,8 +196,8 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   sk.stream_k = stream_k_mode::on;
   p = plan(4096, 4096, 4096, sk);  // 512 tiles on 132 SMs: the partial wave's 116 shared
   EXPECT_EQ(p.sk_tiles, 512 % 132);
-  EXPECT_EQ(plan(4096, 4096, 4096).sk_tiles, 0);  // automatic: the last wave is 88 % full
-  EXPECT_EQ(plan(8192, 8192, 8192).sk_tiles, 68);  // 2048 tiles: the last wave 52 % full
+  EXPECT_EQ(plan(4096, 4096, 4096).sk_tiles, 0);    // automatic: the last wave is 88 % full
+  EXPECT_EQ(plan(8192, 8192, 8192).sk_tiles, 68);   // 2048 tiles: the last wave 52 % full
   EXPECT_EQ(plan(4096, 14336, 4096).sk_tiles, 76);  // 1792 tiles: 58 %
   EXPECT_EQ(plan(8192, 128256, 4096).sk_tiles, 0);  // 32064 tiles: 91 %
   sk.stream_k = stream_k_mode::off;
@@ -362,7 +363,8 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
             ASSERT_EQ(ps[i].count, int(ps.size())) << at << ", tile " << t;
             // blocks in increasing order hold increasing K ranges: the last block's part is which 0
             ASSERT_EQ(ps[i].which, int(ps.size() - 1 - i)) << at << ", tile " << t;
-            if (i > 0) EXPECT_GE(ps[0].end + 1, ps[i].end) << at << ", tile " << t << ": the reducer would wait";
+            if (i > 0)
+              EXPECT_GE(ps[0].end + 1, ps[i].end) << at << ", tile " << t << ": the reducer would wait";
           }
           if (ps.size() == 2 && shared > grid) {  // ranges longer than a tile: the other part ends first
             EXPECT_GE(ps[0].end, ps[1].end) << at << ", tile " << t << ": the reducer would wait";
