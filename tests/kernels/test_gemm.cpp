@@ -335,8 +335,9 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
         for (int b = 0; b < grid; ++b) {
           const long long s = b * U / grid;
           ASSERT_EQ(stream_k_part(3, b, grid, shared, k_iters).iters, 0) << at << ": block " << b;
-          if (shared < grid)
+          if (shared < grid) {
             ASSERT_EQ(stream_k_part(2, b, grid, shared, k_iters).iters, 0) << at << ": block " << b;
+          }
           for (int j = 0; j < 3; ++j) {
             const StreamKPart p = stream_k_part(j, b, grid, shared, k_iters);
             if (p.iters == 0) continue;
@@ -356,15 +357,18 @@ TEST(Gemm, StreamKPartsCoverEveryKStepOnce) {
         for (int t = 0; t < shared; ++t) {
           const auto& ps = parts[size_t(t)];
           ASSERT_TRUE(!ps.empty() && ps.size() <= size_t(most)) << at << ", tile " << t;
-          if (shared > grid) ASSERT_LE(ps.size(), 2u) << at << ", tile " << t;
+          if (shared > grid) {
+            ASSERT_LE(ps.size(), 2u) << at << ", tile " << t;
+          }
           seen = std::max(seen, ps.size());
           three_parts = three_parts || ps.size() >= 3;
           for (size_t i = 0; i < ps.size(); ++i) {
             ASSERT_EQ(ps[i].count, int(ps.size())) << at << ", tile " << t;
             // blocks in increasing order hold increasing K ranges: the last block's part is which 0
             ASSERT_EQ(ps[i].which, int(ps.size() - 1 - i)) << at << ", tile " << t;
-            if (i > 0)
+            if (i > 0) {
               EXPECT_GE(ps[0].end + 1, ps[i].end) << at << ", tile " << t << ": the reducer would wait";
+            }
           }
           if (ps.size() == 2 && shared > grid) {  // ranges longer than a tile: the other part ends first
             EXPECT_GE(ps[0].end, ps[1].end) << at << ", tile " << t << ": the reducer would wait";
