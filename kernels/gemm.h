@@ -25,8 +25,9 @@ enum class consumer_schedule { cooperative, pingpong };
 // busy). Under the H200's power cap the SMs left idle by a partial wave give their power to the busy
 // ones, which then clock higher; so sharing the wave out pays only where it is far from full. Measured
 // (bench/RESULTS.md, fifteenth session): 8192^3 (52 % full) 1.027 -> 1.042 and 4096 x 14336 x 4096
-// (58 %) 0.998 -> 1.004, but 4096^3 (88 %) 1.00 -> 0.96. on: wherever there is a partial wave after
-// whole ones. off: never.
+// (58 %) 0.998 -> 1.004, 1792 x 3840 x 4096 (59 %) 2 % faster, but 70-80 % full last waves 3.5-4.5 %
+// slower and 4096^3 (88 %) 1.00 -> 0.96. on: wherever there is a partial wave after whole ones. off:
+// never.
 enum class stream_k_mode { automatic, off, on };
 
 // How a tile's result goes out (GemmSchedule::epilogue). automatic (the default): whole where plan_gemm
