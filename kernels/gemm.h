@@ -126,6 +126,10 @@ bool parse_split_reduce(const std::string& name, split_reduce& out);
 const char* consumer_schedule_name(consumer_schedule c);
 bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
 
+// "auto" / "0" / "1" (stream_k_mode automatic, off, on), and back (false for an unknown name).
+const char* stream_k_mode_name(stream_k_mode m);
+bool parse_stream_k_mode(const std::string& name, stream_k_mode& out);
+
 // Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).
 void check_gemm_shape(long long m, long long n, long long k);
 

@@ -23,9 +23,10 @@ void check_gemm_shape(long long m, long long n, long long k) {
   one("K", k);
 }
 
-// Stream-K for the tail: with T tiles on P blocks and T % P != 0, the last wave would leave SMs idle. The
-// tiles of the last full wave and of the partial one (P + T % P of them) are cut into equal K ranges
-// instead, one per block; the others stay whole (data-parallel). Returns how many tiles are shared.
+// Stream-K for the tail: with T tiles on P blocks and T % P != 0, the last wave would leave SMs idle. Its
+// T % P tiles are cut into equal K ranges instead, one per block (automatic: only where that wave is a
+// quarter to two thirds full; see stream_k_mode); the others stay whole (data-parallel). Returns how many
+// tiles are shared.
 int stream_k_tiles(int tiles, int grid, int k_iters, stream_k_mode mode) {
   if (mode == stream_k_mode::off || grid <= 0 || tiles <= grid || tiles % grid == 0) return 0;
   const int last = tiles % grid;              // the last wave's tiles
@@ -213,6 +214,14 @@ const char* consumer_schedule_name(consumer_schedule c) {
 bool parse_consumer_schedule(const std::string& name, consumer_schedule& out) {
   return parse_by_name(name, out, {consumer_schedule::cooperative, consumer_schedule::pingpong},
                        consumer_schedule_name);
+}
+
+const char* stream_k_mode_name(stream_k_mode m) {
+  return m == stream_k_mode::off ? "0" : m == stream_k_mode::on ? "1" : "auto";
+}
+bool parse_stream_k_mode(const std::string& name, stream_k_mode& out) {
+  return parse_by_name(name, out, {stream_k_mode::automatic, stream_k_mode::off, stream_k_mode::on},
+                       stream_k_mode_name);
 }
 
 uint16_t float_to_bf16_bits(float x) {

@@ -194,7 +194,7 @@ struct gemm_kernel {
   __host__ __device__ static int work_count(const globals& g) {
     if (KC) return g.tiles_m * g.tiles_n;  // the two blocks of a cluster share each item
     if (g.splits > 1) return g.tiles_m * g.tiles_n * g.splits;
-    // a block's K range touches at most 3 tiles (2 with the last wave's share: stream_k_part)
+    // stream_k_part's items j < 3 of every block (with the last wave's share, j = 2 is always empty)
     return g.dp_tiles + (g.sk_tiles > 0 ? 3 * g.grid : 0);
   }
   __device__ static segment segment_of(const globals& g, int work) {

@@ -74,6 +74,15 @@ TEST(Gemm, ConsumerScheduleNames) {
   split_reduce r = split_reduce::cluster;
   EXPECT_FALSE(parse_split_reduce("dsmem", r));
   EXPECT_EQ(r, split_reduce::cluster);
+  EXPECT_EQ(GemmSchedule{}.stream_k, stream_k_mode::automatic);
+  for (auto m : {stream_k_mode::automatic, stream_k_mode::off, stream_k_mode::on}) {
+    stream_k_mode back = m == stream_k_mode::on ? stream_k_mode::off : stream_k_mode::on;
+    EXPECT_TRUE(parse_stream_k_mode(stream_k_mode_name(m), back));
+    EXPECT_EQ(back, m);
+  }
+  stream_k_mode m = stream_k_mode::off;
+  EXPECT_FALSE(parse_stream_k_mode("2", m));
+  EXPECT_EQ(m, stream_k_mode::off);
 }
 
 // The epilogue a plan gets: automatic is the whole-tile epilogue for bf16 output on 128 x 256 tiles of

@@ -122,16 +122,9 @@ int run_gemm(Args& a) {
     if (*v != 0 && *v != 1) throw usage_error("metapipe gemm: --fixed-reducer is 0 or 1");
     sched.fixed_reducer = *v == 1;
   }
-  if (auto v = a.value({"--stream-k"})) {
-    if (*v == "auto")
-      sched.stream_k = kernels::stream_k_mode::automatic;
-    else if (*v == "0")
-      sched.stream_k = kernels::stream_k_mode::off;
-    else if (*v == "1")
-      sched.stream_k = kernels::stream_k_mode::on;
-    else
+  if (auto v = a.value({"--stream-k"}))
+    if (!kernels::parse_stream_k_mode(*v, sched.stream_k))
       throw usage_error("metapipe gemm: --stream-k is auto, 0 or 1, got '" + *v + "'");
-  }
   if (auto v = a.value({"--epilogue"})) {
     if (*v == "auto")
       sched.epilogue = kernels::epilogue_mode::automatic;
