@@ -3,8 +3,8 @@
 // takes its turn (block order); thread 0 reads 256 fixed lines through L2 (ld.global.cg), 16 dependent
 // reads of each line, twice, and times both rounds. Prints the SM of each block and the latency matrix (cycles), one SM per line:
 //   smid first[0..255] | min[0..255]
-// bench/gemm/s16-place.py splits the SMs in two from it. Standalone (needs a GPU):
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o l2probe bench/gemm/l2_partition_probe.cu
+// bench/gemm/s16-place.py splits the SMs in two from it.
+//   usage: build/bench/gemm/l2_partition_probe (built with the benchmarks; needs a GPU)
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <vector>
