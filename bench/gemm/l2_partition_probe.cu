@@ -1,8 +1,9 @@
 // Which SMs are near which half of the L2 (sixteenth session, bench/RESULTS.md): the latency of the same
 // lines differs by the reading SM, and the SMs fall into two groups of 66 on the H200. One block per SM
-// takes its turn (block order); thread 0 reads 256 fixed lines through L2 (ld.global.cg), 16 dependent
-// reads of each line, twice, and times both rounds. Prints the SM of each block and the latency matrix (cycles), one SM per line:
-//   smid first[0..255] | min[0..255]
+// (all resident at once: each waits for its turn on a global counter, in block order); thread 0 reads 256
+// fixed lines through L2 (ld.global.cg), 16 dependent reads of each line, in two rounds, and times each
+// round. Prints, one SM per line, its id and the cycles of both rounds for every line:
+//   smid round1[0..255] | round2[0..255]
 // bench/gemm/s16-place.py splits the SMs in two from it.
 //   usage: build/bench/gemm/l2_partition_probe (built with the benchmarks; needs a GPU)
 #include <cuda_runtime.h>
@@ -22,7 +23,7 @@ __device__ __forceinline__ unsigned ld_cg(const unsigned* p) {
   return v;
 }
 
-__global__ void probe(const unsigned* buf, unsigned* turn, unsigned* sm, unsigned* first, unsigned* best,
+__global__ void probe(const unsigned* buf, unsigned* turn, unsigned* sm, unsigned* round1, unsigned* round2,
                       unsigned* sink) {
   extern __shared__ unsigned char smem[];
   if (threadIdx.x != 0) return;
@@ -43,13 +44,13 @@ __global__ void probe(const unsigned* buf, unsigned* turn, unsigned* sm, unsigne
     for (int r = 0; r < 16; ++r) v = ld_cg(p + v);
     keep[0] = v;
     unsigned long long t1 = clk();
-    first[blockIdx.x * lines + i] = unsigned(t1 - t0);
+    round1[blockIdx.x * lines + i] = unsigned(t1 - t0);
     t0 = clk();
 #pragma unroll 1
     for (int r = 0; r < 16; ++r) v = ld_cg(p + v);
     keep[0] = v;
     t1 = clk();
-    best[blockIdx.x * lines + i] = unsigned(t1 - t0);
+    round2[blockIdx.x * lines + i] = unsigned(t1 - t0);
     acc += v;
   }
   sink[blockIdx.x] = acc;
@@ -62,17 +63,17 @@ int main() {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   const int smem = 200 * 1024;  // one block per SM (227 KiB would leave no room for the static word)
   cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  unsigned *buf, *turn, *sm, *first, *best, *sink;
+  unsigned *buf, *turn, *sm, *round1, *round2, *sink;
   const size_t bytes = size_t(lines) * (65536 + 32 * 32) + 4096;
   cudaMalloc(&buf, bytes);
   cudaMemset(buf, 0, bytes);
   cudaMalloc(&turn, 4);
   cudaMemset(turn, 0, 4);
   cudaMalloc(&sm, 4 * sms);
-  cudaMalloc(&first, 4 * sms * lines);
-  cudaMalloc(&best, 4 * sms * lines);
+  cudaMalloc(&round1, 4 * sms * lines);
+  cudaMalloc(&round2, 4 * sms * lines);
   cudaMalloc(&sink, 4 * sms);
-  probe<<<sms, 32, smem>>>(buf, turn, sm, first, best, sink);
+  probe<<<sms, 32, smem>>>(buf, turn, sm, round1, round2, sink);
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) e = cudaDeviceSynchronize();
   if (e != cudaSuccess) {
@@ -81,8 +82,8 @@ int main() {
   }
   std::vector<unsigned> hs(sms), hf(sms * lines), hb(sms * lines);
   cudaMemcpy(hs.data(), sm, 4 * sms, cudaMemcpyDeviceToHost);
-  cudaMemcpy(hf.data(), first, 4 * sms * lines, cudaMemcpyDeviceToHost);
-  cudaMemcpy(hb.data(), best, 4 * sms * lines, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hf.data(), round1, 4 * sms * lines, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hb.data(), round2, 4 * sms * lines, cudaMemcpyDeviceToHost);
   for (int b = 0; b < sms; ++b) {
     std::printf("%u", hs[b]);
     for (int i = 0; i < lines; ++i) std::printf(" %u", hf[b * lines + i]);

@@ -22,7 +22,7 @@ def binar(v):
     return [1 if x > med else 0 for x in v], s[len(s) // 4], s[3 * len(s) // 4]
 
 
-for which, idx in (("first", 1), ("min", 2)):
+for which, idx in (("round 1", 1), ("round 2", 2)):
     ref, _, _ = binar(rows[0][idx])
     agree = []
     for r in rows:
@@ -32,7 +32,7 @@ for which, idx in (("first", 1), ("min", 2)):
     print(which, "agreement with block 0's SM (smid:agree:q25:q75), first 24 SMs:")
     print(" ".join(f"{s}:{a:.2f}:{lo}:{hi}" for s, a, lo, hi in agree[:24]))
     print(which, "agreement histogram:", sorted(round(a, 1) for _, a, _, _ in agree))
-# halves from the fastest-of-three latencies (the per-SM pattern after its own first read)
+# halves from the second round (each SM has read every line once before it)
 ref, _, _ = binar(rows[0][2])
 half = {}
 for r in rows:

@@ -3,6 +3,7 @@
 # variants-s16-launch.txt (one build; the variants differ only in environment switches).
 # Ran on the experiment commits of the branch exp-launch (55b6a63..); its switches MP_EXP_LAUNCH_CLUSTER,
 # MP_EXP_PAIR_SPREAD were removed after the runs (bench/RESULTS.md, sixteenth session).
+# (The line loop, inline when it ran, is now bench/gemm/env-lines.sh.)
 export PATH=$PATH:/usr/local/cuda/bin; t0=$(date +%s)
 cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
   cmake --build --preset default -j"$(nproc)" --target metapipe cluster_occupancy >>"$OUT/build.log" 2>&1 ||
@@ -10,13 +11,5 @@ cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
 echo "build $(( $(date +%s) - t0 )) s"
 ./build/bench/gemm/cluster_occupancy 2>&1 | tee "$OUT/placement.log"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
-while IFS='|' read -r tag envs args; do
-  case "$tag" in ''|'#'*) continue ;; esac
-  printf "%-8s %-46s " "$tag" "$args"
-  echo "== $tag | $envs | $args" >>"$OUT/all.log"
-  env $envs timeout 60 ./build/tools/metapipe/metapipe gemm $args >/tmp/last.log 2>&1; rc=$?
-  cat /tmp/last.log >>"$OUT/all.log"
-  [ $rc = 0 ] || { echo "FAILED rc=$rc $(tail -2 /tmp/last.log | tr '\n' ' ')"; continue; }
-  grep -oE "ours: .*|cuBLAS: .*|ratio: +[0-9.]+x|FAIL.*|rel err [^,]*" /tmp/last.log | tr '\n' ' '; echo
-done <bench/gemm/variants-s16-launch.txt
+bash bench/gemm/env-lines.sh bench/gemm/variants-s16-launch.txt
 echo "all done $(( $(date +%s) - t0 )) s"

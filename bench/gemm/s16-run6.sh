@@ -2,6 +2,7 @@
 # (exp-launch, whose MP_EXP_* switches were removed after the runs; runs 4 and 5 ran earlier states of
 # the probe, which failed: bench/RESULTS.md): the L2-half probe, placement tables from it
 # (s16-place.py), then variants-s16-half.txt.
+# (The line loop, inline when it ran, is now bench/gemm/env-lines.sh.)
 export PATH=$PATH:/usr/local/cuda/bin; t0=$(date +%s)
 nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -o /tmp/l2probe bench/gemm/l2_partition_probe.cu &
 cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
@@ -13,13 +14,5 @@ echo "build $(( $(date +%s) - t0 )) s"
 /tmp/l2probe >/tmp/probe.txt 2>&1 || { echo "probe failed"; tail -3 /tmp/probe.txt; }; head -c 400 /tmp/probe.txt; echo
 mkdir -p /tmp/pl && python3 bench/gemm/s16-place.py /tmp/probe.txt "$OUT/placement.log" /tmp/pl 2>&1 | tee "$OUT/halves.txt" | cut -c1-900
 cp /tmp/pl/*.txt "$OUT/" 2>/dev/null
-while IFS='|' read -r tag envs args; do
-  case "$tag" in ''|'#'*) continue ;; esac
-  printf "%-8s %-46s " "$tag" "$args"
-  echo "== $tag | $envs | $args" >>"$OUT/all.log"
-  env $envs timeout 60 ./build/tools/metapipe/metapipe gemm $args >/tmp/last.log 2>&1; rc=$?
-  cat /tmp/last.log >>"$OUT/all.log"
-  [ $rc = 0 ] || { echo "FAILED rc=$rc $(tail -2 /tmp/last.log | tr '\n' ' ')"; continue; }
-  grep -oE "power: .*|ours: .*|cuBLAS: .*|ratio: +[0-9.]+x|FAIL.*|rel err [^,]*" /tmp/last.log | tr '\n' ' '; echo
-done <bench/gemm/variants-s16-half.txt
+bash bench/gemm/env-lines.sh bench/gemm/variants-s16-half.txt
 echo "all done $(( $(date +%s) - t0 )) s"
