@@ -1,5 +1,5 @@
 # Seventeenth session, run 2 (device tool: OUT=$OUT bash bench/gemm/s17-run2.sh), on the experiment branch
-# exp-nc3 (see s17-tall.sh): Nsight Compute of the default kernel and the self-fed 192-row kernel (tall0,
+# exp-nc3 (see env-tests-lines.sh): Nsight Compute of the default kernel and the self-fed 192-row kernel (tall0,
 # tall16) at 4096^3 A·B, one launch each, then variants-s17-tall2.txt.
 export PATH=$PATH:/usr/local/cuda/bin; t0=$(date +%s)
 cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
