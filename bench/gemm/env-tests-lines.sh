@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# One device call for an experiment behind environment switches: builds the CLI and the GEMM GPU tests
-# (./build), runs the tests named by TESTS once under each VAR=VALUE given (a switch that forces a new
-# kernel path must still pass them), then every line of FILE through bench/gemm/env-lines.sh.
+# One device call for an experiment behind environment switches: builds the CLI (./build) and, when
+# switches are given, the GEMM GPU tests, runs the tests named by TESTS once under each VAR=VALUE (a
+# switch that forces a new kernel path must still pass them), then every line of FILE through
+# bench/gemm/env-lines.sh.
 #   usage: OUT=DIR [TESTS=gtest-filter] bench/gemm/env-tests-lines.sh FILE [VAR=VALUE ...]
 # The seventeenth session's runs, on experiment branches whose code is not on main (its last states:
 # bench/gemm/runs/2026-12-01-s17-selffed.patch and 2026-12-01-s17-fold.patch; bench/RESULTS.md):
@@ -11,13 +12,13 @@
 # (They ran as two scripts with these steps, s17-tall.sh and s17-fold.sh, made into this one after.)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 1 ] || { sed -n '5p' "$0"; exit 2; }
+[ $# -ge 1 ] || { sed -n '6p' "$0"; exit 2; }
 list=$1; shift
 OUT="${OUT:-/tmp/gemm-env}"; mkdir -p "$OUT"
 TESTS="${TESTS:-SM90_Gemm.SmallAndOddMultiplesOf16:SM90_Gemm.LargeAndNonSquare:SM90_Gemm.BackToBackChains}"
 export PATH=$PATH:/usr/local/cuda/bin; t0=$(date +%s)
 cmake --preset default -DMP_BUILD_BENCH=ON >"$OUT/build.log" 2>&1 &&
-  cmake --build --preset default -j"$(nproc)" --target metapipe test_kernels_gemm_sm90 >>"$OUT/build.log" 2>&1 ||
+  cmake --build --preset default -j"$(nproc)" --target metapipe ${1:+test_kernels_gemm_sm90} >>"$OUT/build.log" 2>&1 ||
   { echo "BUILD FAILED"; tail -30 "$OUT/build.log"; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 tb=$(find build -name test_kernels_gemm_sm90 -type f | head -1)
