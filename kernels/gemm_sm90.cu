@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -66,6 +67,7 @@ struct gemm_globals {
   int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
   unsigned long long* trace;  // diagnostic timeline (GemmSchedule::trace; pc::trace_mark), or null
   int trace_blocks;
+  int l2_hint;  // exp-l2: L2 priorities, A + 4 B + 16 C with 0 normal (no hint), 1 evict_first, 2 evict_last
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -255,13 +257,24 @@ struct gemm_kernel {
     const int2 t = w.pos;
     const int kk = (w.k_first + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
-    tma::load_async(s.a, &g.a, full, w.row, kk);
     if constexpr (CS == 1) {
-      if constexpr (BT)
-        tma::load_async(s.b, &g.b, full, t.y * BN, kk);
-      else
-        tma::load_async(s.b, &g.b, full, kk, t.y * BN);
+      if (g.l2_hint & 15) {  // exp-l2
+        const uint64_t pa = tma::l2_policy(tma::l2_priority(g.l2_hint & 3));
+        const uint64_t pb = tma::l2_policy(tma::l2_priority((g.l2_hint >> 2) & 3));
+        tma::load_async_hint(s.a, &g.a, full, w.row, kk, pa);
+        if constexpr (BT)
+          tma::load_async_hint(s.b, &g.b, full, t.y * BN, kk, pb);
+        else
+          tma::load_async_hint(s.b, &g.b, full, kk, t.y * BN, pb);
+      } else {
+        tma::load_async(s.a, &g.a, full, w.row, kk);
+        if constexpr (BT)
+          tma::load_async(s.b, &g.b, full, t.y * BN, kk);
+        else
+          tma::load_async(s.b, &g.b, full, kk, t.y * BN);
+      }
     } else {
+      tma::load_async(s.a, &g.a, full, w.row, kk);
       const int rank = int(cluster_ctarank());
       if constexpr (BT) {
         tma::load_async_multicast(s.b.template subtile_rows<BN / 2>(rank), &g.b, full, 0b11,
@@ -476,8 +489,14 @@ struct gemm_kernel {
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
     if (leader) {  // the N stores as one bulk group
+      if (g.l2_hint >> 4) {  // exp-l2
+        const uint64_t pol = tma::l2_policy(tma::l2_priority((g.l2_hint >> 4) & 3));
 #pragma unroll
-      for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
+        for (int j = 0; j < N; ++j) tma::store_async_hint(&g.c, buf[j], row, col + j * CW, pol);
+      } else {
+#pragma unroll
+        for (int j = 0; j < N; ++j) tma::store_async(&g.c, buf[j], row, col + j * CW);
+      }
       tma::commit_group();
     }
   }
@@ -675,6 +694,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue == epilogue_mode::deferred;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
+  if (const char* e = std::getenv("MP_EXP_L2")) g.l2_hint = std::atoi(e);  // exp-l2
   const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
   g.iters_per_split = ks.per_split, g.splits = ks.splits;
   const int tiles = g.tiles_m * g.tiles_n;

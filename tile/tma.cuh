@@ -71,6 +71,37 @@ __device__ inline void prefetch_l2(const CUtensorMap* map, int row, int col, int
                  : "memory");
 }
 
+// L2 eviction priority of a load's or store's lines (createpolicy.fractional, applied to every line):
+// evict_first lines are the first candidates for replacement, evict_last lines the last. A policy is a
+// 64-bit value passed to the *_hint variants below.
+enum class l2_priority { normal = 0, evict_first = 1, evict_last = 2 };
+__device__ inline uint64_t l2_policy(l2_priority p) {
+  uint64_t r = 0;
+  if (p == l2_priority::evict_first)
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(r));
+  else if (p == l2_priority::evict_last)
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(r));
+  else
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(r));
+  return r;
+}
+// load_async with an L2 policy for the lines it reads.
+template <class ST>
+__device__ inline void load_async_hint(ST& dst, const CUtensorMap* map, semaphore& bar, int row, int col,
+                                       uint64_t policy, int d = 0, int b = 0) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+        "[%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(to),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b),
+        "r"(bar.addr()), "l"(policy)
+        : "memory");
+  }
+}
+
 // Store a tile to global memory (elements out of bounds are skipped). Completion: commit_group() then
 // wait_read<0>() before the shared tile is reused, or wait_all<0>() before the data is read elsewhere.
 template <class ST>
@@ -84,6 +115,21 @@ __device__ inline void store_async(const CUtensorMap* map, const ST& src, int ro
         "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
             reinterpret_cast<uint64_t>(map)),
         "r"(from), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b)
+        : "memory");
+  }
+}
+// store_async with an L2 policy for the lines it writes.
+template <class ST>
+__device__ inline void store_async_hint(const CUtensorMap* map, const ST& src, int row, int col, uint64_t policy,
+                                        int d = 0, int b = 0) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t from = src.smem_addr() + j * L::chunk_bytes;
+    asm volatile(
+        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], "
+        "%6;" ::"l"(reinterpret_cast<uint64_t>(map)),
+        "r"(from), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b), "l"(policy)
         : "memory");
   }
 }
