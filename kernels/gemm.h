@@ -44,6 +44,11 @@ enum class split_reduce { workspace, cluster };
 
 // How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
 // benchmarks turn features off to measure what each buys.
+// The L2 eviction priority a GEMM's TMA traffic gives an operand's lines (createpolicy with
+// .L2::cache_hint, tile/tma.cuh): normal (no hint), evict_first (the first lines L2 replaces: data used once)
+// or evict_last (the last: data used again).
+enum class l2_priority { normal = 0, evict_first = 1, evict_last = 2 };
+
 struct GemmSchedule {
   bool persistent = true;  // one block per SM walking tiles; false: one block per tile
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
@@ -104,6 +109,16 @@ struct GemmSchedule {
   // access), and lets the next kernel do the same. Only in builds with MP_PIPELINE_PDL=1
   // (tile/pipeline.cuh); otherwise ignored. Off: it measured slower at M = 128 (bench/RESULTS.md).
   bool overlap_launch = false;
+  // L2 eviction priorities of the A and B tiles the producer loads and of the C tiles the epilogue stores
+  // (cluster 2's multicast loads of B and the split partials take none). The default suits the grouped
+  // tile walk: a wave's blocks read each B column panel at nearly the same time (16 M-tiles of one N
+  // column run together), and each A row panel again in every column of the group, so A is kept, and B and
+  // the output C, which this kernel does not read again, go first. At 4096^3 that cut the DRAM reads of
+  // one launch from 145 to 112 MB (bench/RESULTS.md, eighteenth session). The trade: C leaves L2 sooner,
+  // so a kernel that reads it next is likelier to find it in DRAM; l2_c = normal keeps it.
+  l2_priority l2_a = l2_priority::evict_last;
+  l2_priority l2_b = l2_priority::evict_first;
+  l2_priority l2_c = l2_priority::evict_first;
   // Diagnostic timeline: a device buffer of trace_blocks * gemm_trace_points values; block b < trace_blocks
   // writes the global timer (ns) at each point of gemm_trace_point_names (the SM number last). null: off.
   unsigned long long* trace = nullptr;
@@ -128,6 +143,9 @@ bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
 
 // "auto" / "0" / "1" (stream_k_mode automatic, off, on), and back (false for an unknown name).
 const char* stream_k_mode_name(stream_k_mode m);
+// "normal" / "first" / "last", and back (false for an unknown name).
+const char* l2_priority_name(l2_priority p);
+bool parse_l2_priority(const std::string& name, l2_priority& out);
 bool parse_stream_k_mode(const std::string& name, stream_k_mode& out);
 
 // Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).

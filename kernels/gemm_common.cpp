@@ -224,6 +224,14 @@ bool parse_stream_k_mode(const std::string& name, stream_k_mode& out) {
                        stream_k_mode_name);
 }
 
+const char* l2_priority_name(l2_priority p) {
+  return p == l2_priority::evict_first ? "first" : p == l2_priority::evict_last ? "last" : "normal";
+}
+bool parse_l2_priority(const std::string& name, l2_priority& out) {
+  return parse_by_name(name, out, {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last},
+                       l2_priority_name);
+}
+
 uint16_t float_to_bf16_bits(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);

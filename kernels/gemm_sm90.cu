@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -67,7 +66,9 @@ struct gemm_globals {
   int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
   unsigned long long* trace;  // diagnostic timeline (GemmSchedule::trace; pc::trace_mark), or null
   int trace_blocks;
-  int l2_hint;  // exp-l2: L2 priorities, A + 4 B + 16 C with 0 normal (no hint), 1 evict_first, 2 evict_last
+  // L2 priorities of the loads of A and B and the stores of C (GemmSchedule::l2_a, l2_b, l2_c), as
+  // a + 4 b + 16 c of tma::l2_priority values; 0: no hints.
+  int l2_hint;
 };
 
 // PP: the ping-pong schedule. A work item is then a tile of one consumer warpgroup (the template of
@@ -258,7 +259,7 @@ struct gemm_kernel {
     const int kk = (w.k_first + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());  // own A, all of B (half from the peer)
     if constexpr (CS == 1) {
-      if (g.l2_hint & 15) {  // exp-l2
+      if (g.l2_hint & 15) {
         const uint64_t pa = tma::l2_policy(tma::l2_priority(g.l2_hint & 3));
         const uint64_t pb = tma::l2_policy(tma::l2_priority((g.l2_hint >> 2) & 3));
         tma::load_async_hint(s.a, &g.a, full, w.row, kk, pa);
@@ -489,7 +490,7 @@ struct gemm_kernel {
     named_barrier_sync(bar, warpgroup_threads);
     if constexpr (N > 1) pc::trace_mark(g, pc::trace_epilogue_written);
     if (leader) {  // the N stores as one bulk group
-      if (g.l2_hint >> 4) {  // exp-l2
+      if (g.l2_hint >> 4) {
         const uint64_t pol = tma::l2_policy(tma::l2_priority((g.l2_hint >> 4) & 3));
 #pragma unroll
         for (int j = 0; j < N; ++j) tma::store_async_hint(&g.c, buf[j], row, col + j * CW, pol);
@@ -694,7 +695,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue == epilogue_mode::deferred;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
-  if (const char* e = std::getenv("MP_EXP_L2")) g.l2_hint = std::atoi(e);  // exp-l2
+  g.l2_hint = int(s.l2_a) + 4 * int(s.l2_b) + 16 * int(s.l2_c);
   const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
   g.iters_per_split = ks.per_split, g.splits = ks.splits;
   const int tiles = g.tiles_m * g.tiles_n;

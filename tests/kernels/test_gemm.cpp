@@ -83,6 +83,18 @@ TEST(Gemm, ConsumerScheduleNames) {
   stream_k_mode m = stream_k_mode::off;
   EXPECT_FALSE(parse_stream_k_mode("2", m));
   EXPECT_EQ(m, stream_k_mode::off);
+  // L2 priorities: the default keeps A and lets B and C go first (GemmSchedule::l2_a)
+  EXPECT_EQ(GemmSchedule{}.l2_a, l2_priority::evict_last);
+  EXPECT_EQ(GemmSchedule{}.l2_b, l2_priority::evict_first);
+  EXPECT_EQ(GemmSchedule{}.l2_c, l2_priority::evict_first);
+  for (auto p : {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last}) {
+    l2_priority back = p == l2_priority::normal ? l2_priority::evict_last : l2_priority::normal;
+    EXPECT_TRUE(parse_l2_priority(l2_priority_name(p), back));
+    EXPECT_EQ(back, p);
+  }
+  l2_priority p = l2_priority::evict_first;
+  EXPECT_FALSE(parse_l2_priority("evict_first", p));
+  EXPECT_EQ(p, l2_priority::evict_first);
 }
 
 // The epilogue a plan gets: automatic is the whole-tile epilogue for bf16 output on 128 x 256 tiles of

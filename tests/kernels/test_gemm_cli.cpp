@@ -51,7 +51,11 @@ TEST(GemmCli, ScheduleOptionsAreChecked) {
                               {"--split-lead -1", "--split-lead"},
                               {"--batch-ms 0", "--batch-ms"},
                               {"--batch-ms 5000", "--batch-ms"},
-                              {"--batch-ms 2x", "--batch-ms"}}) {
+                              {"--batch-ms 2x", "--batch-ms"},
+                              {"--l2 last,first", "--l2"},
+                              {"--l2 last,first,first,first", "--l2"},
+                              {"--l2 last,first,keep", "--l2"},
+                              {"--l2 off", "--l2"}}) {
     auto r = run(std::string("gemm 64 64 64 ") + args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
     EXPECT_NE(r.out.find(option), std::string::npos) << args << ": " << r.out;

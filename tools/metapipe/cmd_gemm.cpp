@@ -125,6 +125,23 @@ int run_gemm(Args& a) {
   if (auto v = a.value({"--stream-k"}))
     if (!kernels::parse_stream_k_mode(*v, sched.stream_k))
       throw usage_error("metapipe gemm: --stream-k is auto, 0 or 1, got '" + *v + "'");
+  if (auto v = a.value({"--l2"})) {  // A,B,C priorities, or none
+    const std::string err = "metapipe gemm: --l2 is none or three of normal|first|last for A,B,C (e.g. "
+                            "last,first,first), got '" + *v + "'";
+    if (*v == "none") {
+      sched.l2_a = sched.l2_b = sched.l2_c = kernels::l2_priority::normal;
+    } else {
+      kernels::l2_priority* to[3] = {&sched.l2_a, &sched.l2_b, &sched.l2_c};
+      size_t from = 0;
+      for (int i = 0; i < 3; ++i) {
+        const size_t comma = i < 2 ? v->find(',', from) : v->size();
+        if (comma == std::string::npos || !kernels::parse_l2_priority(v->substr(from, comma - from), *to[i]))
+          throw usage_error(err);
+        from = comma + 1;
+      }
+      if (from != v->size() + 1) throw usage_error(err);
+    }
+  }
   if (auto v = a.value({"--epilogue"})) {
     if (*v == "auto")
       sched.epilogue = kernels::epilogue_mode::automatic;
@@ -282,6 +299,9 @@ MP_REGISTER_COMMAND(
     "                   whole (bf16, 128 x 256 tiles, cluster 1): all chunks at once, one\n"
     "                   ring stage fewer; deferred (bf16): the last two chunks during the\n"
     "                   next tile's first K steps\n"
+    "  --l2 A,B,C       L2 eviction priorities of the A and B loads and the C stores, each\n"
+    "                   normal, first or last (default last,first,first: A kept for reuse,\n"
+    "                   B and C replaced first); none: no hints\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0, 1 or 2\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
