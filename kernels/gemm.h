@@ -46,8 +46,10 @@ enum class split_reduce { workspace, cluster };
 // benchmarks turn features off to measure what each buys.
 // The L2 eviction priority a GEMM's TMA traffic gives an operand's lines (createpolicy with
 // .L2::cache_hint, tile/tma.cuh): normal (no hint), evict_first (the first lines L2 replaces: data used once)
-// or evict_last (the last: data used again).
-enum class l2_priority { normal = 0, evict_first = 1, evict_last = 2 };
+// or evict_last (the last: data used again); automatic: chosen from the shape (plan_gemm).
+enum class l2_priority { normal = 0, evict_first = 1, evict_last = 2, automatic = 3 };
+// The L2 of the GPU plan_gemm assumes when none is given (an H200's, 60 MiB).
+constexpr long long h200_l2_bytes = 60ll << 20;
 
 struct GemmSchedule {
   bool persistent = true;  // one block per SM walking tiles; false: one block per tile
@@ -110,15 +112,20 @@ struct GemmSchedule {
   // (tile/pipeline.cuh); otherwise ignored. Off: it measured slower at M = 128 (bench/RESULTS.md).
   bool overlap_launch = false;
   // L2 eviction priorities of the A and B tiles the producer loads and of the C tiles the epilogue stores
-  // (cluster 2's multicast loads of B and the split partials take none). The default suits the grouped
-  // tile walk: a wave's blocks read each B column panel at nearly the same time (16 M-tiles of one N
-  // column run together), and each A row panel again in every column of the group, so A is kept, and B and
-  // the output C, which this kernel does not read again, go first. At 4096^3 that cut the DRAM reads of
-  // one launch from 145 to 112 MB (bench/RESULTS.md, eighteenth session). The trade: C leaves L2 sooner,
-  // so a kernel that reads it next is likelier to find it in DRAM; l2_c = normal keeps it.
-  l2_priority l2_a = l2_priority::evict_last;
-  l2_priority l2_b = l2_priority::evict_first;
-  l2_priority l2_c = l2_priority::evict_first;
+  // (cluster 2's multicast loads of B and the split partials take none). automatic (each one's default)
+  // is plan_gemm's choice: where the operands do not fit in L2 together (A + B + C > L2 / 2) and the A
+  // rows one group of tiles reuses do with room to spare (group_m 128-row tiles x K x 2 bytes <= L2 / 3),
+  // A is kept (evict_last) and B and C go first (evict_first); otherwise no hints. That suits the grouped
+  // tile walk: a wave's blocks read each B column panel at nearly the same time (the group's M-tiles of
+  // one N column run together) and each A row panel again in every column of the group; the output C is
+  // not read again by this kernel. Measured (bench/RESULTS.md, eighteenth session): at 4096^3 A·B the DRAM
+  // reads of a launch fell from 145 to 112 MB and the ratio to cuBLAS rose from 0.997-1.001 to 1.004-1.008;
+  // where the A panel is large (8192^3: 32 MiB; the down-projection: 56 MiB) keeping it cost 2 points,
+  // hence the limit. The trade: C leaves L2 sooner, so a kernel that reads it next is likelier to find it
+  // in DRAM; l2_c = normal keeps it. An explicit priority overrides the automatic one of its operand.
+  l2_priority l2_a = l2_priority::automatic;
+  l2_priority l2_b = l2_priority::automatic;
+  l2_priority l2_c = l2_priority::automatic;
   // Diagnostic timeline: a device buffer of trace_blocks * gemm_trace_points values; block b < trace_blocks
   // writes the global timer (ns) at each point of gemm_trace_point_names (the SM number last). null: off.
   unsigned long long* trace = nullptr;
@@ -143,7 +150,7 @@ bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
 
 // "auto" / "0" / "1" (stream_k_mode automatic, off, on), and back (false for an unknown name).
 const char* stream_k_mode_name(stream_k_mode m);
-// "normal" / "first" / "last", and back (false for an unknown name).
+// "normal" / "first" / "last" / "auto", and back (false for an unknown name).
 const char* l2_priority_name(l2_priority p);
 bool parse_l2_priority(const std::string& name, l2_priority& out);
 bool parse_stream_k_mode(const std::string& name, stream_k_mode& out);
@@ -170,8 +177,12 @@ struct GemmPlan {
   bool cluster_reduce = false;  // split_reduce::cluster: the 2 splits of a tile are one cluster's blocks
   int split_lead = 0;           // GemmSchedule::split_lead as planned (0 unless splits > 1)
   bool whole_tile = false;      // the whole-tile epilogue (epilogue_mode::whole)
+  // GemmSchedule::l2_a, l2_b, l2_c with `automatic` resolved (never automatic here)
+  l2_priority l2_a = l2_priority::normal, l2_b = l2_priority::normal, l2_c = l2_priority::normal;
 };
-GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms, out_type out = out_type::bf16);
+// The schedule of an M x N x K GEMM on a GPU with `sms` SMs and `l2_bytes` of L2.
+GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& sched, int sms, out_type out = out_type::bf16,
+                   long long l2_bytes = h200_l2_bytes);
 // How split-K cuts a tile's k_iters K steps (of 64) into splits (shared by the kernel and its CPU tests):
 // every split but the last takes `per_split` steps, the last the rest. With a lead (plan_gemm keeps
 // 0 <= lead < ceil(k_iters / splits)), per_split is an even share less the lead and the last split takes

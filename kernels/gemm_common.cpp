@@ -34,7 +34,7 @@ int stream_k_tiles(int tiles, int grid, int k_iters, stream_k_mode mode) {
   if (mode == stream_k_mode::automatic && (3 * last > 2 * grid || 4 * last < grid)) return 0;
   return last;
 }
-GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type out) {
+GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type out, long long l2_bytes) {
   check_gemm_shape(m, n, k);
   MP_USER_CHECK(sms > 0, "gemm: the GPU's SM count must be positive, got ", sms, " (is a GPU present?)");
   const bool pingpong = s.consumers == consumer_schedule::pingpong;
@@ -159,7 +159,20 @@ GemmPlan plan_gemm(int m, int n, int k, const GemmSchedule& s, int sms, out_type
   const bool whole = s.epilogue == epilogue_mode::whole ||
                      (s.epilogue == epilogue_mode::automatic && whole_fits && s.persistent && tiles > sms);
   const int sk_tiles = sk ? stream_k_tiles(tiles, sms, k_iters, s.stream_k) : 0;
-  return {bm, bn, splits, tiles, cluster, pingpong, sk_tiles, cr, lead, whole};
+  GemmPlan plan{bm, bn, splits, tiles, cluster, pingpong, sk_tiles, cr, lead, whole};
+  // L2 priorities (GemmSchedule::l2_a): keep A's rows and let B and C go first where the operands do not
+  // fit in L2 together and the A rows a group of tiles shares fit in a third of it; else no hints.
+  MP_USER_CHECK(l2_bytes > 0, "gemm: the GPU's L2 size must be positive, got ", l2_bytes, " bytes");
+  const long long group_rows = std::min<long long>(std::max(1, s.group_m), (m + bm - 1) / bm) * bm * cluster;
+  const long long operands = 2ll * (1ll * m * k + 1ll * k * n) + (out == out_type::f32 ? 4ll : 2ll) * m * n;
+  const bool keep_a = 2 * operands > l2_bytes && 3 * (group_rows * k * 2) <= l2_bytes;
+  auto pick = [](l2_priority asked, l2_priority chosen) {
+    return asked == l2_priority::automatic ? chosen : asked;
+  };
+  plan.l2_a = pick(s.l2_a, keep_a ? l2_priority::evict_last : l2_priority::normal);
+  plan.l2_b = pick(s.l2_b, keep_a ? l2_priority::evict_first : l2_priority::normal);
+  plan.l2_c = pick(s.l2_c, keep_a ? l2_priority::evict_first : l2_priority::normal);
+  return plan;
 }
 
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
@@ -175,7 +188,11 @@ std::string describe_plan(const GemmPlan& p, const GemmSchedule& s) {
                 p.pingpong ? "pingpong, " : "", p.bm, p.bn, p.tiles, sk, p.splits, split.c_str(), p.cluster,
                 s.persistent ? "persistent" : "one-block-per-tile",
                 p.whole_tile ? ", whole-tile epilogue" : "");
-  return buf;
+  std::string d = buf;
+  if (p.l2_a != l2_priority::normal || p.l2_b != l2_priority::normal || p.l2_c != l2_priority::normal)
+    d += std::string(", L2 A ") + l2_priority_name(p.l2_a) + " B " + l2_priority_name(p.l2_b) + " C " +
+         l2_priority_name(p.l2_c);
+  return d;
 }
 
 const char* const gemm_trace_point_names[gemm_trace_times] = {"block start",
@@ -225,10 +242,15 @@ bool parse_stream_k_mode(const std::string& name, stream_k_mode& out) {
 }
 
 const char* l2_priority_name(l2_priority p) {
-  return p == l2_priority::evict_first ? "first" : p == l2_priority::evict_last ? "last" : "normal";
+  return p == l2_priority::evict_first  ? "first"
+         : p == l2_priority::evict_last ? "last"
+         : p == l2_priority::automatic  ? "auto"
+                                        : "normal";
 }
 bool parse_l2_priority(const std::string& name, l2_priority& out) {
-  return parse_by_name(name, out, {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last},
+  return parse_by_name(name, out,
+                       {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last,
+                        l2_priority::automatic},
                        l2_priority_name);
 }
 

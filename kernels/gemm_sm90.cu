@@ -66,7 +66,7 @@ struct gemm_globals {
   int deferred;     // deferred epilogue (GemmSchedule::epilogue), where the kernel can defer
   unsigned long long* trace;  // diagnostic timeline (GemmSchedule::trace; pc::trace_mark), or null
   int trace_blocks;
-  // L2 priorities of the loads of A and B and the stores of C (GemmSchedule::l2_a, l2_b, l2_c), as
+  // L2 priorities of the loads of A and B and the stores of C (GemmPlan::l2_a, l2_b, l2_c), as
   // a + 4 b + 16 c of tma::l2_priority values; 0: no hints.
   int l2_hint;
 };
@@ -596,6 +596,10 @@ struct gemm_kernel {
   }
 };
 
+static_assert(int(l2_priority::normal) == int(tma::l2_priority::normal) &&
+                  int(l2_priority::evict_first) == int(tma::l2_priority::evict_first) &&
+                  int(l2_priority::evict_last) == int(tma::l2_priority::evict_last),
+              "gemm.h's L2 priorities must match tile/tma.cuh's (GemmPlan's go to the kernel as numbers)");
 static_assert(pc::trace_points == gemm_trace_points && pc::trace_steps == gemm_trace_times + 1 &&
                   pc::trace_step_count == gemm_trace_step_count,
               "gemm.h's trace layout must match tile/pipeline.cuh's");
@@ -605,7 +609,7 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 GemmPlan make_plan(int m, int n, int k, const GemmSchedule& s, out_type out) {
-  return plan_gemm(m, n, k, s, pc::device_sm_count(), out);
+  return plan_gemm(m, n, k, s, pc::device_sm_count(), out, pc::device_l2_bytes());
 }
 
 // Tensor maps are encoded once per (tile type, pointer, shape) and reused: encoding costs microseconds
@@ -695,7 +699,7 @@ void run(const void* a, const void* b, void* c, int m, int n, int k, cudaStream_
   g.compute_only = s.compute_only;
   g.deferred = s.epilogue == epilogue_mode::deferred;
   g.trace = s.trace, g.trace_blocks = s.trace_blocks;
-  g.l2_hint = int(s.l2_a) + 4 * int(s.l2_b) + 16 * int(s.l2_c);
+  g.l2_hint = int(p.l2_a) + 4 * int(p.l2_b) + 16 * int(p.l2_c);
   const KSplit ks = k_split(g.k_iters, p.splits, p.split_lead);
   g.iters_per_split = ks.per_split, g.splits = ks.splits;
   const int tiles = g.tiles_m * g.tiles_n;

@@ -266,6 +266,16 @@ inline int device_sm_count() {
   return n;
 }
 
+inline long long device_l2_bytes() {
+  static long long n = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev);
+    return static_cast<long long>(v);
+  }();
+  return n;
+}
+
 template <class K>
 __global__ void __launch_bounds__(traits<K>::threads, 1)
     kernel(const __grid_constant__ typename K::globals g) {

@@ -83,11 +83,10 @@ TEST(Gemm, ConsumerScheduleNames) {
   stream_k_mode m = stream_k_mode::off;
   EXPECT_FALSE(parse_stream_k_mode("2", m));
   EXPECT_EQ(m, stream_k_mode::off);
-  // L2 priorities: the default keeps A and lets B and C go first (GemmSchedule::l2_a)
-  EXPECT_EQ(GemmSchedule{}.l2_a, l2_priority::evict_last);
-  EXPECT_EQ(GemmSchedule{}.l2_b, l2_priority::evict_first);
-  EXPECT_EQ(GemmSchedule{}.l2_c, l2_priority::evict_first);
-  for (auto p : {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last}) {
+  EXPECT_EQ(GemmSchedule{}.l2_a, l2_priority::automatic);
+  EXPECT_EQ(GemmSchedule{}.l2_b, l2_priority::automatic);
+  EXPECT_EQ(GemmSchedule{}.l2_c, l2_priority::automatic);
+  for (auto p : {l2_priority::normal, l2_priority::evict_first, l2_priority::evict_last, l2_priority::automatic}) {
     l2_priority back = p == l2_priority::normal ? l2_priority::evict_last : l2_priority::normal;
     EXPECT_TRUE(parse_l2_priority(l2_priority_name(p), back));
     EXPECT_EQ(back, p);
@@ -95,6 +94,53 @@ TEST(Gemm, ConsumerScheduleNames) {
   l2_priority p = l2_priority::evict_first;
   EXPECT_FALSE(parse_l2_priority("evict_first", p));
   EXPECT_EQ(p, l2_priority::evict_first);
+}
+
+// The L2 priorities a plan gets (GemmSchedule::l2_a): A kept, B and C first where the operands overflow
+// half the L2 and a tile group's A rows fit in a third of it; no hints otherwise; an explicit priority
+// wins over the automatic one of its operand.
+TEST(Gemm, PlanPicksTheL2Priorities) {
+  const long long l2 = h200_l2_bytes;  // 60 MiB: the limit for a group's A rows is 20 MiB
+  auto plan = [&](int m, int n, int k, GemmSchedule s = {}, long long l2_bytes = h200_l2_bytes) {
+    return plan_gemm(m, n, k, s, 132, out_type::bf16, l2_bytes);
+  };
+  auto hinted = [](const GemmPlan& p) {
+    return p.l2_a == l2_priority::evict_last && p.l2_b == l2_priority::evict_first &&
+           p.l2_c == l2_priority::evict_first;
+  };
+  auto plain = [](const GemmPlan& p) {
+    return p.l2_a == l2_priority::normal && p.l2_b == l2_priority::normal && p.l2_c == l2_priority::normal;
+  };
+  EXPECT_TRUE(hinted(plan(4096, 4096, 4096)));      // 96 MiB of operands; 16 x 128 rows x 4096: 16 MiB
+  EXPECT_TRUE(hinted(plan(4096, 14336, 4096)));     // the up-projection: the same A rows
+  EXPECT_TRUE(hinted(plan(8192, 128256, 4096)));    // the lm-head
+  EXPECT_TRUE(hinted(plan(128, 4096, 4096)));       // 35 MiB of operands; A is 1 MiB
+  EXPECT_TRUE(plain(plan(8192, 8192, 8192)));       // 16 x 128 rows x 8192: 32 MiB
+  EXPECT_TRUE(plain(plan(16384, 4096, 14336)));     // the down-projection: 56 MiB of A rows
+  EXPECT_TRUE(plain(plan(2048, 2048, 2048)));       // 24 MiB: fits in L2 as it is
+  EXPECT_TRUE(hinted(plan(2048, 2048, 2048, {}, l2 / 2)));  // on a GPU with half the L2 (8 MiB of A rows)
+  EXPECT_TRUE(plain(plan(2048, 2048, 2048, {}, l2 / 4)));   // a quarter: 8 MiB of A rows > 5 MiB
+  EXPECT_TRUE(plain(plan(4096, 4096, 4096, {}, l2 / 2)));   // 16 MiB of A rows > 10 MiB
+  GemmSchedule s;
+  s.group_m = 8;  // 8 MiB of A rows at 8192^3
+  EXPECT_TRUE(hinted(plan(8192, 8192, 8192, s)));
+  s = {};
+  s.cluster = 2;  // a group counts M-tile pairs: 32 MiB of A rows at 4096^3
+  EXPECT_TRUE(plain(plan(4096, 4096, 4096, s)));
+  s = {};
+  s.l2_c = l2_priority::normal;  // explicit for C, automatic for A and B
+  auto p = plan(4096, 4096, 4096, s);
+  EXPECT_EQ(p.l2_a, l2_priority::evict_last);
+  EXPECT_EQ(p.l2_b, l2_priority::evict_first);
+  EXPECT_EQ(p.l2_c, l2_priority::normal);
+  s.l2_a = l2_priority::evict_first;  // explicit where the automatic choice is no hint
+  p = plan(8192, 8192, 8192, s);
+  EXPECT_EQ(p.l2_a, l2_priority::evict_first);
+  EXPECT_EQ(p.l2_b, l2_priority::normal);
+  EXPECT_EQ(describe_plan(p, s),
+            "128x256x64 tiles, 2048 tiles, stream-K over the last 68, split-K 1, cluster 1, persistent grid, "
+            "whole-tile epilogue, L2 A first B normal C normal");
+  EXPECT_THROW(plan(4096, 4096, 4096, {}, 0), mp::user_error);
 }
 
 // The epilogue a plan gets: automatic is the whole-tile epilogue for bf16 output on 128 x 256 tiles of
@@ -108,7 +154,8 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   EXPECT_TRUE(plan(4096, 14336, 4096).whole_tile);  // 1792 tiles
   EXPECT_TRUE(plan(4096, 4096, 4096).whole_tile);   // 512 tiles
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096), {}),
-            "128x256x64 tiles, 512 tiles, split-K 1, cluster 1, persistent grid, whole-tile epilogue");
+            "128x256x64 tiles, 512 tiles, split-K 1, cluster 1, persistent grid, whole-tile epilogue, L2 A last "
+            "B first C first");
   EXPECT_FALSE(plan(2048, 2048, 2048).whole_tile);                     // 128 tiles <= 132 SMs
   EXPECT_FALSE(plan(4096, 4096, 4096, {}, out_type::f32).whole_tile);  // f32 output
   EXPECT_FALSE(plan(128, 4096, 4096).whole_tile);                      // 64-row tiles
@@ -121,7 +168,7 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   EXPECT_TRUE(plan(4096, 14336, 4096, s).whole_tile);
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096, s), s),
             "128x256x64 tiles, 512 tiles, stream-K over the last 116, split-K 1, cluster 1, persistent grid, "
-            "whole-tile epilogue");
+            "whole-tile epilogue, L2 A last B first C first");
   s = {};
   s.persistent = false;  // one tile per block
   EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
@@ -172,24 +219,26 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.splits, 2);
   EXPECT_FALSE(p.cluster_reduce);  // through the global workspace by default
   EXPECT_EQ(describe_plan(p, {}),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid");
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid, L2 A last B "
+            "first C first");
   EXPECT_EQ(p.split_lead, 3);  // chosen: about 6 K steps between the first split's end and the last's
   GemmSchedule lead;
   lead.split_lead = 5;  // the first split 5 K steps short of 32, the second 5 over
   const GemmPlan pl = plan(128, 4096, 4096, lead);
   EXPECT_EQ(pl.split_lead, 5);
   EXPECT_EQ(describe_plan(pl, lead),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 5 K steps), cluster 1, persistent grid");
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 5 K steps), cluster 1, persistent grid, L2 A last B "
+            "first C first");
   lead.split_lead = 0;  // even splits
   EXPECT_EQ(describe_plan(plan(128, 4096, 4096, lead), lead),
-            "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid");
+            "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid, L2 A last B first C first");
   GemmSchedule cr;
   cr.reduce = split_reduce::cluster;  // opt-in: the two K halves on a block pair, added through DSMEM
   p = plan(128, 4096, 4096, cr);
   EXPECT_TRUE(p.cluster_reduce);
   EXPECT_EQ(describe_plan(p, cr),
             "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster pair), cluster 1, "
-            "persistent grid");
+            "persistent grid, L2 A last B first C first");
   p = plan(64, 4096, 4096);
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.tiles, 32);

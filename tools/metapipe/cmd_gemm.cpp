@@ -125,11 +125,12 @@ int run_gemm(Args& a) {
   if (auto v = a.value({"--stream-k"}))
     if (!kernels::parse_stream_k_mode(*v, sched.stream_k))
       throw usage_error("metapipe gemm: --stream-k is auto, 0 or 1, got '" + *v + "'");
-  if (auto v = a.value({"--l2"})) {  // A,B,C priorities, or none
-    const std::string err = "metapipe gemm: --l2 is none or three of normal|first|last for A,B,C (e.g. "
-                            "last,first,first), got '" + *v + "'";
-    if (*v == "none") {
-      sched.l2_a = sched.l2_b = sched.l2_c = kernels::l2_priority::normal;
+  if (auto v = a.value({"--l2"})) {  // A,B,C priorities, or none, or auto
+    const std::string err = "metapipe gemm: --l2 is auto, none, or three of normal|first|last|auto for "
+                            "A,B,C (e.g. last,first,first), got '" + *v + "'";
+    if (*v == "none" || *v == "auto") {
+      sched.l2_a = sched.l2_b = sched.l2_c =
+          *v == "none" ? kernels::l2_priority::normal : kernels::l2_priority::automatic;
     } else {
       kernels::l2_priority* to[3] = {&sched.l2_a, &sched.l2_b, &sched.l2_c};
       size_t from = 0;
@@ -195,11 +196,12 @@ int run_gemm(Args& a) {
   if (plan_only) {  // the schedule the shape gets, computed on the host: no GPU needed
     const bool hopper = gpu && gpu_is_hopper(*gpu);
     const int count = sms ? int(*sms) : hopper ? gpu->sm_count : 132;
-    const std::string on = sms      ? std::to_string(count) + " SMs (--sms)"
+    const std::string on = sms      ? std::to_string(count) + " SMs (--sms)" + (hopper ? "" : ", an H200's 60 MiB of L2")
                            : hopper ? gpu->name + ", " + std::to_string(count) + " SMs"
-                                    : "132 SMs, an H200's (no Hopper GPU here; --sms sets another count)";
+                                    : "132 SMs and 60 MiB of L2, an H200's (no Hopper GPU here; --sms sets another SM count)";
     const auto p = kernels::plan_gemm(int(mnk[0]), int(mnk[1]), int(mnk[2]), sched, count,
-                                      out == "f32" ? kernels::out_type::f32 : kernels::out_type::bf16);
+                                      out == "f32" ? kernels::out_type::f32 : kernels::out_type::bf16,
+                                      hopper ? (long long)gpu->l2_bytes : kernels::h200_l2_bytes);
     std::cout << "gemm " << mnk[0] << " x " << mnk[1] << " x " << mnk[2]
               << ": C = " << (bt ? "A * B^T" : "A * B") << ", " << out << " output, planned for " << on
               << "\n"
@@ -273,7 +275,7 @@ MP_REGISTER_COMMAND(
     "                 counter lags, which blurs the two energies toward each other)\n"
     "  --no-time      check only\n"
     "  --plan         print the schedule the shape gets and stop (no GPU needed; on the GPU\n"
-    "                 present, else an H200's 132 SMs)\n"
+    "                 present, else an H200's 132 SMs and 60 MiB of L2)\n"
     "  --sms N        with --plan: plan for N SMs\n\n"
     "schedule options (the defaults are chosen from the shape):\n"
     "  --block-m N      tile height: 128 (two consumer warpgroups; 128 or 256 wide) or 64\n"
@@ -300,8 +302,9 @@ MP_REGISTER_COMMAND(
     "                   ring stage fewer; deferred (bf16): the last two chunks during the\n"
     "                   next tile's first K steps\n"
     "  --l2 A,B,C       L2 eviction priorities of the A and B loads and the C stores, each\n"
-    "                   normal, first or last (default last,first,first: A kept for reuse,\n"
-    "                   B and C replaced first); none: no hints\n"
+    "                   normal, first, last or auto; none: no hints; auto (default): A kept\n"
+    "                   (last), B and C replaced first where the operands overflow L2 and\n"
+    "                   a tile group's A rows fit in a third of it, else none\n"
     "  --mma-pending N  wgmma groups left in flight per K step, 0, 1 or 2\n"
     "  --prefetch N     prefetch A and B tiles into L2 N K steps ahead (0: off)\n"
     "  --data-only      diagnostic: time the loads alone (no wgmma; the result is not\n"
