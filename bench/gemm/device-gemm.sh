@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/gemm-out}"; mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=1; sweep=0; bench=1; bench_args="--layout both"
+tests=1; sweep=0; bench=1; bench_args="--layout both --schedule cooperative"
 while [ $# -gt 0 ]; do case "$1" in --no-tests) tests=0;; --sweep) sweep=1;; --no-bench) bench=0;; --bench) bench_args="$2"; shift;; esac; shift; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv | tee "$OUT/card.txt"
 t0=$(date +%s)
