@@ -1,6 +1,7 @@
-# Eighteenth session, run 1 (device tool: OUT=$OUT bash bench/gemm/s18-run1.sh), on the experiment branch
-# exp-l2: build, the GEMM GPU tests under two L2-priority switches, variants-s18-l2.txt, then Nsight
-# Compute's DRAM and L2 bytes of one 4096^3 A·B launch under four of the switches.
+# Eighteenth session, run 1 (device tool: OUT=$OUT bash bench/gemm/s18-run1.sh), at commit 7f9c02f, where the
+# L2 priorities were the environment switch MP_EXP_L2 (A + 4 B + 16 C; 0 none, 1 evict_first, 2 evict_last;
+# now `metapipe gemm --l2`): build, the GEMM GPU tests under two settings, variants-s18-l2.txt, then
+# Nsight Compute's DRAM and L2 bytes of one 4096^3 A·B launch under four of them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)

@@ -1,5 +1,5 @@
-# Eighteenth session, run 2 (device tool: OUT=$OUT bash bench/gemm/s18-run2.sh): build the CLI with the L2
-# priorities as a schedule option (--l2), Nsight Compute's DRAM and L2 bytes of one 4096^3 A·B launch for
+# Eighteenth session, run 2 (device tool: OUT=$OUT bash bench/gemm/s18-run2.sh), at commit 27f4ed4: build
+# the CLI with the L2 priorities as a schedule option (--l2), Nsight Compute's DRAM and L2 bytes of one 4096^3 A·B launch for
 # three more combinations, then variants-s18-l2b.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
