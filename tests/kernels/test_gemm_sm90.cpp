@@ -248,6 +248,19 @@ TEST(SM90_Gemm, StreamK) {
   check_all({{2304, 2560, 352}, {2304, 2560, 352}, {4096, 4096, 1024}}, last);
 }
 
+// L2 eviction priorities forced where the automatic rule gives none (small shapes), both ways round, on
+// both tile heights: the result must not depend on them. (The rule's own choice runs in
+// LargeAndNonSquare's 4096^3.)
+TEST(SM90_Gemm, L2Priorities) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  GemmSchedule s;
+  s.l2_a = l2_priority::evict_last, s.l2_b = l2_priority::evict_first, s.l2_c = l2_priority::evict_first;
+  check_all({{144, 80, 16}, {1008, 400, 336}, {2048, 2048, 2048}}, s);
+  s.l2_a = l2_priority::evict_first, s.l2_b = l2_priority::evict_last, s.l2_c = l2_priority::evict_last;
+  s.block_m = 64;
+  check_all({{208, 1040, 112}, {128, 4096, 4096}}, s);
+}
+
 // The epilogues: immediate, deferred (bf16 output: the last chunks of a tile are written during the next
 // tile's first K steps, or at the end of the block's work), whole (every chunk of the tile at once) and
 // automatic (the default; whole for the shapes with more 128 x 256 tiles than SMs); items with fewer K
