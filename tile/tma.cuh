@@ -15,23 +15,64 @@ __device__ inline void prefetch_map(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+namespace detail {
+// The TMA boxes of a tile load (one per column chunk), completing on `bar`; with Hint, each carries the L2
+// policy `policy` for the lines it reads (.L2::cache_hint).
+template <bool Hint, class ST>
+__device__ inline void load_tile(ST& dst, const CUtensorMap* map, semaphore& bar, int row, int col, int d, int b,
+                                 uint64_t policy) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
+    const uint64_t m = reinterpret_cast<uint64_t>(map);
+    const int c = col + j * L::chunk_cols;
+    if constexpr (Hint)
+      asm volatile(
+          "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint "
+          "[%0], [%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(to),
+          "l"(m), "r"(c), "r"(row), "r"(d), "r"(b), "r"(bar.addr()), "l"(policy)
+          : "memory");
+    else
+      asm volatile(
+          "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+          "%3, %4, %5}], [%6];" ::"r"(to),
+          "l"(m), "r"(c), "r"(row), "r"(d), "r"(b), "r"(bar.addr())
+          : "memory");
+  }
+}
+// The TMA boxes of a tile store, one bulk group's worth; with Hint, with an L2 policy for the lines written.
+template <bool Hint, class ST>
+__device__ inline void store_tile(const CUtensorMap* map, const ST& src, int row, int col, int d, int b,
+                                  uint64_t policy) {
+  using L = typename ST::layout;
+#pragma unroll
+  for (int j = 0; j < L::chunks; ++j) {
+    const uint32_t from = src.smem_addr() + j * L::chunk_bytes;
+    const uint64_t m = reinterpret_cast<uint64_t>(map);
+    const int c = col + j * L::chunk_cols;
+    if constexpr (Hint)
+      asm volatile(
+          "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], "
+          "[%1], %6;" ::"l"(m),
+          "r"(from), "r"(c), "r"(row), "r"(d), "r"(b), "l"(policy)
+          : "memory");
+    else
+      asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                       m),
+                   "r"(from), "r"(c), "r"(row), "r"(d), "r"(b)
+                   : "memory");
+  }
+}
+}  // namespace detail
+
 // Load the tile whose top-left element is (row, col) of the (b, d) matrix into `dst`; the semaphore's
 // phase completes when all bytes have landed (out-of-bounds elements are written as zeros). Each column
 // chunk of the tile is one TMA box.
 template <class ST>
 __device__ inline void load_async(ST& dst, const CUtensorMap* map, semaphore& bar, int row, int col,
                                   int d = 0, int b = 0) {
-  using L = typename ST::layout;
-#pragma unroll
-  for (int j = 0; j < L::chunks; ++j) {
-    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
-        "%3, %4, %5}], [%6];" ::"r"(to),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b),
-        "r"(bar.addr())
-        : "memory");
-  }
+  detail::load_tile<false>(dst, map, bar, row, col, d, b, 0);
 }
 
 // Load column chunks [first, first + count) of the tile into the same shared-memory offset of every block
@@ -85,21 +126,11 @@ __device__ inline uint64_t l2_policy(l2_priority p) {
     asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(r));
   return r;
 }
-// load_async with an L2 policy for the lines it reads.
+// load_async with an L2 policy (l2_policy) for the lines it reads.
 template <class ST>
 __device__ inline void load_async_hint(ST& dst, const CUtensorMap* map, semaphore& bar, int row, int col,
                                        uint64_t policy, int d = 0, int b = 0) {
-  using L = typename ST::layout;
-#pragma unroll
-  for (int j = 0; j < L::chunks; ++j) {
-    const uint32_t to = dst.smem_addr() + j * L::chunk_bytes;
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-        "[%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(to),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b),
-        "r"(bar.addr()), "l"(policy)
-        : "memory");
-  }
+  detail::load_tile<true>(dst, map, bar, row, col, d, b, policy);
 }
 
 // Store a tile to global memory (elements out of bounds are skipped). Completion: commit_group() then
@@ -107,31 +138,13 @@ __device__ inline void load_async_hint(ST& dst, const CUtensorMap* map, semaphor
 template <class ST>
 __device__ inline void store_async(const CUtensorMap* map, const ST& src, int row, int col, int d = 0,
                                    int b = 0) {
-  using L = typename ST::layout;
-#pragma unroll
-  for (int j = 0; j < L::chunks; ++j) {
-    const uint32_t from = src.smem_addr() + j * L::chunk_bytes;
-    asm volatile(
-        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
-            reinterpret_cast<uint64_t>(map)),
-        "r"(from), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b)
-        : "memory");
-  }
+  detail::store_tile<false>(map, src, row, col, d, b, 0);
 }
-// store_async with an L2 policy for the lines it writes.
+// store_async with an L2 policy (l2_policy) for the lines it writes.
 template <class ST>
 __device__ inline void store_async_hint(const CUtensorMap* map, const ST& src, int row, int col, uint64_t policy,
                                         int d = 0, int b = 0) {
-  using L = typename ST::layout;
-#pragma unroll
-  for (int j = 0; j < L::chunks; ++j) {
-    const uint32_t from = src.smem_addr() + j * L::chunk_bytes;
-    asm volatile(
-        "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group.L2::cache_hint [%0, {%2, %3, %4, %5}], [%1], "
-        "%6;" ::"l"(reinterpret_cast<uint64_t>(map)),
-        "r"(from), "r"(col + j * L::chunk_cols), "r"(row), "r"(d), "r"(b), "l"(policy)
-        : "memory");
-  }
+  detail::store_tile<true>(map, src, row, col, d, b, policy);
 }
 __device__ inline void commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 template <int N>
