@@ -119,7 +119,7 @@ struct GemmSchedule {
   // tile walk: a wave's blocks read each B column panel at nearly the same time (the group's M-tiles of
   // one N column run together) and each A row panel again in every column of the group; the output C is
   // not read again by this kernel. Measured (bench/RESULTS.md, eighteenth session): at 4096^3 A·B the DRAM
-  // reads of a launch fell from 145 to 112 MB and the ratio to cuBLAS rose from 0.997-1.001 to 1.004-1.008;
+  // reads of a launch fell from 145 to 112 MB and the ratio to cuBLAS rose from 0.996-1.001 to 1.004-1.011;
   // where the A panel is large (8192^3: 32 MiB; the down-projection: 56 MiB) keeping it cost 2 points,
   // hence the limit. The trade: C leaves L2 sooner, so a kernel that reads it next is likelier to find it
   // in DRAM; l2_c = normal keeps it. An explicit priority overrides the automatic one of its operand.
