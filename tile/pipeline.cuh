@@ -255,24 +255,20 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
   }
 }
 
-// SMs of the current device, queried once.
+// An attribute of the current device.
+inline int device_attribute(cudaDeviceAttr a) {
+  int dev = 0, v = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&v, a, dev);
+  return v;
+}
+// SMs and bytes of L2 of the current device, queried once.
 inline int device_sm_count() {
-  static int n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
-  }();
+  static const int n = device_attribute(cudaDevAttrMultiProcessorCount);
   return n;
 }
-
 inline long long device_l2_bytes() {
-  static long long n = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev);
-    return static_cast<long long>(v);
-  }();
+  static const long long n = device_attribute(cudaDevAttrL2CacheSize);
   return n;
 }
 

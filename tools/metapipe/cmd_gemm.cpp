@@ -140,7 +140,6 @@ int run_gemm(Args& a) {
           throw usage_error(err);
         from = comma + 1;
       }
-      if (from != v->size() + 1) throw usage_error(err);
     }
   }
   if (auto v = a.value({"--epilogue"})) {
