@@ -73,11 +73,11 @@ int64_t elem_ops_of(const ir::Node& op) {
   return ir::work_of(op).elem_ops;
 }
 
-cpu::TileRef tile_of(const std::shared_ptr<void>& p) { return std::static_pointer_cast<const cpu::Tile>(p); }
+ir::TileRef tile_of(const std::shared_ptr<void>& p) { return std::static_pointer_cast<const ir::Tile>(p); }
 
 class Lowerer {
  public:
-  Lowerer(const ir::Program& p, cpu::Memory* mem) : p_(p), mem_(mem) {
+  Lowerer(const ir::Program& p, ir::Memory* mem) : p_(p), mem_(mem) {
     g_.name = p.name;
     for (auto& t : p.tensors) tensor_id_[t->id] = g_.add_tensor(t->name, t->bytes());
   }
@@ -344,11 +344,11 @@ class Lowerer {
     }
     if (mem_) {
       auto seg = seg_[size_t(id)];
-      cpu::Memory* mem = mem_;
+      ir::Memory* mem = mem_;
       std::vector<ir::NodeRef> nodes = ops;
       std::vector<Loop> ls = loops;
       g_.stages[size_t(id)].kernel = [seg, mem, nodes, ls](StageIO& io) {
-        cpu::Env env;
+        ir::Env env;
         auto idx = decompose(ls, io.iter);
         for (auto& l : ls) env.set_loop(l.var, idx.at(l.var->id));
         for (size_t k = 0; k < seg->ins.size(); ++k)
@@ -357,14 +357,14 @@ class Lowerer {
                               seg->ins[k]->id);
             env.set(seg->ins[k], tile_of(*io.in_obj[k]));
           }
-        std::map<int, cpu::TileRef> made;
+        std::map<int, ir::TileRef> made;
         for (auto& op : nodes) {
-          cpu::TileRef t = cpu::eval_node(*op, env, *mem);
+          ir::TileRef t = ir::eval_node(*op, env, *mem);
           if (op->out && t) env.set(op->out, t), made[op->out->id] = t;
         }
         for (size_t o = 0; o < seg->outs.size(); ++o)
           if (seg->outs[o])
-            *io.out_obj[o] = std::const_pointer_cast<cpu::Tile>(env.get(seg->outs[o]));
+            *io.out_obj[o] = std::const_pointer_cast<ir::Tile>(env.get(seg->outs[o]));
           else
             *io.out_obj[o] = std::make_shared<int>(0);  // control token
       };
@@ -372,7 +372,7 @@ class Lowerer {
   }
 
   const ir::Program& p_;
-  cpu::Memory* mem_;
+  ir::Memory* mem_;
   Graph g_;
   std::vector<std::shared_ptr<SegInfo>> seg_;
   std::map<int, int> tensor_id_;
@@ -385,6 +385,6 @@ class Lowerer {
 
 }  // namespace
 
-Graph lower(const ir::Program& p, cpu::Memory* mem) { return Lowerer(p, mem).run(); }
+Graph lower(const ir::Program& p, ir::Memory* mem) { return Lowerer(p, mem).run(); }
 
 }  // namespace mp::rdu

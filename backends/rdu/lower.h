@@ -7,15 +7,16 @@
 #pragma once
 #include <memory>
 
-#include "backends/cpu/runtime.h"
 #include "backends/rdu/graph.h"
+#include "ir/eval.h"
 #include "ir/ir.h"
 
 namespace mp::rdu {
 
-// With `mem`, the graph's kernels evaluate the IR nodes (the CPU backend's node evaluation) on tiles held
-// in the simulated N-buffer slots, reading and writing `mem`, in the order the simulator fires them.
+// With `mem`, the graph's kernels evaluate the IR nodes (ir/eval.h, the evaluation the CPU backends use
+// too) on tiles held in the simulated N-buffer slots, reading and writing `mem`, in the order the
+// simulator fires them.
 // Throws user_error when the program is not metapipelined, not_supported for what the lowering lacks.
-Graph lower(const ir::Program& p, cpu::Memory* mem = nullptr);
+Graph lower(const ir::Program& p, ir::Memory* mem = nullptr);
 
 }  // namespace mp::rdu

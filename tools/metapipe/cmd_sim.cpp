@@ -6,46 +6,18 @@
 #include <iostream>
 
 #include "backends/rdu/arch.h"
-#include "backends/rdu/programs.h"
+#include "backends/rdu/lower.h"
 #include "backends/rdu/rdu.h"
 #include "backends/rdu/report.h"
 #include "core/compare.h"
 #include "core/random.h"
-#include "tools/metapipe/cli.h"
-
-// Programs written in the front end (the examples registry) reach the simulator through the IR lowering.
-#if defined(MP_RDU_HAVE_IR) && __has_include("examples/registry.h")
-#include "backends/rdu/lower.h"
 #include "examples/registry.h"
 #include "examples/run.h"
-#define MP_SIM_HAVE_IR 1
-#endif
+#include "ir/eval.h"
+#include "tools/metapipe/cli.h"
 
 namespace mp::cli {
 namespace {
-
-// Runs `prog` functionally on the arch and compares every output tensor with the naive reference.
-CompareResult functional_check(const rdu::Arch& arch, const rdu::GraphProgram& prog, const rdu::Params& p,
-                               uint64_t seed, rdu::RunResult* out) {
-  rdu::Graph g = prog.build(p, true, seed);
-  auto ref = prog.reference(g, p);
-  rdu::RunOptions o;
-  o.functional = true;
-  for (auto& [name, want] : ref)
-    for (auto& t : g.tensors)
-      if (t.name == name) t.host.assign(want.size(), std::nanf(""));  // poison outputs
-  *out = rdu::run(arch, g, o);
-  CompareResult worst;
-  worst.ok = true;
-  for (auto& [name, want] : ref)
-    for (auto& t : g.tensors)
-      if (t.name == name) {
-        auto c = compare(std::span<const float>(t.host.data(), want.size()), std::span<const double>(want),
-                         1e-4, 1e-3);
-        if (!c.ok || c.max_rel_err >= worst.max_rel_err) worst = c;
-      }
-  return worst;
-}
 
 struct SimOutcome {
   rdu::RunResult r;
@@ -59,7 +31,6 @@ bool is_arch_key(const std::string& assignment) {
   return k.find('.') != std::string::npos || k == "clock_ghz" || k == "program_memory";
 }
 
-#ifdef MP_SIM_HAVE_IR
 // A registry program: build, compile (tile -> fuse -> parallelize -> metapipeline), lower, simulate; with
 // `functional`, the simulated stages evaluate the IR on tiles and the outputs are checked like `metapipe
 // run`.
@@ -77,7 +48,7 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   }
   examples::HostInputs in = examples::make_inputs(spec, params, p, seed);
   examples::HostOutputs ref = spec.reference(params, in);
-  cpu::Memory mem = cpu::make_memory(c, in);
+  ir::Memory mem = ir::make_memory(c, in);
   rdu::Graph g = rdu::lower(c, &mem);
   rdu::RunOptions o;
   o.functional = true;
@@ -97,45 +68,17 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   }
   return out;
 }
-#endif
-
-// A built-in stage-graph program (programs.h).
-SimOutcome sim_graph(const rdu::Arch& arch, const rdu::GraphProgram& prog,
-                     const std::vector<std::string>& sets, bool functional, uint64_t seed) {
-  SimOutcome out;
-  rdu::Params p = rdu::resolve_params(prog, sets, functional);
-  for (auto& [k, v] : p) out.params += " " + k + "=" + std::to_string(v);
-  if (functional) {
-    auto c = functional_check(arch, prog, p, seed, &out.r);
-    out.check = c.summary();
-    out.ok = c.ok;
-  } else {
-    rdu::Graph g = prog.build(p, false, seed);
-    out.r = rdu::run(arch, g);
-  }
-  return out;
-}
-
 std::string program_names() {
   std::string names;
-#ifdef MP_SIM_HAVE_IR
   for (auto* p : examples::programs()) names += (names.empty() ? "" : ", ") + p->name;
-#endif
-  for (auto& p : rdu::graph_programs()) names += (names.empty() ? "" : ", ") + std::string("graph:") + p.name;
   return names;
 }
 
-// NAME: a registry program (front end -> IR -> passes -> lowering) when there is one, else a built-in
-// stage graph; graph:NAME always picks the built-in stage graph.
+// NAME: a registry program, compiled and lowered (front end -> IR -> passes -> lowering -> simulation).
 SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::vector<std::string>& sets,
                     bool functional, uint64_t seed) {
-  std::string gname = name.rfind("graph:", 0) == 0 ? name.substr(6) : name;
-#ifdef MP_SIM_HAVE_IR
-  if (gname == name)
-    for (auto* p : examples::programs())
-      if (p->name == name) return sim_ir(arch, *p, sets, functional, seed);
-#endif
-  if (auto* g = rdu::find_graph_program(gname)) return sim_graph(arch, *g, sets, functional, seed);
+  for (auto* p : examples::programs())
+    if (p->name == name) return sim_ir(arch, *p, sets, functional, seed);
   throw usage_error("unknown program '" + name + "' for metapipe sim (programs: " + program_names() + ")");
 }
 
@@ -187,11 +130,8 @@ MP_REGISTER_COMMAND(
     "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
     "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"
     "DRAM model of bursts, banks, refresh and bus turnaround).\n\n"
-    "programs: those of `metapipe list` (written in the front end: compiled by tile -> fuse ->\n"
-    "parallelize -> metapipeline and lowered to the simulator's stage graph), and the built-in\n"
-    "stage graphs of the Plasticine / Spatial benchmarks: graph:dotproduct, graph:outerproduct,\n"
-    "graph:tpchq6, graph:blackscholes, graph:gemm, graph:gda, graph:kmeans, graph:matmul (the\n"
-    "prefix may be left out where no front-end program has the name)\n\n"
+    "programs: those of `metapipe list` (written in the front end), compiled by tile -> fuse ->\n"
+    "parallelize -> metapipeline and lowered to the simulator's stage graph\n\n"
     "  --arch NAME|FILE  preset (plasticine, sn40l; default plasticine) or an .arch file (docs/rdu.md)\n"
     "  --set NAME=VALUE  a program parameter (e.g. N=4096) or an architecture key (dotted names,\n"
     "                    clock_ghz, program_memory)\n"
@@ -199,7 +139,7 @@ MP_REGISTER_COMMAND(
     "  --json            cycles, seconds, kernel_calls, utilization, off-chip bytes and bandwidth,\n"
     "                    per-stage busy and stall cycles as JSON\n"
     "  --svg FILE        the placement with routes and per-unit utilization\n"
-    "  --functional      small sizes; the simulated units compute real values, checked against a\n"
+    "  --functional      the simulated units compute real values, checked against the program's\n"
     "                    naive C++ reference (exit 1 on mismatch)\n"
     "  --seed N          seed of the random inputs\n",
     run_sim);
@@ -209,8 +149,7 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
   std::vector<DemoRow> rows;
   for (const char* an : {"plasticine", "sn40l"}) {
     rdu::Arch arch = rdu::load_arch(an);
-#ifdef MP_SIM_HAVE_IR
-    for (auto* spec : examples::programs()) {  // front-end programs, functional at their default sizes
+    for (auto* spec : examples::programs()) {  // functional at the programs' default sizes
       try {
         const uint64_t seed = fresh_seed();
         SimOutcome o = sim_ir(arch, *spec, {}, true, seed);
@@ -218,27 +157,14 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
         if (!o.ok) o.check += " seed " + std::to_string(seed);
         rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,
                                format_count((long long)o.r.cycles) + " cycles (" +
-                                   std::to_string(o.r.kernel_calls) + " call" +
+                                   format_ms(o.r.seconds * 1e3) + ", " + std::to_string(o.r.kernel_calls) +
+                                   " call" +
                                    (o.r.kernel_calls > 1 ? "s" : "") + ")",
                                o.ok});
       } catch (const not_supported& e) {
         rows.push_back(
             DemoRow{spec->name, std::string("rdu:") + an, std::string("skipped: ") + e.what(), "-", true});
       }
-    }
-#endif
-    for (auto& prog : rdu::graph_programs()) {
-      rdu::Params p = rdu::resolve_params(prog, {}, true);
-      rdu::RunResult r;
-      auto c = functional_check(arch, prog, p, fresh_seed(), &r);
-      std::string measure = format_count((long long)r.cycles) + " cycles";
-      if (!ctx.quick) {  // timing at the default sizes
-        rdu::Graph g = prog.build(prog.defaults, false, 1);
-        auto full = rdu::run(arch, g);
-        measure = format_count((long long)full.cycles) + " cycles (" + format_ms(full.seconds * 1e3) + ", " +
-                  std::to_string(full.kernel_calls) + " call" + (full.kernel_calls > 1 ? "s" : "") + ")";
-      }
-      rows.push_back(DemoRow{"graph:" + prog.name, std::string("rdu:") + an, c.summary(), measure, c.ok});
     }
   }
   return rows;

@@ -1,4 +1,6 @@
-// Architecture files: presets carry the published figures; bad files name the key and what is expected.
+// Architecture files: the figures derived from the presets are the published ones, derived quantities
+// follow their keys, a changed key moves the simulated cycles the expected way, and bad files name the key
+// and what is expected.
 #include <gtest/gtest.h>
 
 #include "backends/rdu/arch.h"
@@ -22,31 +24,48 @@ const char* kMinimal =
 
 }  // namespace
 
-TEST(RduArch, PlasticinePresetHasTheIsca2017Figures) {
-  Arch a = load_arch("plasticine");
-  EXPECT_EQ(a.cols, 16);
-  EXPECT_EQ(a.rows, 8);
-  EXPECT_EQ(a.pcus(), 64);
-  EXPECT_EQ(a.pmus(), 64);
-  EXPECT_EQ(a.pcu_lanes, 16);
-  EXPECT_EQ(a.pcu_stages, 6);
-  EXPECT_EQ(a.pmu_bytes(), 256 * 1024);
-  EXPECT_DOUBLE_EQ(a.clock_ghz, 1.0);
-  EXPECT_DOUBLE_EQ(a.memory().peak_gbs(), 51.2);
-  EXPECT_NEAR(a.peak_flops_per_cycle() * a.clock_ghz / 1e3, 12.3, 0.05);  // TFLOPS
+// The figures the model derives from a preset's keys (units from the grid, peak flops from units x lanes
+// x stages, off-chip bandwidth from channels x per-channel rate, on-chip memory from units x banks x bank
+// size) against the figures the papers publish; no key is read back as written.
+TEST(RduArch, DerivedFiguresOfThePresetsAreThePublishedOnes) {
+  Arch p = load_arch("plasticine");  // ISCA 2017: 64 PCUs, 64 PMUs, 12.3 TFLOPS, 16 MiB, 51.2 GB/s
+  EXPECT_EQ(p.pcus(), 64);
+  EXPECT_EQ(p.pmus(), 64);
+  EXPECT_NEAR(p.peak_flops_per_cycle() * p.clock_ghz / 1e3, 12.3, 0.05);  // TFLOPS
+  EXPECT_NEAR(p.pmus() * double(p.pmu_bytes()) / (1024.0 * 1024), 16, 1e-9);
+  EXPECT_NEAR(p.memory().peak_gbs(), 51.2, 1e-9);
+  Arch s = load_arch("sn40l");  // slide 47: 1,040 PCUs and PMUs, 638 TFLOPS bf16, 520 MB SRAM
+  EXPECT_EQ(s.pcus(), 1040);
+  EXPECT_EQ(s.pmus(), 1040);
+  EXPECT_NEAR(s.pmus() * double(s.pmu_bytes()) / (1024.0 * 1024), 520, 0.5);
+  EXPECT_NEAR(s.peak_flops_per_cycle() * s.clock_ghz / 1e3, 638, 1.0);
+  EXPECT_EQ(s.memory().name, "hbm");  // program tensors live in HBM, the DDR tier behind it
 }
 
-TEST(RduArch, Sn40lPresetHasTheSlide47Figures) {
-  Arch a = load_arch("sn40l");
-  EXPECT_EQ(a.pcus(), 1040);
-  EXPECT_EQ(a.pmus(), 1040);
-  EXPECT_NEAR(a.pmus() * double(a.pmu_bytes()) / (1024.0 * 1024), 520, 0.5);
-  EXPECT_NEAR(a.peak_flops_per_cycle() * a.clock_ghz / 1e3, 638, 1.0);
-  EXPECT_TRUE(a.pcu_systolic);
-  EXPECT_EQ(a.memory().name, "hbm");
-  ASSERT_EQ(a.memories.size(), 2u);
-  EXPECT_NEAR(a.memories[0].capacity_gb, 64, 1e-9);
-  EXPECT_NEAR(a.memories[1].capacity_gb, 1536, 1e-9);
+TEST(RduArch, PeakBandwidthIsChannelsTimesThePerChannelRate) {
+  for (int channels : {1, 3, 8})
+    for (double gbs : {12.8, 25.6, 51.2}) {
+      Arch a = parse_arch(kMinimal, "tiny.arch");
+      apply_override(a, "memory.ddr.channels=" + std::to_string(channels));
+      apply_override(a, "memory.ddr.channel_gbs=" + std::to_string(gbs));
+      EXPECT_NEAR(a.memory().peak_gbs(), channels * gbs, 1e-9) << channels << " x " << gbs;
+    }
+}
+
+TEST(RduArch, PeakFlopsScaleWithUnitsLanesAndStagesAndTakeTheSystolicModeWhenLarger) {
+  Arch a = parse_arch(kMinimal, "tiny.arch");  // 2 x 2 grid: 2 PCUs
+  const double base = a.peak_flops_per_cycle();
+  EXPECT_DOUBLE_EQ(base, 2.0 * a.pcu_lanes * a.pcu_stages * 2);  // FMA = 2 flops
+  apply_override(a, "pcu.lanes=" + std::to_string(2 * a.pcu_lanes));
+  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 2 * base);
+  apply_override(a, "grid.cols=4");  // 4 x 2 grid: 4 PCUs
+  EXPECT_EQ(a.pcus(), 4);
+  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4 * base);
+  // a systolic array of 16 x 8 MACs per PCU beats 32 lanes x 6 stages = 192 FMAs
+  apply_override(a, "pcu.systolic=true");
+  apply_override(a, "pcu.systolic_rows=16");
+  apply_override(a, "pcu.systolic_cols=8");
+  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4.0 * 16 * 8 * 2);
 }
 
 TEST(RduArch, MinimalFileAndOverrides) {

@@ -1,6 +1,7 @@
-// Evaluation of single pattern nodes on run-time tiles, shared by the interpreter and the executor.
+// Evaluation of single pattern nodes on run-time tiles, shared by the CPU backends and the simulated
+// accelerator's functional mode.
 // Kept plain: loops over elements, fp64 accumulation, rounding to the tensor dtype on stores.
-#include "backends/cpu/runtime.h"
+#include "ir/eval.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +9,7 @@
 
 #include "core/random.h"
 
-namespace mp::cpu {
+namespace mp::ir {
 
 float round_to(ir::DType dt, float x) {
   if (dt == ir::DType::f32 || std::isnan(x) || std::isinf(x)) return x;
@@ -332,9 +333,9 @@ TileRef eval_node(const ir::Node& n, const Env& env, Memory& mem) {
     case ir::NodeKind::Buffer:
       return env.get(n.cast<ir::Buffer>().in);
     case ir::NodeKind::MetaPipe:
-      fail_internal("eval_node: a MetaPipe is run by the interpreter or executor");
+      fail_internal("eval_node: a MetaPipe is scheduled by the backend that runs the program");
   }
   fail_internal("eval_node: unknown node kind");
 }
 
-}  // namespace mp::cpu
+}  // namespace mp::ir
