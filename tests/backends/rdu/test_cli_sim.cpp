@@ -35,7 +35,7 @@ TEST(RduCli, FunctionalRunChecksAgainstTheReference) {
   EXPECT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("functional check vs naive C++ reference"), std::string::npos);
   EXPECT_NE(o.out.find(": ok"), std::string::npos) << o.out;
-  auto g = sh("sim graph:kmeans --functional --arch sn40l");
+  auto g = sh("sim kmeans --functional --arch sn40l");
   EXPECT_EQ(g.status, 0) << g.out;
 }
 
