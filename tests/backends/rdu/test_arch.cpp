@@ -5,6 +5,7 @@
 
 #include "backends/rdu/arch.h"
 #include "core/error.h"
+#include "tests/backends/rdu/compiled.h"
 
 using namespace mp::rdu;
 
@@ -61,11 +62,45 @@ TEST(RduArch, PeakFlopsScaleWithUnitsLanesAndStagesAndTakeTheSystolicModeWhenLar
   apply_override(a, "grid.cols=4");  // 4 x 2 grid: 4 PCUs
   EXPECT_EQ(a.pcus(), 4);
   EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4 * base);
-  // a systolic array of 16 x 8 MACs per PCU beats 32 lanes x 6 stages = 192 FMAs
+  // a systolic array of 8 x 8 MACs per PCU is below 32 lanes x 6 stages = 192 FMAs; 32 x 16 is above
   apply_override(a, "pcu.systolic=true");
-  apply_override(a, "pcu.systolic_rows=16");
+  apply_override(a, "pcu.systolic_rows=8");
   apply_override(a, "pcu.systolic_cols=8");
-  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4.0 * 16 * 8 * 2);
+  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4 * base);
+  apply_override(a, "pcu.systolic_rows=32");
+  apply_override(a, "pcu.systolic_cols=16");
+  EXPECT_DOUBLE_EQ(a.peak_flops_per_cycle(), 4.0 * 32 * 16 * 2);
+}
+
+// A changed key moves the simulated time the way the model says: the dot product streams its inputs
+// (memory-bound: channels, per-channel rate and latency matter, PCU width does not; DRAM timing is in ns,
+// so a faster clock means more cycles for the same time), the slide-51 matmul is paced by its matmul stage
+// (compute-bound: pipeline stages and lanes per PCU matter).
+TEST(RduArch, AChangedKeyMovesTheCyclesTheExpectedWay) {
+  auto result = [](const std::string& program, const std::vector<std::string>& sets,
+                   const std::vector<std::string>& keys) {
+    Arch a = load_arch("plasticine");
+    for (auto& k : keys) apply_override(a, k);
+    Graph g = mp::test::compiled(program, sets);
+    return run(a, g);
+  };
+  const std::vector<std::string> dot = {"N=262144", "TS=8192"};
+  const RunResult d = result("dotproduct", dot, {});
+  EXPECT_GT(result("dotproduct", dot, {"memory.ddr.channels=1"}).cycles, 3 * d.cycles);
+  EXPECT_LT(result("dotproduct", dot, {"memory.ddr.channel_gbs=25.6"}).cycles, 0.7 * d.cycles);
+  EXPECT_GT(result("dotproduct", dot, {"memory.ddr.latency_ns=500"}).cycles, d.cycles);
+  EXPECT_NEAR(result("dotproduct", dot, {"pcu.lanes=32"}).cycles, d.cycles, 0.01 * d.cycles);
+  const RunResult d2 = result("dotproduct", dot, {"clock_ghz=2"});
+  EXPECT_NEAR(d2.cycles / d.cycles, 2.0, 0.1);
+  EXPECT_NEAR(d2.seconds, d.seconds, 0.05 * d.seconds);
+
+  const std::vector<std::string> mm = {"M=256", "N=256", "K=256", "MM=64", "NN=32"};
+  const RunResult m = result("matmul", mm, {});
+  const double half_stages = result("matmul", mm, {"pcu.stages=3"}).cycles / m.cycles;
+  EXPECT_GT(half_stages, 1.6);  // the matmul's initiation interval doubles
+  EXPECT_LE(half_stages, 2.0);
+  EXPECT_LT(result("matmul", mm, {"pcu.lanes=32"}).cycles, m.cycles);
+  EXPECT_LT(result("matmul", mm, {"clock_ghz=2"}).seconds, m.seconds);
 }
 
 TEST(RduArch, MinimalFileAndOverrides) {

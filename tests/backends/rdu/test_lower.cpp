@@ -87,9 +87,9 @@ TEST(RduLower, ACancellingDotProductIsJudgedAtTheScaleOfItsTerms) {
 // interval per inner iteration, plus filling and draining the pipeline.
 TEST(RduLower, TheSlide51MatmulMovesWhatItsMetapipelineImpliesAtThePaceOfItsMatmul) {
   rdu::Arch arch = rdu::load_arch("plasticine");
-  const int64_t M = 256, N = 256, K = 256, MM = 64, NN = 32;
+  const int64_t M = 512, N = 512, K = 512, MM = 128, NN = 64;
   const auto& spec = examples::find_program("matmul");
-  examples::Params params = examples::resolve(spec, {"M=256", "N=256", "K=256", "MM=64", "NN=32"});
+  examples::Params params = examples::resolve(spec, {"M=512", "N=512", "K=512", "MM=128", "NN=64"});
   ir::Program c = passes::compile(examples::build(spec, params), examples::compile_options(params));
   rdu::Graph g = rdu::lower(c);
   auto r = rdu::run(arch, g);
@@ -99,7 +99,10 @@ TEST(RduLower, TheSlide51MatmulMovesWhatItsMetapipelineImpliesAtThePaceOfItsMatm
   const double ii = double(MM) * K * NN / (4.0 * arch.pcu_lanes * arch.pcu_stages);
   const double paced = (M / MM) * (N / NN) * ii;
   EXPECT_GE(r.cycles, paced);
-  EXPECT_LE(r.cycles, 1.1 * paced) << "the loads should hide behind the matmul";
+  // filling the pipeline (the first A and B tiles: 384 KiB, 7.7 k cycles at the peak rate) and draining
+  // it (the last C tile) cost a few percent; loads that did not overlap the matmul would add at least the
+  // bandwidth roof (123 k cycles, 35 %)
+  EXPECT_LE(r.cycles, 1.05 * paced) << "the loads should hide behind the matmul";
 }
 
 TEST(RduLower, LlamaDecoderIsOneKernelCallOnSn40lAndSeveralOnPlasticine) {

@@ -1,6 +1,6 @@
 // The registry programs compiled and lowered onto the simulated accelerator, on small grids: a program
-// that does not fit becomes several kernel calls with the same results, what cannot be split says so, and
-// bad tiles are rejected by the front end and the passes before anything reaches the simulator.
+// that does not fit becomes several kernel calls with the same results, what cannot be split yet says so,
+// and bad tiles are rejected by the passes before anything reaches the simulator.
 #include <gtest/gtest.h>
 
 #include "backends/rdu/arch.h"
@@ -14,36 +14,48 @@ using mp::test::run_functional;
 
 namespace {
 
-// 2 x 4 grid: 4 PCUs and 4 PMUs.
-rdu::Arch tiny_grid() {
+rdu::Arch small_grid(int rows, int cols) {
   rdu::Arch a = rdu::load_arch("plasticine");
-  rdu::apply_override(a, "grid.rows=2");
-  rdu::apply_override(a, "grid.cols=4");
+  rdu::apply_override(a, "grid.rows=" + std::to_string(rows));
+  rdu::apply_override(a, "grid.cols=" + std::to_string(cols));
   return a;
 }
 
-void one_unit_per_matmul(passes::CompileOptions& o) { o.parallelize.max_par = 1; }
-
 }  // namespace
 
+// TPC-H Q6 needs 9 PMUs at once on a 4 x 4 grid (8 PMUs), the dot product 7 on a 2 x 6 one (6): each
+// becomes two kernel calls, the running sum crossing between them through off-chip memory, and the
+// results stay those of the reference.
 TEST(RduPrograms, FunctionalResultsSurviveSplittingIntoKernelCalls) {
-  const rdu::Arch a = tiny_grid();
   const uint64_t seed = fresh_seed();
-  for (const char* name : {"gda", "gemm"}) {
-    rdu::RunResult r = run_functional(a, name, {}, seed, one_unit_per_matmul);
-    EXPECT_GT(r.kernel_calls, 1) << name;
-    ASSERT_FALSE(r.split_reasons.empty()) << name;
+  struct Case {
+    const char* program;
+    int rows, cols;
+  };
+  for (const Case& c : {Case{"tpchq6", 4, 4}, Case{"dotproduct", 2, 6}}) {
+    const rdu::Arch a = small_grid(c.rows, c.cols);
+    rdu::Graph g = compiled(c.program);
+    const rdu::RunResult whole = rdu::run(rdu::load_arch("plasticine"), g);
+    rdu::RunResult r = run_functional(a, c.program, {}, seed);
+    EXPECT_GT(r.kernel_calls, 1) << c.program;
+    ASSERT_FALSE(r.split_reasons.empty()) << c.program;
     EXPECT_NE(r.split_reasons[0].find("does not fit"), std::string::npos) << r.split_reasons[0];
+    EXPECT_EQ(whole.kernel_calls, 1) << c.program;
+    EXPECT_GT(r.bytes_written, whole.bytes_written) << c.program << ": what crosses a call goes off chip";
+    EXPECT_GE(r.cycles, whole.cycles + (r.kernel_calls - 1) * a.config_cycles) << c.program;
   }
 }
 
 TEST(RduPrograms, LoopCarriedBuffersAreNotSplitAcrossKernelCalls) {
-  rdu::Graph g = compiled("kmeans", {}, one_unit_per_matmul);
-  try {
-    rdu::run(tiny_grid(), g);
-    FAIL() << "kmeans does not fit 4 PCUs";
-  } catch (const not_supported& e) {
-    EXPECT_NE(std::string(e.what()).find("splitting the loop-carried buffer"), std::string::npos) << e.what();
+  for (const char* name : {"kmeans", "gda", "gemm"}) {
+    rdu::Graph g = compiled(name);
+    try {
+      rdu::run(small_grid(4, 4), g);
+      FAIL() << name << " does not fit 8 PCUs and 8 PMUs in one call";
+    } catch (const not_supported& e) {
+      EXPECT_NE(std::string(e.what()).find("splitting the loop-carried buffer"), std::string::npos)
+          << e.what();
+    }
   }
 }
 
