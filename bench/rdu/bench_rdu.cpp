@@ -24,8 +24,8 @@ Graph compiled(const std::string& name, const std::vector<std::string>& sets) {
   return lower(mp::passes::compile(mp::examples::build(spec, params), mp::examples::compile_options(params)));
 }
 
-// A synthetic stage graph (no program behind it, only the simulator's speed is measured): load -> `inner` compute stages with initiation intervals between 8 and 24 cycles -> store, over `iters`
-// tiles
+// A synthetic stage graph (no program behind it, only the simulator's speed is measured): load -> `inner`
+// compute stages with initiation intervals between 8 and 24 cycles -> store, over `iters` tiles
 Graph long_pipeline(int inner, int64_t iters) {
   Graph g;
   g.name = "pipeline-" + std::to_string(inner + 2) + "-stages";

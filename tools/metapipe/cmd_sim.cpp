@@ -158,8 +158,7 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
         rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,
                                format_count((long long)o.r.cycles) + " cycles (" +
                                    format_ms(o.r.seconds * 1e3) + ", " + std::to_string(o.r.kernel_calls) +
-                                   " call" +
-                                   (o.r.kernel_calls > 1 ? "s" : "") + ")",
+                                   " call" + (o.r.kernel_calls > 1 ? "s" : "") + ")",
                                o.ok});
       } catch (const not_supported& e) {
         rows.push_back(

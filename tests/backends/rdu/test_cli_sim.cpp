@@ -1,9 +1,13 @@
-// `metapipe sim` end to end: help, JSON fields, functional check, architecture files and their errors.
+// `metapipe sim` end to end: help, JSON fields, functional check, architecture files and their errors, and
+// the demo's rdu rows.
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "tests/support/run_cli.h"
@@ -68,4 +72,34 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
   auto u = sh("sim no_such_program");
   EXPECT_EQ(u.status, 2);
   EXPECT_NE(u.out.find("unknown program 'no_such_program'"), std::string::npos) << u.out;
+}
+
+// One path per program: the demo's rdu rows are the registry programs (compiled and simulated), one row
+// per program and preset, nothing else.
+TEST(RduCli, DemoShowsOneRowPerProgramAndPreset) {
+  auto u = sh("sim no_such_program");
+  const size_t at = u.out.find("(programs: ");
+  ASSERT_NE(at, std::string::npos) << u.out;
+  std::set<std::string> programs;
+  {
+    std::string list = u.out.substr(at + 11, u.out.find(')', at) - at - 11);
+    std::istringstream in(list);
+    for (std::string name; std::getline(in, name, ',');)
+      programs.insert(name.substr(name.find_first_not_of(' ')));
+  }
+  EXPECT_GE(programs.size(), 11u);
+  auto d = sh("demo --quick --target rdu");
+  ASSERT_EQ(d.status, 0) << d.out;
+  std::map<std::string, std::multiset<std::string>> rows;  // target -> programs
+  std::istringstream in(d.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string program, target;
+    words >> program >> target;
+    if (target.rfind("rdu:", 0) == 0) rows[target].insert(program);
+  }
+  ASSERT_EQ(rows.size(), 2u) << d.out;
+  for (auto& [target, names] : rows)
+    EXPECT_EQ(names, std::multiset<std::string>(programs.begin(), programs.end())) << target << "\n" << d.out;
+  EXPECT_EQ(d.out.find("graph:"), std::string::npos) << d.out;
 }
