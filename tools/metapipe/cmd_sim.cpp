@@ -1,7 +1,6 @@
 // `metapipe sim`: a program compiled onto the simulated reconfigurable dataflow accelerator (Plasticine /
 // SN40L presets or an architecture file), simulated cycle by cycle; plus its demo rows and `info` section.
-#include <chrono>
-#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 
