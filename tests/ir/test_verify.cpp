@@ -172,7 +172,8 @@ TEST(Verify, TripCountAtLeastOne) {
   Program p;
   auto m = loop(p, 0, {make_fill(p, {8, 8}, DType::f32, Expr(0.0))});
   p.body = {m};
-  EXPECT_USER_ERROR(verify(p), "MetaPipe #" + std::to_string(m->id) + ": METAPIPE trip count must be >= 1, got 0");
+  EXPECT_USER_ERROR(verify(p),
+                    "MetaPipe #" + std::to_string(m->id) + ": METAPIPE trip count must be >= 1, got 0");
 }
 
 TEST(Verify, LoopCarriedValueKeepsItsShape) {
@@ -192,7 +193,8 @@ TEST(Verify, YieldedValueDefinedInTheBody) {
   auto init = make_fill(p, {8, 8}, DType::f32, Expr(0.0));
   auto m = loop(p, 2, {make_fill(p, {8, 8}, DType::f32, Expr(1.0))});
   Value stray = p.new_value({8, 8}, DType::f32, {});  // no node produces it
-  m->carried.push_back({init->out, p.new_value({8, 8}, DType::f32, {}), stray, p.new_value({8, 8}, DType::f32, {})});
+  m->carried.push_back(
+      {init->out, p.new_value({8, 8}, DType::f32, {}), stray, p.new_value({8, 8}, DType::f32, {})});
   p.body = {init, m};
   EXPECT_USER_ERROR(verify(p), "yielded value " + id(stray) + " is not defined in the body");
 }
@@ -216,7 +218,8 @@ TEST(Verify, LoopVariableOutsideItsMetapipe) {
   LoopVar v = p.new_loop_var(4, "i");
   auto x = make_load(p, X, {16, 16}, {Affine::var(v, 16), 0}, false);  // no loop binds i
   p.body = {x, make_store(p, Y, x->out, {0, 0}, false)};
-  EXPECT_INTERNAL_ERROR(verify(p), "LoadTile #" + std::to_string(x->id) + " uses loop variable i outside its METAPIPE");
+  EXPECT_INTERNAL_ERROR(verify(p),
+                        "LoadTile #" + std::to_string(x->id) + " uses loop variable i outside its METAPIPE");
 }
 
 TEST(Verify, NullOperand) {
@@ -281,12 +284,14 @@ TEST(Verify, StageReadsNoValueOfALaterStage) {
   t.m->stages[0].ops.push_back(use);
   t.m->stages[1].ops.push_back(redefine);
   t.p.body = {v, t.m};
-  EXPECT_INTERNAL_ERROR(verify(t.p), "Map #" + std::to_string(use->id) + " in stage 0 reads a value of the later stage 1");
+  EXPECT_INTERNAL_ERROR(verify(t.p),
+                        "Map #" + std::to_string(use->id) + " in stage 0 reads a value of the later stage 1");
 }
 
 TEST(Verify, CrossStageValueBuffered) {
   TwoStages t(false);  // the tile goes from s0 to s1 with no Stream buffer
-  EXPECT_INTERNAL_ERROR(verify(t.p), "in stage s1 reads %" + id(t.load->out) + " of stage s0 without a buffer");
+  EXPECT_INTERNAL_ERROR(verify(t.p),
+                        "in stage s1 reads %" + id(t.load->out) + " of stage s0 without a buffer");
 }
 
 TEST(Verify, NodeIdsUnique) {

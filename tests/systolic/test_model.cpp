@@ -47,8 +47,10 @@ TEST(SystolicAnalytical, FoldPlanPerDataflow) {
 }
 
 TEST(SystolicAnalytical, RejectsNonPositiveSizes) {
-  EXPECT_USER_ERROR(analyze_gemm({0, 4, 4}, array(4, 4, Dataflow::WS)), "GEMM M must be a positive integer, got 0");
-  EXPECT_USER_ERROR(analyze_gemm({4, 4, -2}, array(4, 4, Dataflow::WS)), "GEMM N must be a positive integer, got -2");
+  EXPECT_USER_ERROR(analyze_gemm({0, 4, 4}, array(4, 4, Dataflow::WS)),
+                    "GEMM M must be a positive integer, got 0");
+  EXPECT_USER_ERROR(analyze_gemm({4, 4, -2}, array(4, 4, Dataflow::WS)),
+                    "GEMM N must be a positive integer, got -2");
   EXPECT_USER_ERROR(analyze_gemm({4, 4, 4}, array(4, -1, Dataflow::OS)),
                     "array columns (ArrayWidth) must be a positive integer, got -1");
   EXPECT_USER_ERROR(analyze_gemm({4, 4, 4}, array(0, 4, Dataflow::IS)),
