@@ -13,6 +13,7 @@
 
 #include "backends/cpu/interpreter.h"
 #include "examples/run.h"
+#include "tests/support/expect_user_error.h"
 #include "tests/support/run_cli.h"
 
 using namespace mp;
@@ -131,8 +132,9 @@ TEST(Examples, UnknownSetNameListsTheParameters) {
     EXPECT_NE(m.find("unknown parameter 'MMM' for program 'matmul'"), std::string::npos) << m;
     EXPECT_NE(m.find("its parameters: M, N, K, MM, NN, dtype"), std::string::npos) << m;
   }
-  EXPECT_THROW(resolve(spec, {"M=abc"}), user_error);
-  EXPECT_THROW(find_program("nope"), user_error);
+  EXPECT_USER_ERROR(resolve(spec, {"M=abc"}), "parameter M=abc must be an integer");
+  EXPECT_USER_ERROR(find_program("nope"), "unknown program 'nope' (programs: ");
+  EXPECT_USER_ERROR(find_program("nope"), "see metapipe list");
 }
 
 TEST(ExamplesCli, ListShowsProgramsAndDefaults) {
