@@ -1,5 +1,5 @@
-// The two kinds of error metapipe reports (see ../shared/STYLE.md): a user_error says what in the program
-// or input is wrong and how to fix it; an internal_error means metapipe itself is wrong.
+// The two kinds of error metapipe reports (docs/architecture.md, "Errors"): a user_error says what in
+// the program or input is wrong and how to fix it; an internal_error means metapipe itself is wrong.
 #pragma once
 #include <sstream>
 #include <stdexcept>

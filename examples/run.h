@@ -37,7 +37,7 @@ CpuRun run_on_cpu(const ProgramSpec& spec, const Params& params, CpuMode mode, u
 // `magnitudes`: the spec's ProgramSpec::magnitude outputs for these inputs (see check_atol), if any.
 CpuRun run_compiled(const ir::Program& compiled, const HostInputs& inputs, const HostOutputs& ref,
                     CpuMode mode, double rtol, const HostOutputs& magnitudes = {});
-// The absolute floor of the check of one output: a tenth of rtol at the output's scale, so that values near
+// The absolute floor of the check of one output: rtol / 10 at the output's scale, so that values near
 // zero from cancellation are judged against that scale rather than their own size. The scale is the
 // largest |want|, or the largest magnitude of the output's terms where the spec gives them
 // (ProgramSpec::magnitude; for fp32 the floor is then 1e-6 of the sum of |terms|, about the rounding

@@ -4,6 +4,7 @@
 #include "front/front.h"
 #include "ir/printer.h"
 #include "ir/verify.h"
+#include "tests/support/expect_user_error.h"
 
 using namespace mp;
 using namespace mp::front;
@@ -81,5 +82,5 @@ TEST(Front, TripCountMismatchIsExplained) {
 }
 
 TEST(Front, PatternOutsideBuilderIsAnError) {
-  EXPECT_THROW(METAPIPE(2, [] {}), user_error);
+  EXPECT_USER_ERROR(METAPIPE(2, [] {}), "was used with no ProgramBuilder active");
 }

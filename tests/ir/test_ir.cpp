@@ -1,4 +1,5 @@
-// The IR: expressions, checking factories (errors name the node and the fix), verifier, printer, analysis.
+// The IR: expressions, checking factories (errors name the node and the fix), printer, analysis. The
+// verifier has its own file, test_verify.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,12 +7,10 @@
 #include "front/front.h"
 #include "ir/analysis.h"
 #include "ir/printer.h"
-#include "ir/verify.h"
 #include "tests/support/expect_user_error.h"
 
 using namespace mp;
 using namespace mp::ir;
-
 
 TEST(Expr, PrintsAndEvaluates) {
   Expr x = Expr::arg(0), y = Expr::arg(1);
@@ -86,33 +85,6 @@ TEST(Factories, StoreIntoInputRejected) {
   auto X = p.add_tensor("X", {8, 16}, DType::f32, TensorRole::Input);
   auto x = make_load(p, X, {8, 16}, {0, 0}, false);
   EXPECT_USER_ERROR(make_store(p, X, x->out, {0, 0}, false), "declare it as an output");
-}
-
-TEST(Verify, StoreTileOutOfBounds) {
-  front::ProgramBuilder b("oob");
-  auto X = b.input("X", {64, 16});
-  auto Y = b.output("Y", {64, 16});
-  front::METAPIPE(4, [&](front::Idx i) {  // the store is shifted by one tile: the last starts at row 64
-    auto x = front::LOAD_TILE(X, {16, 16});
-    front::STORE_TILE(Y, x, front::at(i * 16 + 16, 0));
-  });
-  Program p = b.finish();
-  p.tiled = true;
-  EXPECT_USER_ERROR(verify(p), "StoreTile #");
-  EXPECT_USER_ERROR(verify(p), "out of bounds");
-  EXPECT_USER_ERROR(verify(p), "reduce the loop trip count to 4");
-}
-
-TEST(Verify, NonDividingTileNeedsMasking) {
-  front::ProgramBuilder b("nd");
-  auto X = b.input("X", {100, 16});
-  auto Y = b.output("Y", {100, 16});
-  front::METAPIPE(front::cdiv(100, 32), [&]() { front::STORE_TILE(Y, front::LOAD_TILE(X, {32, 16})); });
-  Program p = b.finish();
-  p.tiled = true;
-  EXPECT_USER_ERROR(verify(p), "LoadTile #");
-  EXPECT_USER_ERROR(verify(p), "tile 32 does not divide dimension 100 of X");
-  EXPECT_USER_ERROR(verify(p), "enable masking (--set mask=1");
 }
 
 TEST(Printer, ShowsTensorsNodesAndLoops) {

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/random.h"
 #include "systolic/systolic.h"
+#include "tests/support/expect_user_error.h"
 
 namespace mp::systolic {
 namespace {
@@ -46,13 +47,14 @@ TEST(SystolicAnalytical, FoldPlanPerDataflow) {
 }
 
 TEST(SystolicAnalytical, RejectsNonPositiveSizes) {
-  try {
-    analyze_gemm({0, 4, 4}, array(4, 4, Dataflow::WS));
-    FAIL() << "expected a user_error";
-  } catch (const user_error& e) {
-    EXPECT_NE(std::string(e.what()).find("M must be a positive integer"), std::string::npos) << e.what();
-  }
-  EXPECT_THROW(analyze_gemm({4, 4, 4}, array(4, -1, Dataflow::OS)), user_error);
+  EXPECT_USER_ERROR(analyze_gemm({0, 4, 4}, array(4, 4, Dataflow::WS)),
+                    "GEMM M must be a positive integer, got 0");
+  EXPECT_USER_ERROR(analyze_gemm({4, 4, -2}, array(4, 4, Dataflow::WS)),
+                    "GEMM N must be a positive integer, got -2");
+  EXPECT_USER_ERROR(analyze_gemm({4, 4, 4}, array(4, -1, Dataflow::OS)),
+                    "array columns (ArrayWidth) must be a positive integer, got -1");
+  EXPECT_USER_ERROR(analyze_gemm({4, 4, 4}, array(0, 4, Dataflow::IS)),
+                    "array rows (ArrayHeight) must be a positive integer, got 0");
 }
 
 std::vector<double> reference_gemm(const GemmShape& g, const std::vector<float>& I,

@@ -3,8 +3,12 @@
 
 #include <array>
 #include <cstdio>
+#include <filesystem>
+#include <set>
 #include <string>
+#include <thread>
 
+#include "core/device.h"
 #include "tests/support/run_cli.h"
 
 namespace {
@@ -34,13 +38,21 @@ TEST(Cli, UnknownOptionIsOneLineError) {
   EXPECT_NE(r.out.find("unknown option '--nonsense'"), std::string::npos) << r.out;
 }
 
+// The commands the overview lists are exactly those with a tools/metapipe/cmd_NAME.cpp (one file per
+// subcommand), and each answers --help with its usage line.
 TEST(Cli, EverySubcommandHasHelp) {
+  std::set<std::string> files;
+  for (auto& e : std::filesystem::directory_iterator(std::string(MP_SOURCE_DIR) + "/tools/metapipe")) {
+    std::string stem = e.path().stem().string();
+    if (e.path().extension() == ".cpp" && stem.rfind("cmd_", 0) == 0) files.insert(stem.substr(4));
+  }
+  ASSERT_FALSE(files.empty());
   auto overview = run("--help");
   ASSERT_EQ(overview.status, 0);
   // Each command line in the overview is "  NAME  summary".
   size_t pos = overview.out.find("commands:\n");
   ASSERT_NE(pos, std::string::npos);
-  int seen = 0;
+  std::set<std::string> listed;
   for (size_t p = overview.out.find('\n', pos) + 1; p < overview.out.size();) {
     size_t e = overview.out.find('\n', p);
     std::string line = overview.out.substr(p, e - p);
@@ -50,17 +62,27 @@ TEST(Cli, EverySubcommandHasHelp) {
     auto h = run(name + " --help");
     EXPECT_EQ(h.status, 0) << name;
     EXPECT_NE(h.out.find("usage: metapipe " + name), std::string::npos) << name << ": " << h.out;
-    ++seen;
+    listed.insert(name);
   }
-  EXPECT_GE(seen, 2);
+  EXPECT_EQ(listed, files);
 }
 
-TEST(Cli, InfoListsTheCpu) {
+// What info says about this machine: the CPU's hardware threads, and the GPU as the device query sees
+// it (its name and SM count, or the reason there is none).
+TEST(Cli, InfoDescribesThisMachine) {
   auto r = run("info");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("metapipe "), std::string::npos);
-  EXPECT_NE(r.out.find("cpu     always present"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("cuda"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.rfind("metapipe ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("cpu     always present (" + std::to_string(std::thread::hardware_concurrency()) +
+                       " hardware threads)"),
+            std::string::npos)
+      << r.out;
+  if (auto g = mp::query_gpu()) {
+    EXPECT_NE(r.out.find("cuda    " + g->name + " (sm_"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(g->sm_count) + " SMs"), std::string::npos) << r.out;
+  } else {
+    EXPECT_NE(r.out.find("cuda    absent: " + mp::gpu_absent_reason()), std::string::npos) << r.out;
+  }
 }
 
 TEST(Cli, DemoRunsAndChecks) {
