@@ -230,6 +230,12 @@ void Tokenizer::check_id(int32_t id) const {
 }
 
 std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
+  std::vector<std::string> pieces;
+  for (const auto& [b, n] : pre_spans(text)) pieces.emplace_back(text.substr(b, n));
+  return pieces;
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::pre_spans(std::string_view text) const {
   const auto u = units_of(text);
   std::vector<Cls> cls(u.size());
   for (size_t i = 0; i < u.size(); ++i) cls[i] = classify(u[i].cp);
@@ -247,18 +253,18 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
   } else {
     gpt2_split(u, cls, 0, u.size(), cuts);
   }
-  std::vector<std::string> pieces;
+  std::vector<std::pair<size_t, size_t>> spans;
   size_t prev = 0;
   for (size_t c : cuts) {
     if (c == prev) continue;
     const size_t bb = u[prev].begin, be = u[c - 1].end;
-    pieces.emplace_back(text.substr(bb, be - bb));
+    spans.emplace_back(bb, be - bb);
     prev = c;
   }
-  return pieces;
+  return spans;
 }
 
-std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece) const {
+std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece, size_t at) const {
   const auto& bm = byte_map();
   std::vector<std::string> sym;
   sym.reserve(piece.size());
@@ -286,16 +292,25 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece) const {
     sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
   }
   std::vector<int32_t> ids;
+  size_t off = at;  // byte offset in the text of the current symbol: one mapped character per byte
   for (const auto& s : sym) {
+    const auto units = units_of(s);
     if (auto it = by_text_.find(s); it != by_text_.end()) {
       ids.push_back(it->second);
+      off += units.size();
       continue;
     }
-    for (const Unit& u : units_of(s)) {  // a merge result missing from the vocabulary: its bytes one by one
+    for (const Unit& u : units) {  // a merge result missing from the vocabulary: its bytes one by one
       const uint8_t b = bm.to_byte.at(u.cp);
-      MP_USER_CHECK(byte_token_[b] >= 0, file_, ": the vocabulary has no token for byte ", int(b),
-                    ", so this text cannot be encoded");
+      if (byte_token_[b] < 0) {
+        // Some vocabularies drop byte tokens (SmolLM2 has none for 21 control and never-UTF-8 bytes), so
+        // such text has no encoding at all; say where instead of dropping the byte.
+        static const char* hex = "0123456789abcdef";
+        fail_user("byte 0x", hex[b >> 4], hex[b & 15], " at offset ", off, " of the text has no token in the ",
+                  "vocabulary of ", file_, "; remove or replace it");
+      }
       ids.push_back(byte_token_[b]);
+      ++off;
     }
   }
   return ids;
@@ -304,9 +319,9 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece) const {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   std::vector<int32_t> ids;
   if (add_special && add_bos_) ids.push_back(bos_);
-  auto plain = [&](std::string_view s) {
-    for (const auto& p : pre_tokenize(s)) {
-      const auto e = encode_piece(p);
+  auto plain = [&](std::string_view s, size_t base) {
+    for (const auto& [b, n] : pre_spans(s)) {
+      const auto e = encode_piece(s.substr(b, n), base + b);
       ids.insert(ids.end(), e.begin(), e.end());
     }
   };
@@ -327,12 +342,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       ++i;
       continue;
     }
-    plain(text.substr(start, i - start));
+    plain(text.substr(start, i - start), start);
     ids.push_back(hit);
     i += len;
     start = i;
   }
-  plain(text.substr(start));
+  plain(text.substr(start), start);
   return ids;
 }
 
