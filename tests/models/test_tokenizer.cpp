@@ -259,6 +259,16 @@ TEST(Tokenizer, RoundTripsRandomBytesAndUnicode) {
   check_round_trips(G.tok, random_strings(200, 2));
 }
 
+// One piece of 200,000 bytes (no spaces): BPE must stay near-linear, not quadratic, in the piece length.
+TEST(Tokenizer, LongPieceEncodesInLinearishTime) {
+  const auto L = load(tiny_file("smollm", false));
+  std::string s;
+  while (s.size() < 200000) s += "hellollhe";
+  const auto ids = L.tok.encode(s, false);
+  EXPECT_EQ(L.tok.decode(ids), s);
+  EXPECT_LT(ids.size(), s.size() / 2);  // the merges applied
+}
+
 // The installed SmolLM2 file, or a skip naming the install command.
 std::optional<GgufFile> default_model() {
   try {
