@@ -190,7 +190,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   };
   t.bos_ = id_key("tokenizer.ggml.bos_token_id", -1);
   t.eos_ = id_key("tokenizer.ggml.eos_token_id", -1);
-  if (const GgufValue* v = f.find_value("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->bits != 0;
+  t.add_bos_ = f.find_int("tokenizer.ggml.add_bos_token").value_or(0) != 0;
   MP_USER_CHECK(!t.add_bos_ || t.bos_ >= 0, f.path(), ": tokenizer.ggml.add_bos_token is set but there is no ",
                 "tokenizer.ggml.bos_token_id");
   if (t.eos_ >= 0) t.end_ids_.push_back(t.eos_);
@@ -221,7 +221,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
         }
       }
     } else {
-      t.chat_system_ = "\x01";  // marks a template metapipe cannot render
+      t.chat_renderable_ = false;
     }
   }
   return t;
@@ -396,7 +396,7 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
 
 std::string Tokenizer::chat_prompt(std::string_view user_text) const {
-  if (chat_system_ == "\x01")
+  if (!chat_renderable_)
     throw not_supported("the chat template of " + file_ + " (metapipe renders the <|im_start|> format only)");
   MP_USER_CHECK(by_text_.count("<|im_start|>") && by_text_.count("<|im_end|>"), file_,
                 " has no <|im_start|> / <|im_end|> tokens, so it has no chat format; use a plain prompt");

@@ -48,6 +48,7 @@ class Tokenizer {
   bool add_bos_ = false;
   std::string pre_;
   std::string chat_system_;                // default system message of the template, "" when none
+  bool chat_renderable_ = true;            // false: the file's template is not the <|im_start|> format
   std::string file_;
 };
 

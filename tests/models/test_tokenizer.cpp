@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -59,7 +60,12 @@ struct Vocab {
   }
 };
 
-std::string tiny_file(const std::string& pre, bool add_bos, const std::string& model = "gpt2") {
+const char* kImTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+std::string tiny_file(const std::string& pre, bool add_bos, const std::string& model = "gpt2",
+                      const std::string& chat_template = kImTemplate) {
   Vocab v;
   v.add("<|endoftext|>", 3);
   v.add("<|im_start|>", 3);
@@ -85,22 +91,21 @@ std::string tiny_file(const std::string& pre, bool add_bos, const std::string& m
   w.kv("tokenizer.ggml.bos_token_id", WValue::of(T::U32, uint32_t{1}));
   w.kv("tokenizer.ggml.eos_token_id", WValue::of(T::U32, uint32_t{2}));
   w.kv("tokenizer.ggml.add_bos_token", WValue::of(T::BOOL, uint8_t{add_bos}));
-  w.kv("tokenizer.chat_template",
-       WValue::string("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                      "{% endif %}"));
+  w.kv("tokenizer.chat_template", WValue::string(chat_template));
   return w.bytes();
 }
 
+// A file held in memory with the tokenizer read from it; the bytes live as long as the file that maps them.
 struct Loaded {
-  std::string bytes;
+  std::shared_ptr<const std::string> bytes;
   GgufFile file;
   Tokenizer tok;
 };
 Loaded load(const std::string& bytes, const std::string& name = "tiny.gguf") {
-  GgufFile f = GgufFile::from_bytes(name, bytes.data(), bytes.size());
+  auto keep = std::make_shared<const std::string>(bytes);
+  GgufFile f = GgufFile::from_bytes(name, keep->data(), keep->size());
   Tokenizer t = Tokenizer::from_gguf(f);
-  return {bytes, std::move(f), std::move(t)};
+  return {keep, std::move(f), std::move(t)};
 }
 
 using Pieces = std::vector<std::string>;
@@ -188,6 +193,12 @@ TEST(Tokenizer, BadInput) {
     ADD_FAILURE();
   } catch (const not_supported& e) {
     EXPECT_NE(std::string(e.what()).find("pre-tokenizer 'qwen2'"), std::string::npos) << e.what();
+  }
+  try {
+    load(tiny_file("smollm", false, "gpt2", "{{ '[INST] ' + message['content'] + ' [/INST]' }}")).tok.chat_prompt("x");
+    ADD_FAILURE();
+  } catch (const not_supported& e) {
+    EXPECT_NE(std::string(e.what()).find("the chat template of tiny.gguf"), std::string::npos) << e.what();
   }
   GgufWriter w;
   w.kv("tokenizer.ggml.model", WValue::string("gpt2"));
