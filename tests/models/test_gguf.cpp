@@ -1,13 +1,17 @@
 // The GGUF reader on files the test writes itself: every value type round-trips, each kind of corruption
-// gives its one-line message, and truncations and random byte flips only ever end in user_errors.
+// gives its one-line message, and truncations and random byte flips only ever end in user_errors; on the
+// installed model, tensor data is where the PyPI gguf package finds it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -525,6 +529,74 @@ TEST(Gguf, DefaultModelOpens) {
     s += std::fabs(x);
   }
   EXPECT_GT(s, 0);
+}
+
+// Rows of the installed model dequantized from where the reader says each tensor's data is, against the
+// PyPI gguf package reading the same file (tests/models/dequant_reference.py): the first and the last tensor
+// of the file, their first and last rows, and one of each type.
+TEST(Gguf, DefaultModelDataMatchesTheGgufPackage) {
+  std::string path;
+  try {
+    path = default_model_path();
+  } catch (const user_error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  struct stat st {};
+  if (std::string(MP_PYTHON).empty() || ::stat(MP_PYTHON, &st) != 0)
+    GTEST_SKIP() << "the reference venv is not installed (run scripts/install-deps, then configure again)";
+  const GgufFile f = GgufFile::open(path);
+  const GgufTensor& first = f.tensors().front();
+  const GgufTensor& last = f.tensors().back();
+  std::vector<std::pair<std::string, int64_t>> rows = {{first.name, 0},
+                                                       {first.name, first.rows() - 1},
+                                                       {last.name, 0},
+                                                       {last.name, last.rows() - 1},
+                                                       {"blk.7.attn_k.weight", 100},
+                                                       {"output_norm.weight", 0}};
+  std::string cmd = std::string("'") + MP_PYTHON + "' '" + MP_TESTS_MODELS_DIR +
+                    "/dequant_reference.py' --model '" + path + "'";
+  for (const auto& [name, row] : rows) cmd += " '" + name + ":" + std::to_string(row) + "'";
+  const std::string out_path = temp_path("dequant.json");
+  cmd += " > '" + out_path + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::remove(out_path.c_str());
+  // [[x, ...], ...]: one list of numbers per row asked for.
+  std::vector<std::vector<double>> want;
+  const std::string js = ss.str();
+  const char* p = js.c_str();
+  int depth = 0;
+  while (*p) {
+    if (*p == '[') {
+      if (++depth == 2) want.emplace_back();
+      ++p;
+    } else if (*p == ']') {
+      --depth;
+      ++p;
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+      char* end = nullptr;
+      const double x = std::strtod(p, &end);
+      ASSERT_GT(end, p);
+      want.back().push_back(x);
+      p = end;
+    } else {
+      ++p;
+    }
+  }
+  ASSERT_EQ(want.size(), rows.size()) << js.substr(0, 200);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GgufTensor& t = f.tensor(rows[i].first);
+    const int64_t n = t.dims[0];
+    ASSERT_EQ(static_cast<int64_t>(want[i].size()), n) << t.name;
+    std::vector<float> got(static_cast<size_t>(n));
+    quant::dequantize_row(t.type, t.data + static_cast<uint64_t>(rows[i].second) * (t.nbytes / t.rows()),
+                          got.data(), n);
+    for (int64_t k = 0; k < n; ++k)
+      ASSERT_NEAR(got[k], want[i][k], 1e-6 * (1 + std::fabs(want[i][k])))
+          << t.name << " (" << quant::to_string(t.type) << ") row " << rows[i].second << " element " << k;
+  }
 }
 
 }  // namespace
