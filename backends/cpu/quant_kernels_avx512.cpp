@@ -1,0 +1,6 @@
+// The avx512 kernels (not compiled in yet).
+#include "backends/cpu/quant_kernels.h"
+
+namespace mp::cpu::qk {
+const Kernels* kernels_avx512() { return nullptr; }
+}  // namespace mp::cpu::qk

@@ -1,0 +1,152 @@
+// ThreadPool: workers wait on a generation counter (spinning first, then sleeping in atomic::wait, a
+// futex on Linux); the caller counts finished chunks down with an atomic and waits the same way.
+#include "core/thread_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MP_CPU_RELAX() _mm_pause()
+#else
+#define MP_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace mp {
+namespace {
+
+// How long a worker (or the caller) spins before it sleeps. Long enough to span the gap between the
+// matvecs of one decode step, short enough not to burn a core once the loops stop.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+// Set while this thread runs a chunk, so that a nested parallel_for runs inline instead of deadlocking.
+thread_local bool t_in_chunk = false;
+
+// Waits until `a` differs from `old` and returns the new value.
+template <class T> T spin_then_wait(const std::atomic<T>& a, T old) {
+  T v = a.load(std::memory_order_acquire);
+  if (v != old) return v;
+  auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      MP_CPU_RELAX();
+      v = a.load(std::memory_order_acquire);
+      if (v != old) return v;
+    }
+    if (std::chrono::steady_clock::now() - start > kSpin) break;
+  }
+  for (;;) {
+    a.wait(old, std::memory_order_acquire);
+    v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
+  }
+}
+
+// Chunk i of `chunks` near-equal contiguous chunks of [0, n), computed without overflowing n * i.
+void chunk_range(int64_t n, int64_t chunks, int64_t i, int64_t& begin, int64_t& end) {
+  int64_t q = n / chunks, r = n % chunks;
+  begin = q * i + (i < r ? i : r);
+  end = begin + q + (i < r ? 1 : 0);
+}
+
+}  // namespace
+
+struct ThreadPool::State {
+  int threads = 1;
+  std::vector<std::thread> workers;
+  std::mutex call_mu;  // one parallel_for at a time
+
+  // The current loop, published by `generation` (release) and read by the workers (acquire).
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, chunks = 0;
+  bool stop = false;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<int> pending{0};  // workers that have not finished the current loop
+
+  std::mutex err_mu;
+  std::exception_ptr err;
+
+  void run_chunk(int64_t i) {
+    if (i >= chunks) return;
+    int64_t b, e;
+    chunk_range(n, chunks, i, b, e);
+    t_in_chunk = true;
+    try {
+      (*fn)(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(err_mu);
+      if (!err) err = std::current_exception();
+    }
+    t_in_chunk = false;
+  }
+
+  void worker(int index) {
+    uint64_t seen = 0;
+    for (;;) {
+      seen = spin_then_wait(generation, seen);
+      if (stop) return;
+      run_chunk(index);
+      if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) pending.notify_one();
+    }
+  }
+};
+
+ThreadPool::ThreadPool(int threads) : state_(std::make_unique<State>()) {
+  MP_USER_CHECK(threads >= 1, "ThreadPool: threads=", threads, " must be at least 1 (1 runs on the caller)");
+  MP_USER_CHECK(threads <= 1024, "ThreadPool: threads=", threads, " is more than the 1024 a pool supports");
+  state_->threads = threads;
+  state_->workers.reserve(static_cast<size_t>(threads - 1));
+  for (int i = 1; i < threads; ++i) state_->workers.emplace_back([s = state_.get(), i] { s->worker(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  State& s = *state_;
+  if (s.workers.empty()) return;
+  std::lock_guard<std::mutex> lk(s.call_mu);
+  s.stop = true;
+  s.generation.fetch_add(1, std::memory_order_release);
+  s.generation.notify_all();
+  for (auto& t : s.workers) t.join();
+}
+
+int ThreadPool::threads() const { return state_->threads; }
+
+int ThreadPool::default_threads() {
+  unsigned h = std::thread::hardware_concurrency();
+  return h == 0 ? 1 : static_cast<int>(h);
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  MP_USER_CHECK(n >= 0, "ThreadPool::parallel_for: n=", n, " must not be negative");
+  if (n == 0) return;
+  State& s = *state_;
+  if (s.threads == 1 || n == 1 || t_in_chunk) {
+    fn(0, n);
+    return;
+  }
+  std::lock_guard<std::mutex> lk(s.call_mu);
+  s.fn = &fn;
+  s.n = n;
+  s.chunks = n < s.threads ? n : s.threads;
+  s.err = nullptr;
+  s.pending.store(s.threads - 1, std::memory_order_relaxed);
+  s.generation.fetch_add(1, std::memory_order_release);
+  s.generation.notify_all();
+  s.run_chunk(0);
+  for (int left = s.pending.load(std::memory_order_acquire); left != 0;)
+    left = spin_then_wait(s.pending, left);
+  s.fn = nullptr;
+  if (s.err) {
+    std::exception_ptr e = s.err;
+    s.err = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+}  // namespace mp
