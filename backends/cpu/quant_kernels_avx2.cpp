@@ -65,7 +65,8 @@ float dot_f16(const void* w, const void* a, int64_t n) { return dot_float(w, sta
 float dot_bf16(const void* w, const void* a, int64_t n) { return dot_float(w, static_cast<const float*>(a), n, BF16{}); }
 
 constexpr Kernels kAvx2 = {"avx2",   quantize_q8, quantize_q8k, dot_q4_0, dot_q4_1, dot_q8_0,
-                           dot_q4_k, dot_q6_k,    dot_f32,      dot_f16,  dot_bf16};
+                           dot_q4_k, dot_q6_k,    dot_f32,      dot_f16,  dot_bf16,
+                           dot_q4_0_t<4>, dot_q4_1_t<4>, dot_q8_0_t<4>};
 }  // namespace
 }  // namespace mp::cpu::qk
 #pragma GCC pop_options

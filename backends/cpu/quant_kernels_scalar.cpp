@@ -168,7 +168,8 @@ float dot_bf16(const void* w, const void* a, int64_t n) {
 }
 
 constexpr Kernels kScalar = {"scalar", quantize_q8, quantize_q8k, dot_q4_0, dot_q4_1, dot_q8_0,
-                             dot_q4_k, dot_q6_k,    dot_f32,      dot_f16,  dot_bf16};
+                             dot_q4_k, dot_q6_k,    dot_f32,      dot_f16,  dot_bf16,
+                             nullptr,  nullptr,     nullptr};
 
 }  // namespace
 

@@ -43,6 +43,7 @@ enum class Act { Q8, Q8K, F32 };
 struct Plan {
   Act act;
   qk::DotFn dot;
+  qk::Dot4Fn dot4;    // nullptr when the type has no 4-token kernel on this path
   int64_t block;      // elements per weight block (and per activation block)
   int64_t act_bytes;  // bytes of one token's activation row
   uint64_t row_bytes; // bytes of one weight row
@@ -59,11 +60,11 @@ Plan make_plan(const QMatrix& W, const qk::Kernels& k, const char* op) {
                 ti->block_elems, " elements");
   MP_USER_CHECK(W.rows == 0 || W.cols == 0 || W.data != nullptr, op, ": the ", W.rows, " x ", W.cols, " ",
                 ti->name, " weight matrix has no data (null pointer)");
-  Plan p{Act::Q8, nullptr, ti->block_elems, 0, *rb};
+  Plan p{Act::Q8, nullptr, nullptr, ti->block_elems, 0, *rb};
   switch (W.type) {
-    case QType::Q4_0: p.dot = k.dot_q4_0; break;
-    case QType::Q4_1: p.dot = k.dot_q4_1; break;
-    case QType::Q8_0: p.dot = k.dot_q8_0; break;
+    case QType::Q4_0: p.dot = k.dot_q4_0, p.dot4 = k.dot4_q4_0; break;
+    case QType::Q4_1: p.dot = k.dot_q4_1, p.dot4 = k.dot4_q4_1; break;
+    case QType::Q8_0: p.dot = k.dot_q8_0, p.dot4 = k.dot4_q8_0; break;
     case QType::Q4_K: p.dot = k.dot_q4_k; p.act = Act::Q8K; break;
     case QType::Q6_K: p.dot = k.dot_q6_k; p.act = Act::Q8K; break;
     case QType::F32: p.dot = k.dot_f32; p.act = Act::F32; break;
@@ -144,7 +145,15 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
       const int64_t t1 = std::min(n, t0 + kTokenBlock);
       for (int64_t rg = r0; rg < r1; rg += kRowGroup) {
         const int64_t rge = std::min(r1, rg + kRowGroup);
-        for (int64_t t = t0; t < t1; ++t) {
+        int64_t t = t0;
+        if (p.dot4)  // 4 tokens per pass over a weight row: its blocks are unpacked once for the 4
+          for (; t + 4 <= t1; t += 4)
+            for (int64_t r = rg; r < rge; ++r) {
+              float out[4];
+              p.dot4(w + static_cast<uint64_t>(r) * p.row_bytes, act + t * p.act_bytes, p.act_bytes, dot_len, out);
+              for (int i = 0; i < 4; ++i) Y[(t + i) * rows + r] = out[i];
+            }
+        for (; t < t1; ++t) {
           const uint8_t* a = act + t * p.act_bytes;
           float* y = Y + t * rows;
           for (int64_t r = rg; r < rge; ++r) y[r] = p.dot(w + static_cast<uint64_t>(r) * p.row_bytes, a, dot_len);
