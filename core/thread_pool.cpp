@@ -32,7 +32,8 @@ constexpr int64_t kChunksPerThread = 4;
 thread_local bool t_in_chunk = false;
 
 // Waits until `a` differs from `old` and returns the new value.
-template <class T> T spin_then_wait(const std::atomic<T>& a, T old) {
+template <class T>
+T spin_then_wait(const std::atomic<T>& a, T old) {
   T v = a.load(std::memory_order_acquire);
   if (v != old) return v;
   auto start = std::chrono::steady_clock::now();
@@ -88,7 +89,8 @@ struct ThreadPool::State {
     for (;;) {
       const int64_t left = static_cast<int64_t>(c & 0xFFFFFFFFu);
       if (static_cast<uint32_t>(c >> 32) != gen || left == 0) return;
-      if (!claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      if (!claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
       const int64_t i = chunks - left;
       int64_t b, e;
       chunk_range(n, chunks, i, b, e);
@@ -157,7 +159,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   s.err = nullptr;
   s.done.store(0, std::memory_order_relaxed);
   const uint32_t gen = s.generation.load(std::memory_order_relaxed) + 1;
-  s.claim.store(static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(s.chunks), std::memory_order_release);
+  s.claim.store(static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(s.chunks),
+                std::memory_order_release);
   s.generation.store(gen, std::memory_order_release);
   s.generation.notify_all();
   s.run_chunks(gen);

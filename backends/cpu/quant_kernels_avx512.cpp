@@ -30,12 +30,14 @@ namespace mp::cpu::qk {
 namespace {
 
 // Float weights: 16 lanes, 4 independent accumulators, a masked tail for any length.
-template <class Load> float dot_float(const void* w, const float* a, int64_t n, Load load) {
+template <class Load>
+float dot_float(const void* w, const float* a, int64_t n, Load load) {
   __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
   int64_t i = 0;
   for (; i + 64 <= n; i += 64)
     for (int k = 0; k < 4; ++k)
-      acc[k] = _mm512_fmadd_ps(load(w, i + 16 * k, __mmask16(0xFFFF)), _mm512_loadu_ps(a + i + 16 * k), acc[k]);
+      acc[k] =
+          _mm512_fmadd_ps(load(w, i + 16 * k, __mmask16(0xFFFF)), _mm512_loadu_ps(a + i + 16 * k), acc[k]);
   for (; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
     acc[0] = _mm512_fmadd_ps(load(w, i, m), _mm512_maskz_loadu_ps(m, a + i), acc[0]);
@@ -61,15 +63,19 @@ struct LoadBF16 {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
 };
-float dot_f32(const void* w, const void* a, int64_t n) { return dot_float(w, static_cast<const float*>(a), n, LoadF32{}); }
-float dot_f16(const void* w, const void* a, int64_t n) { return dot_float(w, static_cast<const float*>(a), n, LoadF16{}); }
+float dot_f32(const void* w, const void* a, int64_t n) {
+  return dot_float(w, static_cast<const float*>(a), n, LoadF32{});
+}
+float dot_f16(const void* w, const void* a, int64_t n) {
+  return dot_float(w, static_cast<const float*>(a), n, LoadF16{});
+}
 float dot_bf16(const void* w, const void* a, int64_t n) {
   return dot_float(w, static_cast<const float*>(a), n, LoadBF16{});
 }
 
-constexpr Kernels kAvx512 = {"avx512-vnni", quantize_q8, quantize_q8k, dot_q4_0, dot_q4_1, dot_q8_0,
-                             dot_q4_k,      dot_q6_k,    dot_f32,      dot_f16,  dot_bf16,
-                             dot_q4_0_t<4>, dot_q4_1_t<4>, dot_q8_0_t<4>};
+constexpr Kernels kAvx512 = {"avx512-vnni", quantize_q8,   quantize_q8k,  dot_q4_0,     dot_q4_1,
+                             dot_q8_0,      dot_q4_k,      dot_q6_k,      dot_f32,      dot_f16,
+                             dot_bf16,      dot_q4_0_t<4>, dot_q4_1_t<4>, dot_q8_0_t<4>};
 }  // namespace
 }  // namespace mp::cpu::qk
 #pragma GCC diagnostic pop

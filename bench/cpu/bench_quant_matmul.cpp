@@ -42,12 +42,22 @@ std::vector<uint8_t> random_weights(QType t, int64_t rows, int64_t cols, uint64_
     uint8_t* b = m.data() + k * ti.block_bytes;
     switch (t) {
       case QType::Q4_0:
-      case QType::Q8_0: std::memcpy(b, &h, 2); break;
+      case QType::Q8_0:
+        std::memcpy(b, &h, 2);
+        break;
       case QType::Q4_1:
-      case QType::Q4_K: std::memcpy(b, &h, 2), std::memcpy(b + 2, &h, 2); break;
-      case QType::Q6_K: std::memcpy(b + offsetof(quant::BlockQ6_K, d), &h, 2); break;
-      case QType::F16: std::memcpy(b, &h, 2); break;
-      case QType::BF16: b[0] = 0, b[1] = 0x3c; break;
+      case QType::Q4_K:
+        std::memcpy(b, &h, 2), std::memcpy(b + 2, &h, 2);
+        break;
+      case QType::Q6_K:
+        std::memcpy(b + offsetof(quant::BlockQ6_K, d), &h, 2);
+        break;
+      case QType::F16:
+        std::memcpy(b, &h, 2);
+        break;
+      case QType::BF16:
+        b[0] = 0, b[1] = 0x3c;
+        break;
       case QType::F32: {
         float f = 0.01f;
         std::memcpy(b, &f, 4);
@@ -112,9 +122,9 @@ void BM_Matmul(benchmark::State& state) {
     mp::cpu::matmul(QMatrix{t, w.data(), rows, cols}, X.data(), n, Y.data(), pool);
     benchmark::DoNotOptimize(Y.data());
   }
-  state.counters["GOP/s"] = benchmark::Counter(static_cast<double>(2 * rows * cols * n) * 1e-9 *
-                                                   static_cast<double>(state.iterations()),
-                                               benchmark::Counter::kIsRate);
+  state.counters["GOP/s"] = benchmark::Counter(
+      static_cast<double>(2 * rows * cols * n) * 1e-9 * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate);
   state.SetLabel(std::string(quant::to_string(t)) + " " + mp::cpu::kernel_isa());
 }
 
@@ -149,7 +159,10 @@ void matvec_args(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(BM_Matvec)->Apply(matvec_args)->ArgNames({"type", "rows", "cols", "threads", "isa", "hot"})->UseRealTime();
+BENCHMARK(BM_Matvec)
+    ->Apply(matvec_args)
+    ->ArgNames({"type", "rows", "cols", "threads", "isa", "hot"})
+    ->UseRealTime();
 BENCHMARK(BM_Matmul)
     ->Args({kQ4_1, 1536, 576, 1, 64})
     ->Args({kQ4_1, 1536, 576, 2, 64})
