@@ -15,6 +15,9 @@
 namespace mp::cpu::qk {
 namespace {
 // maddubs saturates its int16 pair sums; every operand pair here stays below 2 * 128 * 127 = 32512.
+inline __m256i dot_s16(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+}
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }

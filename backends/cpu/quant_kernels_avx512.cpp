@@ -21,6 +21,7 @@
 namespace mp::cpu::qk {
 namespace {
 inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) { return _mm256_dpbusd_epi32(acc, u, s); }
+inline __m256i dot_s16(__m256i acc, __m256i a, __m256i b) { return _mm256_dpwssd_epi32(acc, a, b); }
 }  // namespace
 }  // namespace mp::cpu::qk
 
