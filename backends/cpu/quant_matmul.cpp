@@ -162,6 +162,13 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
     return;
   }
   MP_USER_CHECK(X != nullptr, op, ": the input is a null pointer");
+  {  // The output is written while float weights still read the input.
+    const auto x0 = reinterpret_cast<uintptr_t>(X),
+               x1 = x0 + static_cast<uintptr_t>(n * W.cols) * sizeof(float);
+    const auto y0 = reinterpret_cast<uintptr_t>(Y),
+               y1 = y0 + static_cast<uintptr_t>(n * W.rows) * sizeof(float);
+    MP_USER_CHECK(x1 <= y0 || y1 <= x0, op, ": the output overlaps the input; give it its own buffer");
+  }
   const uint8_t* act = prepare_activations(p, k, X, n, W.cols, pool);
   const int64_t nb = W.cols / p.block;
   const int64_t dot_len = p.act == Act::F32 ? W.cols : nb;

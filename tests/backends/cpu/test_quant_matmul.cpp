@@ -457,6 +457,10 @@ TEST(QuantMatmulErrors, BadArgumentsAreUserErrors) {
         mp::cpu::matmul(QMatrix{QType::Q8_0, buf.data(), 1LL << 40, 32}, x.data(), 1LL << 30, y.data(), pool);
       }).find("larger than a 64-bit size holds"),
       std::string::npos);
+  EXPECT_NE(error_of([&] {
+              mp::cpu::matvec(QMatrix{QType::F32, buf.data(), 32, 32}, x.data(), x.data() + 16, pool);
+            }).find("output overlaps the input"),
+            std::string::npos);
   // Empty shapes are fine: nothing to do, or zeros for zero columns.
   y.assign(512, 1.0f);
   mp::cpu::matvec(QMatrix{QType::Q4_1, buf.data(), 3, 0}, x.data(), y.data(), pool);
