@@ -152,6 +152,12 @@ constexpr int64_t kTokenBlock = 64;
 // 4 KiB and 8 KiB ahead measured alike, 1 KiB about half the gain).
 constexpr uint64_t kPrefetchBytes = 4096;
 
+// Asks the cache for `bytes` bytes of w from offset `from` on, not past `end`.
+inline void prefetch(const uint8_t* w, uint64_t from, uint64_t end, uint64_t bytes) {
+  const uint64_t to = std::min(end, from + bytes);
+  for (uint64_t o = from; o < to; o += 64) __builtin_prefetch(w + o);
+}
+
 void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool, const char* op) {
   const qk::Kernels& k = kernels();
   Plan p = make_plan(W, k, op);
@@ -190,6 +196,7 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
         if (p.dot4)  // 4 tokens per pass over a weight row: its blocks are unpacked once for the 4
           for (; t + 4 <= t1; t += 4)
             for (int64_t r = rg; r < rge; ++r) {
+              if (t == t0) prefetch(w, r * p.row_bytes + kPrefetchBytes, total_bytes, p.row_bytes);
               float out[4];
               p.dot4(w + static_cast<uint64_t>(r) * p.row_bytes, act + t * p.act_bytes, p.act_bytes, dot_len,
                      out);
@@ -199,9 +206,7 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
           const uint8_t* a = act + t * p.act_bytes;
           float* y = Y + t * rows;
           for (int64_t r = rg; r < rge; ++r) {
-            const uint64_t from = static_cast<uint64_t>(r) * p.row_bytes + kPrefetchBytes;
-            const uint64_t to = std::min(total_bytes, from + p.row_bytes);
-            for (uint64_t o = from; o < to; o += 64) __builtin_prefetch(w + o);
+            prefetch(w, r * p.row_bytes + kPrefetchBytes, total_bytes, p.row_bytes);
             y[r] = p.dot(w + static_cast<uint64_t>(r) * p.row_bytes, a, dot_len);
           }
         }
