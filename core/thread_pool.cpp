@@ -1,5 +1,6 @@
 // ThreadPool: workers wait on a generation counter (spinning first, then sleeping in atomic::wait, a
-// futex on Linux); the caller counts finished chunks down with an atomic and waits the same way.
+// futex on Linux); every thread claims chunks with a compare-exchange and counts them done, and the
+// caller waits on that count the same way.
 #include "core/thread_pool.h"
 
 #include <atomic>
