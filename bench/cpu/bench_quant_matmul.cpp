@@ -7,6 +7,9 @@
 // file (tokens/s x file bytes) is the GB/s to compare with.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
