@@ -1,4 +1,4 @@
-#include "core/power.h"
+#include "bench/harness/power.h"
 
 #include <dlfcn.h>
 

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
-#include "core/power.h"
+#include "bench/harness/power.h"
 
 TEST(PowerProbe, UnknownGpuIsNotAvailable) {
   mp::PowerProbe p("ffff:ff:1f.7");  // no such bus id

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/device.h"
-#include "core/power.h"
+#include "bench/harness/power.h"
 
 TEST(GPU_PowerProbe, ReadsTheGpusCounter) {
   if (!mp::query_gpu()) GTEST_SKIP() << "no GPU: " << mp::gpu_absent_reason();
