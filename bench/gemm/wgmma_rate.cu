@@ -42,12 +42,12 @@ constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s
 // waits on `full`; bit 2: only the waits (no producer: every `full` has completed its first phase before
 // the loop and the consumer waits for that phase, so each wait succeeds at once; no arrivals); bit 3: only
 // the arrivals on `empty` (no producer, no waits); bit 4: a late release, each stage freed one step later,
-// right after the next step's wgmma are issued, before the wait (tried in the GEMM's pipeline in the sixth
-// session and not kept: bench/RESULTS.md).
+// right after the next step's wgmma are issued, before the wait (tried in the GEMM's pipeline and not
+// kept: bench/RESULTS.md, GEMM).
 // With Ring, a K step's wgmma sit under a run-time test that is always true, as the GEMM's sit under its
 // data_only test: without one, ptxas serializes the ring kernels' wgmma (warning C7514: every wgmma waits
 // for the one before), and the ring rows measured that serialization (161.5 cycles per m64n128k16) instead
-// of the handshake (fifth session; corrected in the sixth, bench/RESULTS.md).
+// of the handshake (bench/RESULTS.md, GEMM).
 template <int N, int Chains, int Pending, bool Overwrite = false, int Stages = 1, bool Ring = false, int Sem = 0>
 __global__ void __launch_bounds__(max_wgs * 128, 1)
     rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {
