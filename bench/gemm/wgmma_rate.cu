@@ -1,6 +1,6 @@
 // wgmma issue-rate microbenchmark: how many cycles one warpgroup's wgmma m64nNk16 (bf16, A and B from
 // shared memory) take back to back, by N, by the number of warpgroups issuing at once on an SM, and by
-// the number of independent accumulator chains each keeps. It answers one question of issue 3's small
+// the number of independent accumulator chains each keeps. It answers one question of the GEMM's small
 // shapes: can a lone consumer warpgroup keep the tensor cores busy, or does a 64-row tile need two?
 //
 // Each warpgroup runs `steps` K steps of the GEMM main loop's shape: 4 wgmma (one 64-deep K step) into
