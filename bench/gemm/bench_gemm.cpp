@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,11 +173,20 @@ int main(int argc, char** argv) {
       batch_ms = std::atof(argv[++i]);
       if (!(batch_ms > 0 && batch_ms <= 2000)) return bad_usage("--batch-ms is a number of ms in (0, 2000]");
     } else if (a == "--shape" && has_value) {
-      S s{0, 0, 0, "asked"};
-      char tail = 0;
-      if (std::sscanf(argv[++i], "%d,%d,%d%c", &s.m, &s.n, &s.k, &tail) != 3)
-        return bad_usage(std::string("--shape is M,N,K, got '") + argv[i] + "'");
-      asked.push_back(s);
+      // three whole numbers up to 2^30 (check_gemm_shape then says what else is wrong with them)
+      const std::string v = argv[++i];
+      long long d[3] = {0, 0, 0};
+      size_t at = 0;
+      bool ok = true;
+      for (int j = 0; j < 3 && ok; ++j) {
+        size_t end = at;
+        while (end < v.size() && v[end] >= '0' && v[end] <= '9') ++end;
+        ok = end > at && end - at <= 10 && (j == 2 ? end == v.size() : end < v.size() && v[end] == ',');
+        if (ok) d[j] = std::stoll(v.substr(at, end - at)), ok = d[j] <= (1ll << 30);
+        at = end + 1;
+      }
+      if (!ok) return bad_usage("--shape is M,N,K (whole numbers up to 2^30), got '" + v + "'");
+      asked.push_back({int(d[0]), int(d[1]), int(d[2]), "asked"});
     } else if (a == "--schedule" && has_value) {
       try {
         apply_schedule(argv[++i], sched);
