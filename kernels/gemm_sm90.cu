@@ -99,8 +99,9 @@ struct gemm_kernel {
       arrive(full);
       return;
     }
+    const int kk = (w.k_first + it) * BK;
     expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());
-    load_ab<BT>(s.a, s.b, g, full, w.row, w.pos.y * BN, (w.k_first + it) * BK);
+    load_ab<BT>(s.a, s.b, g, full, w.row, w.pos.y * BN, kk);
   }
 
   // The data_only test also keeps ptxas from serializing the wgmma (warning C7514; docs/development.md).
@@ -188,8 +189,8 @@ const CUtensorMap& cached_map(const void* p, int depth, int rows, int cols) {
 // The workspace for tiles that several blocks finish (split-K, stream-K): per stream in use, grow-only, the
 // tile counters and the fp32 partials in two allocations. The counters are zeroed whenever their
 // allocation grows, and every launch leaves the counters it used at zero, so all of them are zero at every
-// launch. (They once shared one allocation, counters first: a launch with more counters than the last one
-// then read the previous launch's partials as counters, found them non-zero, and left tiles unwritten.)
+// launch. (In one allocation, counters first, a launch with more counters than the last one would read
+// the previous launch's partials as counters, find them non-zero, and leave tiles unwritten.)
 struct fixup_space {
   int* counters;
   float4* partials;

@@ -241,6 +241,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   __syncthreads();
   trace_mark(g, trace_ready);
   trace_mark(g, trace_sm);
+  const int first = blockIdx.x, stride = gridDim.x;  // this block's work items: first, first + stride, ...
 
   const int nwork = K::work_count(g);
   // The same for every thread of a warp, which with the unrolled K loop the compiler learns from a
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int wg = T::unroll ? __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0) : warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
-    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, blockIdx.x, gridDim.x);
+    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, first, stride);
   } else {  // consumer warpgroups
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         for (int it = 0; it < iters; ++it, p.advance()) step(w, it, p.stage);
       }
     };
-    for (int work = blockIdx.x; work < nwork; work += gridDim.x) {
+    for (int work = first; work < nwork; work += stride) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
       // The stage `back` (<= stages) K steps behind the current one.
