@@ -14,17 +14,11 @@ namespace mp::kernels {
 enum class b_layout { kn, nk };  // B stored K x N (C = A*B) or N x K (C = A*B^T)
 enum class out_type { bf16, f32 };
 
-// How a block's two consumer warpgroups share the work. cooperative (the default): both work on one
-// 128 x BN tile, 64 rows each, and write it out together (a 64-row tile has one consumer warpgroup:
-// GemmSchedule::block_m). pingpong (opt-in): each owns its own tile,
-// 64 x 256 (block_n 0 or 256) or 128 x 128 (block_n 128), and the two take turns at the tensor cores, so
-// one's epilogue overlaps the other's mainloop (cluster 0 or 1).
-enum class consumer_schedule { cooperative, pingpong };
 // Whether the last, partial wave of tiles is shared out by K ranges (GemmSchedule::stream_k; stream_k_tiles).
 // automatic (the default): where that wave leaves at least a third of the grid idle (and keeps a quarter
 // busy). Under the H200's power cap the SMs left idle by a partial wave give their power to the busy
 // ones, which then clock higher; so sharing the wave out pays only where it is far from full. Measured
-// (bench/RESULTS.md, fifteenth session): 8192^3 (52 % full) 1.027 -> 1.042 and 4096 x 14336 x 4096
+// (bench/RESULTS.md, GEMM, stream-K threshold): 8192^3 (52 % full) 1.027 -> 1.042 and 4096 x 14336 x 4096
 // (58 %) 0.998 -> 1.004, 1792 x 3840 x 4096 (59 %) 2 % faster, but 70-80 % full last waves 3.5-4.5 %
 // slower and 4096^3 (88 %) 1.00 -> 0.96. on: wherever there is a partial wave after whole ones. off:
 // never.
@@ -32,18 +26,8 @@ enum class stream_k_mode { automatic, off, on };
 
 // How a tile's result goes out (GemmSchedule::epilogue). automatic (the default): whole where plan_gemm
 // picks it (below), otherwise immediate.
-enum class epilogue_mode { automatic, immediate, deferred, whole };
-// How the K splits of a tile are added up. workspace (the default): every split but the last to finish
-// writes its fp32 partial sums to global memory, and the last adds them (any split count, any tile).
-// cluster (opt-in): the two splits of a 64 x 128 tile run on the two blocks of a thread-block cluster, and
-// one sends its partial sums straight into the other's shared memory (distributed shared memory). The
-// exchange itself is faster (2.7 us less at 128 x 4096 x 14336 with no loads), but the loads of blocks
-// launched in clusters measured 35 % slower on the H200, so the whole GEMM is slower (bench/RESULTS.md,
-// 2026-11-30, fifth session).
-enum class split_reduce { workspace, cluster };
+enum class epilogue_mode { automatic, immediate, whole };
 
-// How the tiles are handed to blocks; the defaults are what the library uses. The tutorial and the
-// benchmarks turn features off to measure what each buys.
 // The L2 eviction priority a GEMM's TMA traffic gives an operand's lines (createpolicy with
 // .L2::cache_hint, tile/tma.cuh): normal (no hint), evict_first (the first lines L2 replaces: data used once)
 // or evict_last (the last: data used again); automatic: chosen from the shape (plan_gemm).
@@ -51,36 +35,27 @@ enum class l2_priority { normal = 0, evict_first = 1, evict_last = 2, automatic 
 // The L2 of the GPU plan_gemm assumes when none is given (an H200's, 60 MiB).
 constexpr long long h200_l2_bytes = 60ll << 20;
 
+// How the tiles are handed to blocks; the defaults are what the library uses (0 / -1 / automatic: chosen
+// from the shape by plan_gemm). The tutorial and the benchmarks set them to measure what each buys.
 struct GemmSchedule {
   bool persistent = true;  // one block per SM walking tiles; false: one block per tile
   int group_m = 16;        // tiles are walked in groups of this many M-tiles (L2 reuse); 1 = row by row
   int split_k = 0;         // 0: chosen from the shape; 1: never split K; >1: split K this many ways
-  split_reduce reduce = split_reduce::workspace;  // how split tiles are added up (see split_reduce)
   // K steps (of 64) by which each split but the one that adds the partials up is shorter than an even
   // share (ceil(K steps / splits)); the adding split takes the rest. The shorter splits finish first and
   // write their partials while the adding one still computes, so it does not wait for them. -1: chosen
   // from the plan; 0: even splits (the last may be shorter when the splits do not divide the K steps).
   int split_lead = -1;
-  // Which item of a split tile (workspace reduction, persistent grid) or a stream-K tile adds the partials
-  // up: a fixed one (true: split-K's last K range; stream-K's part that its block reaches last, see
-  // stream_k_part), which waits only for the others' writes, or whichever arrives last (false: one more
-  // global round trip on the way to the store, to count the arrival).
+  // Which item of a split tile (persistent grid) or a stream-K tile adds the partials up: a fixed one
+  // (true: split-K's last K range; stream-K's part that its block reaches last, see stream_k_part), which
+  // waits only for the others' writes, or whichever arrives last (false: one more global round trip on
+  // the way to the store, to count the arrival).
   bool fixed_reducer = true;
   // Tile shape. block_m 128: two consumer warpgroups share a 128 x block_n tile (block_n 128 or 256);
-  // block_m 64: one consumer warpgroup, a 64 x block_n tile (block_n 64 or 128) with a deeper ring, for
-  // shapes whose 128-row tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.
+  // block_m 64: one consumer warpgroup, a 64 x 128 tile with a deeper ring, for shapes whose 128-row
+  // tiles are too few to fill the GPU (small M or N). 0: chosen from the shape.
   int block_m = 0;
   int block_n = 0;
-  int cluster = 0;         // 0: default (1); 1: no cluster; 2: block pairs share B (TMA multicast)
-  consumer_schedule consumers = consumer_schedule::cooperative;
-  // wgmma groups a consumer leaves in flight when it moves to the next K step (0, 1 or 2). With 1 a
-  // stage stays held for two K steps; with 0 it goes back to the producer as soon as its wgmma finish,
-  // which leaves the ring one stage deeper for loads in flight (measured no faster: bench/RESULTS.md);
-  // 2 keeps more small wgmma queued at the tensor cores, at the cost of a ring stage.
-  int mma_pending = 1;
-  // K steps ahead (0 to 64) that the producer asks L2 to fetch the A and B tiles
-  // (cp.async.bulk.prefetch); 0, the default: no prefetch (it measured 0.6x: bench/RESULTS.md).
-  int prefetch = 0;
   // Diagnostic: move every A and B tile through the ring as usual but issue no wgmma, so the time is
   // that of the data movement alone (the result is NOT computed). Never set outside measurements.
   bool data_only = false;
@@ -91,38 +66,30 @@ struct GemmSchedule {
   // persistent grid partly idle, its T % P tiles are cut into equal K ranges, one per block (shorter than
   // a tile), and the blocks that share a tile add their fp32 partials in a workspace (in-kernel; the block
   // holding the tile's first K range stores it, or with fixed_reducer false the last to finish;
-  // stream_k_part). Applies with persistent 128-row tiles, cooperative consumers, no cluster or split-K.
+  // stream_k_part). Applies with persistent 128-row tiles and no split-K.
   stream_k_mode stream_k = stream_k_mode::automatic;
   // When and how a tile's result goes out (through shared memory and TMA stores, 64-column chunks):
   // - immediate: after its last K step, the tensor cores idle meanwhile; each consumer's chunks take
   //   turns in two shared buffers, so the third waits until the first's store has read its buffer.
-  // - whole (bf16 output, 128 x 256 tiles, no cluster or K split; stream-K allowed): every chunk has a
-  //   buffer of its own, so the tile is written with no such waits and its stores go out together, at the
-  //   cost of a ring stage (3 instead of 4, which the K loop does not miss: eleventh session). Measured
-  //   1-2 points of cuBLAS faster at the large shapes, slower at 2048^3 where a block has one tile
-  //   (bench/RESULTS.md, 2026-11-30, tenth session).
-  // - deferred (bf16 output, cooperative consumers): the tile's last two chunks are packed into registers
-  //   and written during the next tile's first K steps, overlapping its wgmma.
+  // - whole (bf16 output, 128 x 256 tiles, no K split; stream-K allowed): every chunk has a buffer of its
+  //   own, so the tile is written with no such waits and its stores go out together, at the cost of a
+  //   ring stage (3 instead of 4, which the K loop does not miss). Measured 1-2 points of cuBLAS faster
+  //   at the large shapes, slower at 2048^3 where a block has one tile (bench/RESULTS.md, GEMM).
   // - automatic (the default): whole where it applies on the persistent grid with more tiles than SMs,
   //   otherwise immediate (plan_gemm; f32 output is always immediate).
   epilogue_mode epilogue = epilogue_mode::automatic;
-  // Programmatic dependent launch: the kernel may start launching while the previous kernel in the stream
-  // finishes (its blocks set up shared memory, then wait for that kernel before any global memory
-  // access), and lets the next kernel do the same. Only in builds with MP_PIPELINE_PDL=1
-  // (tile/pipeline.cuh); otherwise ignored. Off: it measured slower at M = 128 (bench/RESULTS.md).
-  bool overlap_launch = false;
   // L2 eviction priorities of the A and B tiles the producer loads and of the C tiles the epilogue stores
-  // (cluster 2's multicast loads of B and the split partials take none). automatic (each one's default)
-  // is plan_gemm's choice: where the operands do not fit in L2 together (A + B + C > L2 / 2) and the A
-  // rows one group of tiles reuses do with room to spare (group_m 128-row tiles x K x 2 bytes <= L2 / 3),
-  // A is kept (evict_last) and B and C go first (evict_first); otherwise no hints. That suits the grouped
-  // tile walk: a wave's blocks read each B column panel at nearly the same time (the group's M-tiles of
-  // one N column run together) and each A row panel again in every column of the group; the output C is
-  // not read again by this kernel. Measured (bench/RESULTS.md, eighteenth session): at 4096^3 A·B the DRAM
-  // reads of a launch fell from 145 to 112 MB and the ratio to cuBLAS rose from 0.996-1.001 to 1.004-1.011;
-  // where the A panel is large (8192^3: 32 MiB; the down-projection: 56 MiB) keeping it cost 2 points,
-  // hence the limit. The trade: C leaves L2 sooner, so a kernel that reads it next is likelier to find it
-  // in DRAM; l2_c = normal keeps it. An explicit priority overrides the automatic one of its operand.
+  // (the split partials take none). automatic (each one's default) is plan_gemm's choice: where the
+  // operands do not fit in L2 together (A + B + C > L2 / 2) and the A rows one group of tiles reuses do
+  // with room to spare (group_m 128-row tiles x K x 2 bytes <= L2 / 3), A is kept (evict_last) and B and C
+  // go first (evict_first); otherwise no hints. That suits the grouped tile walk: a wave's blocks read
+  // each B column panel at nearly the same time (the group's M-tiles of one N column run together) and
+  // each A row panel again in every column of the group; the output C is not read again by this kernel.
+  // Measured (bench/RESULTS.md, GEMM, L2 priorities): at 4096^3 A·B the DRAM reads of a launch fell from
+  // 145 to 112 MB and the ratio to cuBLAS rose from 0.996-1.001 to 1.004-1.011; where the A panel is
+  // large (8192^3: 32 MiB; the down-projection: 56 MiB) keeping it cost 2 points, hence the limit. The
+  // trade: C leaves L2 sooner, so a kernel that reads it next is likelier to find it in DRAM; l2_c =
+  // normal keeps it. An explicit priority overrides the automatic one of its operand.
   l2_priority l2_a = l2_priority::automatic;
   l2_priority l2_b = l2_priority::automatic;
   l2_priority l2_c = l2_priority::automatic;
@@ -140,20 +107,34 @@ constexpr int gemm_trace_times = 9, gemm_trace_step_count = 64;
 constexpr int gemm_trace_points = gemm_trace_times + 1 + 3 * gemm_trace_step_count;
 extern const char* const gemm_trace_point_names[gemm_trace_times];
 
-// "workspace" / "cluster", and back (false for an unknown name).
-const char* split_reduce_name(split_reduce r);
-bool parse_split_reduce(const std::string& name, split_reduce& out);
-
-// "cooperative" / "pingpong", and back (false for an unknown name).
-const char* consumer_schedule_name(consumer_schedule c);
-bool parse_consumer_schedule(const std::string& name, consumer_schedule& out);
-
 // "auto" / "0" / "1" (stream_k_mode automatic, off, on), and back (false for an unknown name).
 const char* stream_k_mode_name(stream_k_mode m);
+bool parse_stream_k_mode(const std::string& name, stream_k_mode& out);
 // "normal" / "first" / "last" / "auto", and back (false for an unknown name).
 const char* l2_priority_name(l2_priority p);
 bool parse_l2_priority(const std::string& name, l2_priority& out);
-bool parse_stream_k_mode(const std::string& name, stream_k_mode& out);
+// "auto" / "immediate" / "whole", and back (false for an unknown name).
+const char* epilogue_mode_name(epilogue_mode e);
+bool parse_epilogue_mode(const std::string& name, epilogue_mode& out);
+
+// The schedule keys apply_schedule takes, with their values, for help texts (one line per key).
+// The keys apply_schedule takes, with their values, for help texts (one line per key).
+inline constexpr const char* gemm_schedule_keys =
+    "    block_m=0|64|128     tile height (0: from the shape; 64: one consumer warpgroup, 128 wide)\n"
+    "    block_n=0|128|256    tile width\n"
+    "    split_k=N            split K N ways (0: from the shape; 1: never)\n"
+    "    split_lead=N|auto    K steps by which the splits that do not add up finish early\n"
+    "    group_m=N            walk tiles in groups of N M-tiles (L2 reuse; 1: row by row)\n"
+    "    stream_k=auto|0|1    share the last, partial wave's tiles out by K ranges\n"
+    "    epilogue=auto|immediate|whole   how a tile's result goes out\n"
+    "    l2=auto|none         L2 eviction priorities of A, B and C together\n"
+    "    l2_a|l2_b|l2_c=auto|normal|first|last   one operand's L2 eviction priority\n"
+    "    persistent=0|1       one block per SM walking tiles (1), or one block per tile\n"
+    "    fixed_reducer=0|1    split and stream-K tiles: a fixed item adds the partials up (1), or the last\n";
+// Applies overrides written as "key=value,key=value" (gemm_schedule_keys: block_m=64, split_k=2,
+// stream_k=0, l2=none, l2_a=last, ...) to `s`, left to right. Throws mp::user_error naming the key or
+// value that is wrong and what it may be; `s` is then unspecified.
+void apply_schedule(const std::string& text, GemmSchedule& s);
 
 // Throws mp::user_error unless m, n, k are positive multiples of 16 (the message names the dimension).
 void check_gemm_shape(long long m, long long n, long long k);
@@ -168,13 +149,10 @@ void gemm_bf16_cublas(const void* a, const void* b, void* c, int m, int n, int k
                       CUstream_st* stream = nullptr);
 
 // The schedule gemm_bf16 picks for a shape on a GPU with `sms` SMs (host only, no GPU needed): the tile
-// (bm x bn x 64), the number of tiles, the K splits, the cluster size, and how many tiles stream-K shares
-// out. Throws mp::user_error for a schedule that names an unsupported combination.
+// (bm x bn x 64), the number of tiles, the K splits, and how many tiles stream-K shares out. Throws mp::user_error for a schedule that names an unsupported combination.
 struct GemmPlan {
-  int bm, bn, splits, tiles, cluster;
-  bool pingpong;
-  int sk_tiles;                 // tiles shared out by stream-K over the persistent grid (0: none)
-  bool cluster_reduce = false;  // split_reduce::cluster: the 2 splits of a tile are one cluster's blocks
+  int bm, bn, splits, tiles;
+  int sk_tiles = 0;             // tiles shared out by stream-K over the persistent grid (0: none)
   int split_lead = 0;           // GemmSchedule::split_lead as planned (0 unless splits > 1)
   bool whole_tile = false;      // the whole-tile epilogue (epilogue_mode::whole)
   // GemmSchedule::l2_a, l2_b, l2_c with `automatic` resolved (never automatic here)
@@ -251,7 +229,7 @@ constexpr int stream_k_max_parts(int grid, int shared, int k_iters) {
   }
   return most;
 }
-// "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid"
+// "64x128x64 tiles, 64 tiles, split-K 2, persistent grid"
 std::string describe_plan(const GemmPlan& p, const GemmSchedule& sched);
 
 // What gemm_bf16 would run for this shape on the current GPU ("128x256x64 tiles, ..."), for reports.

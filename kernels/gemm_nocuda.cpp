@@ -22,6 +22,9 @@ GemmCheckResult check_gemm_chain(int m, int n, int, b_layout, const GemmSchedule
   check_gemm_shape(m, n, n);
   throw not_supported("the GEMM check in a build without CUDA (nvcc was not found at configure time)");
 }
+void fill_random_bf16(void*, size_t, uint64_t) {
+  throw not_supported("device buffers in a build without CUDA (nvcc was not found at configure time)");
+}
 std::string describe_gemm(int, int, int, b_layout, out_type, const GemmSchedule&) {
   return "no CUDA in this build";
 }

@@ -14,19 +14,13 @@
 //     __device__ static void compute(state&, stage&, const globals&, const item&, int iter, int consumer);
 //     __device__ static void finish(state&, finish_smem&, const globals&, const item&, int consumer);
 //     __device__ static void begin(state&, const globals&); // optional, each consumer: before its items
-//     __device__ static void init(finish_smem&);            // optional, thread 0: the finish step's semaphores
-//     static constexpr int cluster; static constexpr bool multicast;  // optional: see cluster_of, multicast_of
 //     static constexpr bool unroll_ring;                    // optional: see unroll_ring_of
 //     __device__ static void prefetch(const globals&);      // optional, 1 thread first: see prefetch_of
 //   };
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
-//
-// Launches may overlap the previous kernel in the stream (programmatic dependent launch, launch()'s
-// `overlap`): every block sets up its shared memory and semaphores, then waits for the previous grid
-// before any global memory access, and lets the next grid start launching. K::globals may also carry a
-// timeline trace (trace_mark below) for diagnostics.
+// K::globals may also carry a timeline trace (trace_mark below) for diagnostics.
 #pragma once
 #include <utility>
 #include "tile/sync.cuh"
@@ -34,17 +28,11 @@
 #include "tile/types.cuh"
 #include "tile/warpgroup.cuh"
 
-// Build switches (CMake options of the same names), both off by default because on the H200 each
-// measured slower at M = 128, where a lone consumer warpgroup's K steps are short (bench/RESULTS.md,
-// 2026-11-30, fourth session: 0.90x cuBLAS without either, 0.78x with the trace compiled in, 0.84x with
-// both). MP_PIPELINE_TRACE: the trace_mark / trace_step timeline diagnostics (metapipe gemm --trace).
-// MP_PIPELINE_PDL: kernels wait for the previous grid (griddepcontrol) so that they may be launched
-// overlapping it (launch(..., overlap); metapipe gemm --pdl 1).
+// MP_PIPELINE_TRACE (CMake option, off by default): the trace_mark / trace_step timeline diagnostics
+// (bench_gemm --trace). A build switch because compiled in, it slowed M = 128 from 0.90x to 0.78x
+// cuBLAS, where a lone consumer warpgroup's K steps are short (bench/RESULTS.md, GEMM).
 #ifndef MP_PIPELINE_TRACE
 #define MP_PIPELINE_TRACE 0
-#endif
-#ifndef MP_PIPELINE_PDL
-#define MP_PIPELINE_PDL 0
 #endif
 // MP_PIPELINE_STAGE_UNROLL (on by default; 0 for the A/B against the rolled loop): the consumer's K loop
 // unrolled by the ring depth (traits::unroll, unroll_ring_of).
@@ -58,25 +46,6 @@ namespace mp::tile::pc {
 // against this at compile time. Kernels still ask the device at run time (launch()).
 constexpr int max_shared_bytes = 227 * 1024;
 
-template <class K>
-constexpr int cluster_of() {
-  if constexpr (requires { K::cluster; })
-    return K::cluster;
-  else
-    return 1;
-}
-// Whether the blocks of a cluster share their ring stages (TMA multicast writes into the peers' stages, so
-// a stage is free only once every block's consumers have released it): K::multicast, or by default
-// whenever there is a cluster. A kernel whose blocks use the cluster otherwise (distributed shared memory
-// in its finish step) sets multicast = false, and each block's ring is its own.
-template <class K>
-constexpr bool multicast_of() {
-  if constexpr (requires { K::multicast; })
-    return K::multicast;
-  else
-    return cluster_of<K>() > 1;
-}
-
 // Whether the consumer's K loop is unrolled by the ring depth: K::unroll_ring, or by default yes. The
 // unrolled loop keeps every stage's addresses as constants (fewer instructions per K step) but holds a
 // few more registers live; a kernel whose consumers are at the register limit (ptxas -v shows spills)
@@ -89,24 +58,13 @@ constexpr bool unroll_ring_of() {
     return true;
 }
 
-// How many wgmma groups a consumer leaves in flight when it moves on to the next stage: K::globals may
-// carry `mma_pending` (0, 1 or 2; fewer than the stages); 1 when it does not. A stage goes back to the
-// producer once the wgmma reading it are done, so it is held for 1 + mma_pending K steps.
-template <class K>
-__device__ int mma_pending_of(const typename K::globals& g) {
-  if constexpr (requires { g.mma_pending; })
-    return g.mma_pending;
-  else
-    return 1;
-}
-
 // Timeline diagnostics. When K::globals has `unsigned long long* trace` and `int trace_blocks` and trace is
 // set, thread 0 of each block b < trace_blocks writes the global timer (ns) at these points into
 // trace[b * trace_points + point] (the item points of the block's last work item are the ones left; the
 // last slot holds the SM number). Costs a branch per point when off.
 enum trace_point : int {
   trace_start,             // the block starts
-  trace_ready,             // its shared memory is set up and the previous grid is done (dependent launch)
+  trace_ready,             // its shared memory and semaphores are set up
   trace_first_full,        // the item's first stage is full (consumer 0)
   trace_mainloop_done,     // the item's wgmma are done
   trace_fixup_done,        // the item's partial sums are added (K::finish marks it, where it has any)
@@ -155,9 +113,6 @@ __device__ inline void trace_step(bool tracing, const G& g, int it, int which) {
 
 template <class K>
 struct traits {
-  static constexpr int cluster = cluster_of<K>();  // blocks per thread-block cluster (1 or 2)
-  static constexpr bool multicast = multicast_of<K>();
-  static constexpr int ring_blocks = multicast ? cluster : 1;  // blocks that release each stage
   static constexpr int consumers = K::consumers;
   static constexpr int stages = K::stages;
   static constexpr int threads = (consumers + 1) * warpgroup_threads;
@@ -175,7 +130,6 @@ struct traits {
   // +1024: the dynamic shared memory base is aligned up to 1024 bytes for swizzled tiles.
   static constexpr int shared_bytes = stage_bytes * stages + finish_bytes + barrier_bytes + 1024;
   static_assert(stages >= 1, "pipeline: at least one stage");
-  static_assert(cluster == 1 || cluster == 2, "pipeline: clusters of 1 or 2 blocks");
   static_assert(consumers >= 1 && consumers <= 3, "pipeline: 1 to 3 consumer warpgroups");
   static_assert(shared_bytes <= max_shared_bytes,
                 "pipeline: stages * sizeof(stage) + sizeof(finish_smem) exceeds the 227 KiB of shared memory "
@@ -197,12 +151,12 @@ struct block_smem {
   typename K::finish_smem* fin;
   semaphore* full;   // completes on the producer's expect_bytes arrival and the TMA bytes
   semaphore* empty;  // completes on `empty_arrivals` consumer-warp arrivals
-  // Thread 0 initialises the semaphores; the caller then syncs the block (or the cluster).
+  // Thread 0 initialises the semaphores; the caller then syncs the block.
   __device__ static block_smem carve(uint8_t* raw, int empty_arrivals) {
     using T = traits<K>;
     // With the unrolled K loop, aligned in the shared window's 32-bit addresses: the compiler then
     // computes stage addresses in uniform registers from the block's window base, with no generic-address
-    // arithmetic. (For the rolled loop, that costs the deferred-stash kernels a 32-byte spill.)
+    // arithmetic. (For the rolled loop, that costs a kernel at the register limit a 32-byte spill.)
     uint8_t* base;
     if constexpr (T::unroll) {
       const uint32_t raw32 = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
@@ -220,7 +174,6 @@ struct block_smem {
         init_semaphore(m.full[s], 1);
         init_semaphore(m.empty[s], empty_arrivals);
       }
-      if constexpr (requires { K::init(*m.fin); }) K::init(*m.fin);  // optional: the finish step's semaphores
       fence_barrier_init();
     }
     return m;
@@ -230,7 +183,7 @@ struct block_smem {
 // K's optional first act (K::prefetch: the tensor maps its TMA copies use, fetched into the SM's
 // descriptor cache while the block sets up its semaphores), by the producer warpgroup's first thread.
 // What TMA kernels commonly do; on the H200 the GEMM measured level with and without it (bench/RESULTS.md,
-// fourteenth session). Kept: three instructions a block, and no first copy waits for its descriptor.
+// GEMM). Kept: three instructions a block, and no first copy waits for its descriptor.
 template <class K>
 __device__ inline void prefetch_of(const typename K::globals& g) {
   if constexpr (requires { K::prefetch(g); })
@@ -279,25 +232,16 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   trace_mark(g, trace_start);
   prefetch_of<K>(g);
   extern __shared__ uint8_t smem_raw[];
-  // One arrival per consumer warp of every block of the cluster on `empty`: with multicast, a peer writes
-  // into this block's stage, so the stage is free only when all blocks have consumed it.
-  const auto m = block_smem<K>::carve(smem_raw, T::consumers * warpgroup_warps * T::ring_blocks);
+  // One arrival per consumer warp on `empty`.
+  const auto m = block_smem<K>::carve(smem_raw, T::consumers * warpgroup_warps);
   auto* stages = m.stages;
   auto* fin = m.fin;
   semaphore* full = m.full;
   semaphore* empty = m.empty;
-  if constexpr (T::cluster > 1)
-    cluster_sync();
-  else
-    __syncthreads();
-#if MP_PIPELINE_PDL
-  // Dependent launch: global memory only once the previous grid is done; the next may start launching.
-  grid_dependency_wait();
-  allow_dependent_launch();
-#endif
+  __syncthreads();
   trace_mark(g, trace_ready);
   trace_mark(g, trace_sm);
-  const int cluster_id = blockIdx.x / T::cluster, clusters = gridDim.x / T::cluster;
+  const int first = blockIdx.x, stride = gridDim.x;  // this block's work items: first, first + stride, ...
 
   const int nwork = K::work_count(g);
   // The same for every thread of a warp, which with the unrolled K loop the compiler learns from a
@@ -305,53 +249,45 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   const int wg = T::unroll ? __shfl_sync(0xffffffffu, warpgroup::warpgroup_id(), 0) : warpgroup::warpgroup_id();
   if (wg == T::consumers) {  // producer warpgroup
     warpgroup::decrease_registers<K::producer_registers>();
-    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, cluster_id, clusters);
+    if (warpgroup::thread_in_group() == 0) produce<K>(g, m, first, stride);
   } else {  // consumer warpgroups
     warpgroup::increase_registers<K::consumer_registers>();
     typename K::state st;
     ring_pos<T::stages> p;
-    const uint32_t rank = T::cluster > 1 ? cluster_ctarank() : 0;
-    auto release = [rank](semaphore& e) {
-      arrive(e);
-      // and in the peer (clusters are pairs), whose producer multicasts into this stage; the wgmma reading
-      // it are retired
-      if constexpr (T::ring_blocks > 1) arrive_cluster_relaxed(e, rank ^ 1u);
-    };
     const bool signaller = threadIdx.x % warp_threads == 0;
+    // One wgmma group stays in flight when a consumer moves to the next K step, so a stage goes back to
+    // the producer one step after its own (0 and 2 measured no faster: bench/RESULTS.md, GEMM).
+    constexpr int pending = 1;
     // Read once: the K loop below runs on registers (see tracing_steps).
-    const int pending = mma_pending_of<K>(g);
     const bool tracing = tracing_steps(g);
     if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
     // One K step of an item on ring stage `s`: an int, or a std::integral_constant where the K loop is
     // unrolled by the ring depth (T::unroll).
-    auto step = [&]<int Pending>(const typename K::item& w, int it, auto s) {
+    auto step = [&](const typename K::item& w, int it, auto s) {
       wait(full[s], p.phase);
       if (tracing && it == 0) trace_mark(g, trace_first_full);
       trace_step(tracing, g, it, 0);
       K::compute(st, stages[s], g, w, it, wg);
-      // At most Pending groups stay in flight; the step they were issued before is done: free it.
-      warpgroup::mma_async_wait<Pending>();
+      // At most `pending` groups stay in flight; the step they were issued before is done: free it.
+      warpgroup::mma_async_wait<pending>();
       trace_step(tracing, g, it, 1);
-      if (it >= Pending && signaller) {
-        const int back = int(s) - Pending;  // the stage Pending steps behind
-        release(empty[back < 0 ? back + T::stages : back]);
+      if (it >= pending && signaller) {
+        const int back = int(s) - pending;  // the stage `pending` steps behind
+        arrive(empty[back < 0 ? back + T::stages : back]);
       }
-      // optional: work that overlaps the wgmma in flight (a deferred epilogue of the previous item)
-      if constexpr (requires { K::after_compute(st, *fin, g, wg); }) K::after_compute(st, *fin, g, wg);
     };
     // The K loop, unrolled by the ring depth (T::unroll): every step's stage is then a compile-time
     // constant and its addresses (and wgmma descriptors) are the ring's base plus constants, kept in
     // uniform registers (50 instructions per K step of the GEMM against 77 rolled; bench/RESULTS.md,
-    // thirteenth session). A pass over the stages starts at the item's current stage and stops after its
-    // last K step. Rolled, the ring's address is made opaque, so that the compiler keeps it in registers
-    // instead of recomputing it from the block's shared-memory window at every K step. `Pending`: wgmma
-    // groups left in flight per step (a compile-time count, so that the wait is one instruction).
+    // GEMM). A pass over the stages starts at the item's current stage and stops after its last K step.
+    // Rolled, the ring's address is made opaque, so that the compiler keeps it in registers instead of
+    // recomputing it from the block's shared-memory window at every K step.
     if constexpr (!T::unroll) asm volatile("" : "+l"(stages));
-    auto mainloop = [&]<int Pending>(const typename K::item& w, int iters) {
+    auto mainloop = [&](const typename K::item& w, int iters) {
       if constexpr (T::unroll) {
         int it = 0;
         auto unrolled = [&]<int S>() {
-          step.template operator()<Pending>(w, it, std::integral_constant<int, S>{});
+          step(w, it, std::integral_constant<int, S>{});
           ++it;
           p.advance();
         };
@@ -361,10 +297,10 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
           }(std::make_integer_sequence<int, T::stages>{});
         }
       } else {
-        for (int it = 0; it < iters; ++it, p.advance()) step.template operator()<Pending>(w, it, p.stage);
+        for (int it = 0; it < iters; ++it, p.advance()) step(w, it, p.stage);
       }
     };
-    for (int work = cluster_id; work < nwork; work += clusters) {
+    for (int work = first; work < nwork; work += stride) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
       // The stage `back` (<= stages) K steps behind the current one.
@@ -372,98 +308,44 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
         const int s = p.stage - back;
         return s < 0 ? s + T::stages : s;
       };
-      if (pending == 0)
-        mainloop.template operator()<0>(w, iters);
-      else if (pending == 1)
-        mainloop.template operator()<1>(w, iters);
-      else
-        mainloop.template operator()<2>(w, iters);
+      mainloop(w, iters);
       warpgroup::mma_async_wait<0>();
       trace_mark(g, trace_mainloop_done);
       if (signaller)  // the item's last steps, oldest first (p is one past the last)
-        for (int back = min(pending, iters); back >= 1; --back) release(empty[behind(back)]);
+        for (int back = min(pending, iters); back >= 1; --back) arrive(empty[behind(back)]);
       K::finish(st, *fin, g, w, wg);
       trace_mark(g, trace_finish_done);
     }
-    if constexpr (requires { K::flush(st, *fin, g, wg); }) K::flush(st, *fin, g, wg);
     tma::wait_all<0>();  // TMA stores a finish step issued must be done before the block's shared memory goes
     trace_mark(g, trace_end);
   }
-  // No block may leave while a peer can still multicast into it or arrive on its semaphores.
-  if constexpr (T::cluster > 1) cluster_sync();
 }
 
-// The launch attributes: the cluster shape (only for clusters of 2: a plain grid keeps no cluster
-// scheduling constraints at all) and, with `overlap`, programmatic stream serialization (the grid may
-// start while the previous one in the stream finishes; see grid_dependency_wait). `at` holds 2.
-template <class K>
-cudaLaunchConfig_t launch_config(cudaStream_t stream, cudaLaunchAttribute* at, bool overlap = false) {
-  using T = traits<K>;
-  cudaLaunchConfig_t cfg{};
-  int n = 0;
-  if (T::cluster > 1) {
-    at[n].id = cudaLaunchAttributeClusterDimension;
-    at[n].val.clusterDim.x = T::cluster;
-    at[n].val.clusterDim.y = 1;
-    at[n].val.clusterDim.z = 1;
-    ++n;
-  }
-  if (overlap) {
-    at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  cfg.blockDim = dim3(T::threads);
-  cfg.dynamicSmemBytes = T::shared_bytes;
-  cfg.stream = stream;
-  cfg.attrs = at;
-  cfg.numAttrs = n;
-  return cfg;
-}
-
-// The persistent grid of K: as many blocks (whole clusters) as can be resident at once, queried once.
+// The persistent grid of K: one block per SM (each takes a whole SM's shared memory), queried once.
 // Kernels that cut work by the grid size (stream-K) ask for it before launching.
 template <class K>
 int resident_blocks() {
-  using T = traits<K>;
   static int resident = [] {
-    cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
-    const int sms = device_sm_count();
-    int clusters = 0;
-    cudaLaunchAttribute at[2];
-    cudaLaunchConfig_t q = launch_config<K>(nullptr, at);
-    q.gridDim = dim3(sms / T::cluster * T::cluster);
-    if (T::cluster > 1 && cudaOccupancyMaxActiveClusters(&clusters, kernel<K>, &q) == cudaSuccess &&
-        clusters > 0)
-      return clusters * T::cluster;
-    return sms / T::cluster * T::cluster;
+    cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, traits<K>::shared_bytes);
+    return device_sm_count();
   }();
   return resident;
 }
 
 // Launch K: the persistent grid (resident_blocks), or `max_blocks` blocks when given, never more than the
-// work needs; with `overlap`, as a programmatic dependent launch (launch_config).
+// work needs.
 template <class K>
-cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0, bool overlap = false) {
+cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_blocks = 0) {
   using T = traits<K>;
   static cudaError_t attr =
       cudaFuncSetAttribute(kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize, T::shared_bytes);
   if (attr != cudaSuccess) return attr;
-  overlap = overlap && MP_PIPELINE_PDL;  // without the wait compiled in, a kernel must not overlap
-  cudaLaunchAttribute at[2];
-  cudaLaunchConfig_t cfg = launch_config<K>(stream, at, overlap);
   const int nwork = K::work_count(g);
   if (nwork == 0) return cudaSuccess;
   int blocks = max_blocks > 0 ? max_blocks : resident_blocks<K>();
-  blocks = std::min(blocks / T::cluster, nwork) * T::cluster;
-  if constexpr (T::cluster == 1) {  // a plain launch: no cluster scheduling constraints at all
-    if (!overlap) {
-      kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
-      return cudaGetLastError();
-    }
-  }
-  cfg.gridDim = dim3(blocks);
-  return cudaLaunchKernelEx(&cfg, kernel<K>, g);
+  blocks = std::min(blocks, nwork);
+  kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
+  return cudaGetLastError();
 }
 
 }  // namespace mp::tile::pc

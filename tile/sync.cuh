@@ -115,8 +115,8 @@ __device__ inline void arrive_cluster(semaphore& s, uint32_t cta) {
 // The same arrival with no memory ordering (.relaxed): for a thread whose accesses to what the semaphore
 // guards are complete before it arrives by other means, e.g. a consumer freeing a ring stage that a peer
 // multicasts into, after wgmma.wait_group has retired the wgmma that read it. A release at cluster scope
-// costs a MEMBAR.ALL.GPU before the arrival (SASS), which halved the multicast ring's load rate (4096^3
-// --data-only with --cluster 2: 246 us against 123 us without clusters; bench/RESULTS.md, 2026-11-30).
+// costs a MEMBAR.ALL.GPU before the arrival (SASS), which halved the multicast ring's load rate (the
+// loads alone at 4096^3 in 2-block clusters: 246 us against 123 us without; bench/RESULTS.md, GEMM).
 __device__ inline void arrive_cluster_relaxed(semaphore& s, uint32_t cta) {
   asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(&s, cta))
                : "memory");

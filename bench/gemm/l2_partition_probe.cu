@@ -1,10 +1,10 @@
-// Which SMs are near which half of the L2 (sixteenth session, bench/RESULTS.md): the latency of the same
+// Which SMs are near which half of the L2 (bench/RESULTS.md, GEMM): the latency of the same
 // lines differs by the reading SM, and the SMs fall into two groups of 66 on the H200. One block per SM
 // (all resident at once: each waits for its turn on a global counter, in block order); thread 0 reads 256
 // fixed lines through L2 (ld.global.cg), 16 dependent reads of each line, in two rounds, and times each
 // round. Prints, one SM per line, its id and the cycles of both rounds for every line:
 //   smid round1[0..255] | round2[0..255]
-// bench/gemm/s16-place.py splits the SMs in two from it.
+// (Placing tiles by L2 half from it did not pay: bench/RESULTS.md, GEMM.)
 //   usage: build/bench/gemm/l2_partition_probe (built with the benchmarks; needs a GPU)
 #include <cuda_runtime.h>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // wgmma issue-rate microbenchmark: how many cycles one warpgroup's wgmma m64nNk16 (bf16, A and B from
 // shared memory) take back to back, by N, by the number of warpgroups issuing at once on an SM, and by
-// the number of independent accumulator chains each keeps. It answers one question of issue 3's small
+// the number of independent accumulator chains each keeps. It answers one question of the GEMM's small
 // shapes: can a lone consumer warpgroup keep the tensor cores busy, or does a 64-row tile need two?
 //
 // Each warpgroup runs `steps` K steps of the GEMM main loop's shape: 4 wgmma (one 64-deep K step) into
@@ -42,12 +42,12 @@ constexpr int fma_per_clock = 2048;  // dense bf16 on one Hopper SM (989 TFLOP/s
 // waits on `full`; bit 2: only the waits (no producer: every `full` has completed its first phase before
 // the loop and the consumer waits for that phase, so each wait succeeds at once; no arrivals); bit 3: only
 // the arrivals on `empty` (no producer, no waits); bit 4: a late release, each stage freed one step later,
-// right after the next step's wgmma are issued, before the wait (tried in the GEMM's pipeline in the sixth
-// session and not kept: bench/RESULTS.md).
+// right after the next step's wgmma are issued, before the wait (tried in the GEMM's pipeline and not
+// kept: bench/RESULTS.md, GEMM).
 // With Ring, a K step's wgmma sit under a run-time test that is always true, as the GEMM's sit under its
 // data_only test: without one, ptxas serializes the ring kernels' wgmma (warning C7514: every wgmma waits
 // for the one before), and the ring rows measured that serialization (161.5 cycles per m64n128k16) instead
-// of the handshake (fifth session; corrected in the sixth, bench/RESULTS.md).
+// of the handshake (bench/RESULTS.md, GEMM).
 template <int N, int Chains, int Pending, bool Overwrite = false, int Stages = 1, bool Ring = false, int Sem = 0>
 __global__ void __launch_bounds__(max_wgs * 128, 1)
     rate_kernel(int wgs, int steps, int random, long long* cycles, long long* ns, float* sink) {

@@ -55,25 +55,7 @@ TEST(Gemm, CpuReferenceBothLayouts) {
   EXPECT_EQ(d, c);
 }
 
-TEST(Gemm, ConsumerScheduleNames) {
-  EXPECT_EQ(GemmSchedule{}.consumers, consumer_schedule::cooperative);  // ping-pong is opt-in
-  for (auto c : {consumer_schedule::cooperative, consumer_schedule::pingpong}) {
-    consumer_schedule back =
-        c == consumer_schedule::pingpong ? consumer_schedule::cooperative : consumer_schedule::pingpong;
-    EXPECT_TRUE(parse_consumer_schedule(consumer_schedule_name(c), back));
-    EXPECT_EQ(back, c);
-  }
-  consumer_schedule c = consumer_schedule::cooperative;
-  EXPECT_FALSE(parse_consumer_schedule("ping-pong", c));
-  EXPECT_EQ(c, consumer_schedule::cooperative);
-  for (auto r : {split_reduce::workspace, split_reduce::cluster}) {
-    split_reduce back = split_reduce::workspace;
-    EXPECT_TRUE(parse_split_reduce(split_reduce_name(r), back));
-    EXPECT_EQ(back, r);
-  }
-  split_reduce r = split_reduce::cluster;
-  EXPECT_FALSE(parse_split_reduce("dsmem", r));
-  EXPECT_EQ(r, split_reduce::cluster);
+TEST(Gemm, ScheduleNames) {
   EXPECT_EQ(GemmSchedule{}.stream_k, stream_k_mode::automatic);
   for (auto m : {stream_k_mode::automatic, stream_k_mode::off, stream_k_mode::on}) {
     stream_k_mode back = m == stream_k_mode::on ? stream_k_mode::off : stream_k_mode::on;
@@ -94,6 +76,15 @@ TEST(Gemm, ConsumerScheduleNames) {
   l2_priority p = l2_priority::evict_first;
   EXPECT_FALSE(parse_l2_priority("evict_first", p));
   EXPECT_EQ(p, l2_priority::evict_first);
+  EXPECT_EQ(GemmSchedule{}.epilogue, epilogue_mode::automatic);
+  for (auto e : {epilogue_mode::automatic, epilogue_mode::immediate, epilogue_mode::whole}) {
+    epilogue_mode back = e == epilogue_mode::whole ? epilogue_mode::immediate : epilogue_mode::whole;
+    EXPECT_TRUE(parse_epilogue_mode(epilogue_mode_name(e), back));
+    EXPECT_EQ(back, e);
+  }
+  epilogue_mode e = epilogue_mode::whole;
+  EXPECT_FALSE(parse_epilogue_mode("deferred", e));
+  EXPECT_EQ(e, epilogue_mode::whole);
 }
 
 // The L2 priorities a plan gets (GemmSchedule::l2_a): A kept, B and C first where the operands overflow
@@ -125,7 +116,7 @@ TEST(Gemm, PlanPicksTheL2Priorities) {
   s.group_m = 8;  // 8 MiB of A rows at 8192^3
   EXPECT_TRUE(hinted(plan(8192, 8192, 8192, s)));
   s = {};
-  s.cluster = 2;  // a group counts M-tile pairs: 32 MiB of A rows at 4096^3
+  s.group_m = 32;  // 32 x 128 rows x 4096: 32 MiB of A rows at 4096^3
   EXPECT_TRUE(plain(plan(4096, 4096, 4096, s)));
   s = {};
   s.l2_c = l2_priority::normal;  // explicit for C, automatic for A and B
@@ -138,7 +129,7 @@ TEST(Gemm, PlanPicksTheL2Priorities) {
   EXPECT_EQ(p.l2_a, l2_priority::evict_first);
   EXPECT_EQ(p.l2_b, l2_priority::normal);
   EXPECT_EQ(describe_plan(p, s),
-            "128x256x64 tiles, 2048 tiles, stream-K over the last 68, split-K 1, cluster 1, persistent grid, "
+            "128x256x64 tiles, 2048 tiles, stream-K over the last 68, split-K 1, persistent grid, "
             "whole-tile epilogue, L2 A first B normal C normal");
   EXPECT_THROW(plan(4096, 4096, 4096, {}, 0), mp::user_error);
 }
@@ -154,28 +145,23 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   EXPECT_TRUE(plan(4096, 14336, 4096).whole_tile);  // 1792 tiles
   EXPECT_TRUE(plan(4096, 4096, 4096).whole_tile);   // 512 tiles
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096), {}),
-            "128x256x64 tiles, 512 tiles, split-K 1, cluster 1, persistent grid, whole-tile epilogue, L2 A last "
+            "128x256x64 tiles, 512 tiles, split-K 1, persistent grid, whole-tile epilogue, L2 A last "
             "B first C first");
   EXPECT_FALSE(plan(2048, 2048, 2048).whole_tile);                     // 128 tiles <= 132 SMs
   EXPECT_FALSE(plan(4096, 4096, 4096, {}, out_type::f32).whole_tile);  // f32 output
   EXPECT_FALSE(plan(128, 4096, 4096).whole_tile);                      // 64-row tiles
   GemmSchedule s;
-  s.cluster = 2;
-  EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
-  s = {};
   // the data-parallel tiles' epilogue; the shared tiles' reducers store whole tiles too
   s.stream_k = stream_k_mode::on;
   EXPECT_TRUE(plan(4096, 14336, 4096, s).whole_tile);
   EXPECT_EQ(describe_plan(plan(4096, 4096, 4096, s), s),
-            "128x256x64 tiles, 512 tiles, stream-K over the last 116, split-K 1, cluster 1, persistent grid, "
+            "128x256x64 tiles, 512 tiles, stream-K over the last 116, split-K 1, persistent grid, "
             "whole-tile epilogue, L2 A last B first C first");
   s = {};
   s.persistent = false;  // one tile per block
   EXPECT_FALSE(plan(4096, 14336, 4096, s).whole_tile);
   s = {};
   s.epilogue = epilogue_mode::immediate;
-  EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
-  s.epilogue = epilogue_mode::deferred;
   EXPECT_FALSE(plan(4096, 4096, 4096, s).whole_tile);
   s.epilogue = epilogue_mode::whole;  // asked for: also with one wave of tiles
   EXPECT_TRUE(plan(2048, 2048, 2048, s).whole_tile);
@@ -193,9 +179,6 @@ TEST(Gemm, PlanPicksTheEpilogue) {
   w.block_n = 128;
   rejected(w, out_type::bf16, "128 x 128 tiles");
   w = s;
-  w.cluster = 2;
-  rejected(w, out_type::bf16, "cluster 2");
-  w = s;
   w.split_k = 2;
   rejected(w, out_type::bf16, "split-K 2");
 }
@@ -209,17 +192,14 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.bn, 256);
   EXPECT_EQ(p.tiles, 512);
   EXPECT_EQ(p.splits, 1);
-  EXPECT_EQ(p.cluster, 1);
-  EXPECT_FALSE(p.pingpong);
   EXPECT_EQ(p.sk_tiles, 0);
   p = plan(128, 4096, 4096);  // decode: 32 tiles of 128 x 128 would be too few -> 64 x 128, split 2
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.bn, 128);
   EXPECT_EQ(p.tiles, 64);
   EXPECT_EQ(p.splits, 2);
-  EXPECT_FALSE(p.cluster_reduce);  // through the global workspace by default
   EXPECT_EQ(describe_plan(p, {}),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), cluster 1, persistent grid, L2 A last B "
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps), persistent grid, L2 A last B "
             "first C first");
   EXPECT_EQ(p.split_lead, 3);  // chosen: about 6 K steps between the first split's end and the last's
   GemmSchedule lead;
@@ -227,18 +207,11 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   const GemmPlan pl = plan(128, 4096, 4096, lead);
   EXPECT_EQ(pl.split_lead, 5);
   EXPECT_EQ(describe_plan(pl, lead),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 5 K steps), cluster 1, persistent grid, L2 A last B "
+            "64x128x64 tiles, 64 tiles, split-K 2 (lead 5 K steps), persistent grid, L2 A last B "
             "first C first");
   lead.split_lead = 0;  // even splits
   EXPECT_EQ(describe_plan(plan(128, 4096, 4096, lead), lead),
-            "64x128x64 tiles, 64 tiles, split-K 2, cluster 1, persistent grid, L2 A last B first C first");
-  GemmSchedule cr;
-  cr.reduce = split_reduce::cluster;  // opt-in: the two K halves on a block pair, added through DSMEM
-  p = plan(128, 4096, 4096, cr);
-  EXPECT_TRUE(p.cluster_reduce);
-  EXPECT_EQ(describe_plan(p, cr),
-            "64x128x64 tiles, 64 tiles, split-K 2 (lead 3 K steps; added in a cluster pair), cluster 1, "
-            "persistent grid, L2 A last B first C first");
+            "64x128x64 tiles, 64 tiles, split-K 2, persistent grid, L2 A last B first C first");
   p = plan(64, 4096, 4096);
   EXPECT_EQ(p.bm, 64);
   EXPECT_EQ(p.tiles, 32);
@@ -256,12 +229,6 @@ TEST(Gemm, PlanPicksTheTileFromTheShape) {
   EXPECT_EQ(p.bm, 128);
   EXPECT_EQ(p.bn, 128);
   EXPECT_EQ(p.splits, 4);
-  GemmSchedule pp;
-  pp.consumers = consumer_schedule::pingpong;
-  p = plan(4096, 4096, 4096, pp);
-  EXPECT_TRUE(p.pingpong);
-  EXPECT_EQ(p.bm, 64);
-  EXPECT_EQ(p.bn, 256);
   GemmSchedule sk;
   sk.stream_k = stream_k_mode::on;
   p = plan(4096, 4096, 4096, sk);  // 512 tiles on 132 SMs: the partial wave's 116 shared
@@ -488,38 +455,26 @@ TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   s = {};
   s.block_m = 64;
   s.block_n = 256;
-  EXPECT_NE(error(s).find("64-row tiles are 64 or 128 wide"), std::string::npos) << error(s);
-  s.block_n = 64;
-  s.cluster = 2;
-  EXPECT_NE(error(s).find("clusters of 2 only when 128 wide"), std::string::npos) << error(s);
-  // The cluster reduction of split tiles exists for 64 x 128 tiles split 2 ways only.
-  for (auto [bm, split, cluster] : {std::tuple{128, 0, 0}, std::tuple{64, 4, 0}, std::tuple{64, 0, 2}}) {
-    s = {};
-    s.reduce = split_reduce::cluster;
-    s.block_m = bm;
-    s.split_k = split;
-    s.cluster = cluster;
-    EXPECT_NE(error(s).find("the cluster split-K reduction runs 64 x 128 tiles split 2 ways"), std::string::npos)
-        << bm << " " << split << " " << cluster << ": " << error(s);
-  }
-  s = {};
-  s.reduce = split_reduce::cluster;
-  EXPECT_EQ(error(s), "");
+  EXPECT_NE(error(s).find("64-row tiles are 128 wide"), std::string::npos) << error(s);
+  s.block_n = 64;  // 64 x 64 tiles measured slower than 64 x 128 and are not compiled
+  EXPECT_NE(error(s).find("block_n must be 128 or 256"), std::string::npos) << error(s);
   s = {};
   s.block_m = 64;
   s.stream_k = stream_k_mode::on;
   EXPECT_NE(error(s).find("stream-K runs on 128-row tiles"), std::string::npos) << error(s);
   s = {};
   s.block_m = 128;
-  s.block_n = 64;
-  EXPECT_NE(error(s).find("128-row tiles are 128 or 256 wide"), std::string::npos) << error(s);
+  s.block_n = 96;
+  EXPECT_NE(error(s).find("block_n must be 128 or 256"), std::string::npos) << error(s);
   s = {};
-  s.consumers = consumer_schedule::pingpong;
-  s.block_m = 64;
-  EXPECT_NE(error(s).find("picks its own tile height"), std::string::npos) << error(s);
+  s.split_k = -1;
+  EXPECT_NE(error(s).find("split_k must be 0"), std::string::npos) << error(s);
   s = {};
-  s.mma_pending = 3;
-  EXPECT_NE(error(s).find("mma_pending must be 0, 1 or 2"), std::string::npos) << error(s);
+  s.group_m = 0;
+  EXPECT_NE(error(s).find("group_m must be at least 1"), std::string::npos) << error(s);
+  s = {};
+  s.data_only = s.compute_only = true;
+  EXPECT_NE(error(s).find("data_only and compute_only exclude each other"), std::string::npos) << error(s);
   // A split lead must leave the shorter splits at least one K step (128 x 4096 x 4096: 2 splits of 64).
   s = {};
   s.split_lead = 31;
@@ -537,4 +492,63 @@ TEST(Gemm, PlanRejectsUnsupportedSchedules) {
   s.split_lead = 0;  // no lead asked for: fine without splits
   EXPECT_EQ(error(s), "");
   EXPECT_NE(error({}, 0).find("SM count must be positive"), std::string::npos) << error({}, 0);
+}
+
+// --schedule's text (apply_schedule): each key sets its field, later pairs win, and every malformed pair
+// is a user error naming the pair and what it may be.
+TEST(Gemm, ApplyScheduleSetsTheNamedFields) {
+  GemmSchedule s;
+  apply_schedule("block_m=64,block_n=128,split_k=2,split_lead=3,group_m=8,stream_k=0,epilogue=immediate,"
+                 "persistent=0,fixed_reducer=0",
+                 s);
+  EXPECT_EQ(s.block_m, 64);
+  EXPECT_EQ(s.block_n, 128);
+  EXPECT_EQ(s.split_k, 2);
+  EXPECT_EQ(s.split_lead, 3);
+  EXPECT_EQ(s.group_m, 8);
+  EXPECT_EQ(s.stream_k, stream_k_mode::off);
+  EXPECT_EQ(s.epilogue, epilogue_mode::immediate);
+  EXPECT_FALSE(s.persistent);
+  EXPECT_FALSE(s.fixed_reducer);
+  apply_schedule("split_lead=auto,l2=none,l2_a=last", s);
+  EXPECT_EQ(s.split_lead, -1);
+  EXPECT_EQ(s.l2_a, l2_priority::evict_last);
+  EXPECT_EQ(s.l2_b, l2_priority::normal);
+  EXPECT_EQ(s.l2_c, l2_priority::normal);
+  apply_schedule("l2=auto,block_m=128,block_m=0", s);  // later pairs win
+  EXPECT_EQ(s.l2_a, l2_priority::automatic);
+  EXPECT_EQ(s.l2_c, l2_priority::automatic);
+  EXPECT_EQ(s.block_m, 0);
+  // the plan follows the text: 128 x 4096 x 4096 on 128-row tiles split 4 ways, no hints
+  GemmSchedule t;
+  apply_schedule("block_m=128,split_k=4,l2=none", t);
+  EXPECT_EQ(describe_plan(plan_gemm(128, 4096, 4096, t, 132), t),
+            "128x128x64 tiles, 32 tiles, split-K 4 (lead 2 K steps), persistent grid");
+}
+
+TEST(Gemm, ApplyScheduleRejectsBadPairs) {
+  for (auto [text, says] : {std::pair<const char*, const char*>{"", "empty"},
+                            {"block_m", "'block_m' is not key=value"},
+                            {"=64", "'=64' is not key=value"},
+                            {"block_m=64,", "'' is not key=value"},
+                            {"tile=64", "unknown key 'tile'"},
+                            {"block_m=32", "block_m=32 must be 0, 64 or 128"},
+                            {"block_n=64", "block_n=64 must be 0, 128 or 256"},
+                            {"split_k=-1", "split_k=-1 is not a whole number from 0 to 1024"},
+                            {"split_k=99999999999", "is not a whole number"},
+                            {"split_k=2x", "split_k=2x is not a whole number"},
+                            {"group_m=0", "group_m=0 is not a whole number from 1"},
+                            {"stream_k=2", "stream_k=2 must be auto, 0 or 1"},
+                            {"epilogue=deferred", "epilogue=deferred must be auto, immediate or whole"},
+                            {"l2=keep", "l2=keep must be auto or none"},
+                            {"l2_b=keep", "l2_b=keep must be auto, normal, first or last"},
+                            {"persistent=yes", "persistent=yes must be 0 or 1"}}) {
+    GemmSchedule s;
+    try {
+      apply_schedule(text, s);
+      ADD_FAILURE() << "accepted: '" << text << "'";
+    } catch (const mp::user_error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << text << ": " << e.what();
+    }
+  }
 }
