@@ -25,11 +25,15 @@ namespace {
 // matvecs of one decode step, short enough not to burn a core once the loops stop.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
+// Chunks per thread of one loop (see parallel_for).
+constexpr int64_t kChunksPerThread = 4;
+
 // Set while this thread runs a chunk, so that a nested parallel_for runs inline instead of deadlocking.
 thread_local bool t_in_chunk = false;
 
 // Waits until `a` differs from `old` and returns the new value.
-template <class T> T spin_then_wait(const std::atomic<T>& a, T old) {
+template <class T>
+T spin_then_wait(const std::atomic<T>& a, T old) {
   T v = a.load(std::memory_order_acquire);
   if (v != old) return v;
   auto start = std::chrono::steady_clock::now();
@@ -62,37 +66,53 @@ struct ThreadPool::State {
   std::vector<std::thread> workers;
   std::mutex call_mu;  // one parallel_for at a time
 
-  // The current loop, published by `generation` (release) and read by the workers (acquire).
+  // The current loop. `fn`, `n` and `chunks` are written before `claim` is stored (release) and read only
+  // after a successful claim (acquire); they change again only once every chunk of the loop is done.
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, chunks = 0;
   bool stop = false;
-  std::atomic<uint64_t> generation{0};
-  std::atomic<int> pending{0};  // workers that have not finished the current loop
+  // Bumped once per loop (and at shutdown) to wake the workers.
+  std::atomic<uint32_t> generation{0};
+  // (generation << 32) | chunks not yet claimed: any thread, the caller included, claims a chunk by a
+  // compare-exchange that counts this down and also checks that the loop is still the one it woke for
+  // (the count lives in the same word, so a late worker never reads another loop's count). So a worker
+  // that the OS has not scheduled yet never holds the caller up: the caller runs the chunks itself.
+  std::atomic<uint64_t> claim{0};
+  std::atomic<int64_t> done{0};  // chunks finished in the current loop
 
   std::mutex err_mu;
   std::exception_ptr err;
 
-  void run_chunk(int64_t i) {
-    if (i >= chunks) return;
-    int64_t b, e;
-    chunk_range(n, chunks, i, b, e);
-    t_in_chunk = true;
-    try {
-      (*fn)(b, e);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(err_mu);
-      if (!err) err = std::current_exception();
+  // Claims and runs chunks of loop `gen` until none is left.
+  void run_chunks(uint32_t gen) {
+    uint64_t c = claim.load(std::memory_order_acquire);
+    for (;;) {
+      const int64_t left = static_cast<int64_t>(c & 0xFFFFFFFFu);
+      if (static_cast<uint32_t>(c >> 32) != gen || left == 0) return;
+      if (!claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel, std::memory_order_acquire))
+        continue;
+      const int64_t i = chunks - left;
+      int64_t b, e;
+      chunk_range(n, chunks, i, b, e);
+      t_in_chunk = true;
+      try {
+        (*fn)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(err_mu);
+        if (!err) err = std::current_exception();
+      }
+      t_in_chunk = false;
+      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done.notify_one();
+      c = claim.load(std::memory_order_acquire);
     }
-    t_in_chunk = false;
   }
 
-  void worker(int index) {
-    uint64_t seen = 0;
+  void worker() {
+    uint32_t seen = 0;
     for (;;) {
       seen = spin_then_wait(generation, seen);
       if (stop) return;
-      run_chunk(index);
-      if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) pending.notify_one();
+      run_chunks(seen);
     }
   }
 };
@@ -102,7 +122,7 @@ ThreadPool::ThreadPool(int threads) : state_(std::make_unique<State>()) {
   MP_USER_CHECK(threads <= 1024, "ThreadPool: threads=", threads, " is more than the 1024 a pool supports");
   state_->threads = threads;
   state_->workers.reserve(static_cast<size_t>(threads - 1));
-  for (int i = 1; i < threads; ++i) state_->workers.emplace_back([s = state_.get(), i] { s->worker(i); });
+  for (int i = 1; i < threads; ++i) state_->workers.emplace_back([s = state_.get()] { s->worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -133,14 +153,18 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   std::lock_guard<std::mutex> lk(s.call_mu);
   s.fn = &fn;
   s.n = n;
-  s.chunks = n < s.threads ? n : s.threads;
+  // A few chunks per thread, so that a worker the OS runs late delays the loop by one short chunk.
+  const int64_t max_chunks = static_cast<int64_t>(s.threads) * kChunksPerThread;
+  s.chunks = n < max_chunks ? n : max_chunks;
   s.err = nullptr;
-  s.pending.store(s.threads - 1, std::memory_order_relaxed);
-  s.generation.fetch_add(1, std::memory_order_release);
+  s.done.store(0, std::memory_order_relaxed);
+  const uint32_t gen = s.generation.load(std::memory_order_relaxed) + 1;
+  s.claim.store(static_cast<uint64_t>(gen) << 32 | static_cast<uint64_t>(s.chunks),
+                std::memory_order_release);
+  s.generation.store(gen, std::memory_order_release);
   s.generation.notify_all();
-  s.run_chunk(0);
-  for (int left = s.pending.load(std::memory_order_acquire); left != 0;)
-    left = spin_then_wait(s.pending, left);
+  s.run_chunks(gen);
+  for (int64_t d = s.done.load(std::memory_order_acquire); d != s.chunks;) d = spin_then_wait(s.done, d);
   s.fn = nullptr;
   if (s.err) {
     std::exception_ptr e = s.err;

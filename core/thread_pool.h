@@ -7,11 +7,11 @@
 
 namespace mp {
 
-// parallel_for(n, fn) splits [0, n) into at most threads() contiguous chunks of near-equal size and calls
-// fn(begin, end) once per non-empty chunk: chunk 0 on the caller, the others on the workers. It returns
-// when every chunk is done; the first exception a chunk throws is rethrown to the caller (the other chunks
-// still run to completion). Workers spin briefly after a loop before they sleep, so back-to-back loops do
-// not pay a wake-up. Calls from several threads are serialized; a parallel_for inside fn runs on the
+// parallel_for(n, fn) splits [0, n) into contiguous chunks of near-equal size (a few per thread, at most
+// n) and calls fn(begin, end) once per chunk, on the caller and the workers, whichever is free first. It
+// returns when every chunk is done; the first exception a chunk throws is rethrown to the caller (the other
+// chunks still run to completion). Workers spin briefly after a loop before they sleep, so back-to-back loops
+// do not pay a wake-up. Calls from several threads are serialized; a parallel_for inside fn runs on the
 // calling thread.
 class ThreadPool {
  public:

@@ -23,11 +23,16 @@ struct BlockQ8K {
 // pairs with (BlockQ8, BlockQ8K or float).
 using DotFn = float (*)(const void* w, const void* a, int64_t nb);
 
+// One weight row against 4 token rows of activations `astride` bytes apart: out[t] = dot(row, token t),
+// each bit-identical to the DotFn of that token.
+using Dot4Fn = void (*)(const void* w, const void* a, int64_t astride, int64_t nb, float* out);
+
 struct Kernels {
   const char* name;
   void (*quantize_q8)(const float* x, BlockQ8* out, int64_t nb);
   void (*quantize_q8k)(const float* x, BlockQ8K* out, int64_t nb);
   DotFn dot_q4_0, dot_q4_1, dot_q8_0, dot_q4_k, dot_q6_k, dot_f32, dot_f16, dot_bf16;
+  Dot4Fn dot4_q4_0 = nullptr, dot4_q4_1 = nullptr, dot4_q8_0 = nullptr;  // nullptr: 4 calls of the DotFn
 };
 
 const Kernels& kernels_scalar();

@@ -106,9 +106,11 @@ float dot_q4_k(const void* w, const void* a, int64_t nb) {
         s1 += (q[l] >> 4) * p[l + 32];
       }
       sumq += sc0 * s0 + sc1 * s1;
-      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) + m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
+      summ += m0 * (y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]) +
+              m1 * (y[b].bsums[2 * j + 2] + y[b].bsums[2 * j + 3]);
     }
-    acc += y[b].d * (fp16_to_float(x[b].d) * static_cast<float>(sumq) - fp16_to_float(x[b].dmin) * static_cast<float>(summ));
+    acc += y[b].d * (fp16_to_float(x[b].d) * static_cast<float>(sumq) -
+                     fp16_to_float(x[b].dmin) * static_cast<float>(summ));
   }
   return acc;
 }
@@ -167,8 +169,8 @@ float dot_bf16(const void* w, const void* a, int64_t n) {
   return acc;
 }
 
-constexpr Kernels kScalar = {"scalar", quantize_q8, quantize_q8k, dot_q4_0, dot_q4_1, dot_q8_0,
-                             dot_q4_k, dot_q6_k,    dot_f32,      dot_f16,  dot_bf16};
+constexpr Kernels kScalar = {"scalar", quantize_q8, quantize_q8k, dot_q4_0, dot_q4_1, dot_q8_0, dot_q4_k,
+                             dot_q6_k, dot_f32,     dot_f16,      dot_bf16, nullptr,  nullptr,  nullptr};
 
 }  // namespace
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <string>
@@ -43,9 +44,10 @@ enum class Act { Q8, Q8K, F32 };
 struct Plan {
   Act act;
   qk::DotFn dot;
-  int64_t block;      // elements per weight block (and per activation block)
-  int64_t act_bytes;  // bytes of one token's activation row
-  uint64_t row_bytes; // bytes of one weight row
+  qk::Dot4Fn dot4;     // nullptr when the type has no 4-token kernel on this path
+  int64_t block;       // elements per weight block (and per activation block)
+  int64_t act_bytes;   // bytes of one token's activation row
+  uint64_t row_bytes;  // bytes of one weight row
 };
 
 Plan make_plan(const QMatrix& W, const qk::Kernels& k, const char* op) {
@@ -59,16 +61,39 @@ Plan make_plan(const QMatrix& W, const qk::Kernels& k, const char* op) {
                 ti->block_elems, " elements");
   MP_USER_CHECK(W.rows == 0 || W.cols == 0 || W.data != nullptr, op, ": the ", W.rows, " x ", W.cols, " ",
                 ti->name, " weight matrix has no data (null pointer)");
-  Plan p{Act::Q8, nullptr, ti->block_elems, 0, *rb};
+  MP_USER_CHECK(*rb == 0 || static_cast<uint64_t>(W.rows) <= UINT64_MAX / *rb, op, ": a ", W.rows, " x ",
+                W.cols, " ", ti->name, " weight matrix has more bytes than a 64-bit size holds");
+  Plan p{Act::Q8, nullptr, nullptr, ti->block_elems, 0, *rb};
   switch (W.type) {
-    case QType::Q4_0: p.dot = k.dot_q4_0; break;
-    case QType::Q4_1: p.dot = k.dot_q4_1; break;
-    case QType::Q8_0: p.dot = k.dot_q8_0; break;
-    case QType::Q4_K: p.dot = k.dot_q4_k; p.act = Act::Q8K; break;
-    case QType::Q6_K: p.dot = k.dot_q6_k; p.act = Act::Q8K; break;
-    case QType::F32: p.dot = k.dot_f32; p.act = Act::F32; break;
-    case QType::F16: p.dot = k.dot_f16; p.act = Act::F32; break;
-    case QType::BF16: p.dot = k.dot_bf16; p.act = Act::F32; break;
+    case QType::Q4_0:
+      p.dot = k.dot_q4_0, p.dot4 = k.dot4_q4_0;
+      break;
+    case QType::Q4_1:
+      p.dot = k.dot_q4_1, p.dot4 = k.dot4_q4_1;
+      break;
+    case QType::Q8_0:
+      p.dot = k.dot_q8_0, p.dot4 = k.dot4_q8_0;
+      break;
+    case QType::Q4_K:
+      p.dot = k.dot_q4_k;
+      p.act = Act::Q8K;
+      break;
+    case QType::Q6_K:
+      p.dot = k.dot_q6_k;
+      p.act = Act::Q8K;
+      break;
+    case QType::F32:
+      p.dot = k.dot_f32;
+      p.act = Act::F32;
+      break;
+    case QType::F16:
+      p.dot = k.dot_f16;
+      p.act = Act::F32;
+      break;
+    case QType::BF16:
+      p.dot = k.dot_bf16;
+      p.act = Act::F32;
+      break;
   }
   const int64_t nb = W.cols / p.block;
   p.act_bytes = p.act == Act::Q8    ? nb * static_cast<int64_t>(sizeof(qk::BlockQ8))
@@ -96,8 +121,8 @@ struct Scratch {
 thread_local Scratch t_scratch;
 
 // Quantizes (or, for float weights, points at) the activation rows of n tokens.
-const uint8_t* prepare_activations(const Plan& p, const qk::Kernels& k, const float* X, int64_t n, int64_t cols,
-                                   ThreadPool& pool) {
+const uint8_t* prepare_activations(const Plan& p, const qk::Kernels& k, const float* X, int64_t n,
+                                   int64_t cols, ThreadPool& pool) {
   if (p.act == Act::F32) return reinterpret_cast<const uint8_t*>(X);
   auto* buf = static_cast<uint8_t*>(t_scratch.get(static_cast<size_t>(n * p.act_bytes)));
   const int64_t nb = cols / p.block;
@@ -127,12 +152,23 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
   Plan p = make_plan(W, k, op);
   MP_USER_CHECK(n >= 0, op, ": n=", n, " tokens must not be negative");
   if (W.rows == 0 || n == 0) return;
+  MP_USER_CHECK(
+      n <= INT64_MAX / 4 / std::max(W.rows, W.cols) && (p.act_bytes == 0 || n <= INT64_MAX / p.act_bytes), op,
+      ": n=", n, " tokens of a ", W.rows, " x ", W.cols,
+      " matrix make inputs or outputs larger than a 64-bit size holds");
   MP_USER_CHECK(Y != nullptr, op, ": the output is a null pointer");
   if (W.cols == 0) {
     std::memset(Y, 0, static_cast<size_t>(n * W.rows) * sizeof(float));
     return;
   }
   MP_USER_CHECK(X != nullptr, op, ": the input is a null pointer");
+  {  // The output is written while float weights still read the input.
+    const auto x0 = reinterpret_cast<uintptr_t>(X),
+               x1 = x0 + static_cast<uintptr_t>(n * W.cols) * sizeof(float);
+    const auto y0 = reinterpret_cast<uintptr_t>(Y),
+               y1 = y0 + static_cast<uintptr_t>(n * W.rows) * sizeof(float);
+    MP_USER_CHECK(x1 <= y0 || y1 <= x0, op, ": the output overlaps the input; give it its own buffer");
+  }
   const uint8_t* act = prepare_activations(p, k, X, n, W.cols, pool);
   const int64_t nb = W.cols / p.block;
   const int64_t dot_len = p.act == Act::F32 ? W.cols : nb;
@@ -144,10 +180,20 @@ void run(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool
       const int64_t t1 = std::min(n, t0 + kTokenBlock);
       for (int64_t rg = r0; rg < r1; rg += kRowGroup) {
         const int64_t rge = std::min(r1, rg + kRowGroup);
-        for (int64_t t = t0; t < t1; ++t) {
+        int64_t t = t0;
+        if (p.dot4)  // 4 tokens per pass over a weight row: its blocks are unpacked once for the 4
+          for (; t + 4 <= t1; t += 4)
+            for (int64_t r = rg; r < rge; ++r) {
+              float out[4];
+              p.dot4(w + static_cast<uint64_t>(r) * p.row_bytes, act + t * p.act_bytes, p.act_bytes, dot_len,
+                     out);
+              for (int i = 0; i < 4; ++i) Y[(t + i) * rows + r] = out[i];
+            }
+        for (; t < t1; ++t) {
           const uint8_t* a = act + t * p.act_bytes;
           float* y = Y + t * rows;
-          for (int64_t r = rg; r < rge; ++r) y[r] = p.dot(w + static_cast<uint64_t>(r) * p.row_bytes, a, dot_len);
+          for (int64_t r = rg; r < rge; ++r)
+            y[r] = p.dot(w + static_cast<uint64_t>(r) * p.row_bytes, a, dot_len);
         }
       }
     }

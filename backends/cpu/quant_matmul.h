@@ -19,7 +19,7 @@ struct QMatrix {
   int64_t rows, cols;
 };
 
-// y[r] = sum_c W[r][c] * x[c] for r in [0, rows)
+// y[r] = sum_c W[r][c] * x[c] for r in [0, rows). The output must not overlap the input (user_error).
 void matvec(const QMatrix& W, const float* x, float* y, ThreadPool& pool);
 // Y[t][r] = sum_c W[r][c] * X[t][c], X is n x cols (row-major), Y is n x rows: prefill of n tokens
 void matmul(const QMatrix& W, const float* X, int64_t n, float* Y, ThreadPool& pool);
