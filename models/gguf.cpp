@@ -128,8 +128,9 @@ struct GgufFile::Impl {
   std::vector<GgufTensor> tensors;
   std::unordered_map<std::string, size_t> tensor_index;
 
+  bool mapped = false;
   ~Impl() {
-    if (base) munmap(const_cast<uint8_t*>(base), size);
+    if (base && mapped) munmap(const_cast<uint8_t*>(base), size);
   }
 
   [[noreturn]] void bad(const std::string& field, uint64_t at, const std::string& what) const {
@@ -271,8 +272,23 @@ GgufFile GgufFile::open(const std::string& path) {
     if (m == MAP_FAILED) fail_user(path, ": cannot memory-map the file: ", std::strerror(err));
     f.base = static_cast<const uint8_t*>(m);
     f.size = static_cast<uint64_t>(st.st_size);
+    f.mapped = true;
   }
+  parse(f);
+  return GgufFile(std::move(impl));
+}
 
+GgufFile GgufFile::from_bytes(const std::string& name, const void* data, size_t size) {
+  auto impl = std::make_unique<Impl>();
+  impl->path = name;
+  impl->base = static_cast<const uint8_t*>(data);
+  impl->size = size;
+  if (size < 4) impl->bad("magic", 0, "file is " + std::to_string(size) + " bytes long, too short for a GGUF header");
+  parse(*impl);
+  return GgufFile(std::move(impl));
+}
+
+void GgufFile::parse(Impl& f) {
   Cursor c{f};
   const auto magic = c.read<uint32_t>("magic");
   if (magic != kMagic) f.bad("magic", 0, "not a GGUF file (the first four bytes are not \"GGUF\")");
@@ -383,13 +399,13 @@ GgufFile GgufFile::open(const std::string& path) {
                 " bytes; truncated file? download it again)");
     t.data = f.base + f.data_start + t.offset;
   }
-  return GgufFile(std::move(impl));
 }
 
 const std::string& GgufFile::path() const { return impl_->path; }
 uint32_t GgufFile::version() const { return impl_->version; }
 uint64_t GgufFile::file_bytes() const { return impl_->size; }
 uint64_t GgufFile::alignment() const { return impl_->alignment; }
+uint64_t GgufFile::data_offset() const { return impl_->data_start; }
 bool GgufFile::has(const std::string& key) const { return impl_->kv_index.count(key) != 0; }
 
 const GgufValue* GgufFile::find_value(const std::string& key) const {

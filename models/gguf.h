@@ -48,6 +48,10 @@ struct GgufValue {
 class GgufFile {  // memory-mapped, read-only; move-only
  public:
   static GgufFile open(const std::string& path);  // user_error "FILE: field F at byte B: what is wrong"
+  // The same checks on bytes already in memory (not copied: they must outlive the object); `name` stands
+  // for the file in messages. For tests and the fuzz target, where a heap buffer of the exact size lets
+  // the address sanitizer see any read past the end.
+  static GgufFile from_bytes(const std::string& name, const void* data, size_t size);
   GgufFile(GgufFile&&) noexcept;
   GgufFile& operator=(GgufFile&&) noexcept;
   GgufFile(const GgufFile&) = delete;
@@ -75,11 +79,13 @@ class GgufFile {  // memory-mapped, read-only; move-only
   const GgufValue* find_value(const std::string& key) const;
   std::vector<std::string> keys() const;
   uint64_t alignment() const;
+  uint64_t data_offset() const;  // byte offset of the data section in the file
 
   struct Impl;
 
  private:
   explicit GgufFile(std::unique_ptr<Impl> impl);
+  static void parse(Impl& f);
   std::unique_ptr<Impl> impl_;
 };
 

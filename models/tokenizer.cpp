@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <queue>
 
 #include "core/error.h"
 
@@ -19,24 +20,26 @@ namespace {
 struct ByteMap {
   int32_t to_cp[256];
   std::unordered_map<int32_t, uint8_t> to_byte;
-  ByteMap() {
-    int32_t next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      to_cp[b] = keep ? b : next++;
-      to_byte[to_cp[b]] = static_cast<uint8_t>(b);
-    }
-  }
+  std::string str[256];  // to_cp as UTF-8
+  ByteMap();
 };
-const ByteMap& byte_map() {
-  static const ByteMap m;
-  return m;
-}
-
 void append_utf8(std::string& out, int32_t cp) {
   uint8_t buf[4];
   const auto n = utf8proc_encode_char(cp, buf);
   out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+}
+ByteMap::ByteMap() {
+  int32_t next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    to_cp[b] = keep ? b : next++;
+    to_byte[to_cp[b]] = static_cast<uint8_t>(b);
+    append_utf8(str[b], to_cp[b]);
+  }
+}
+const ByteMap& byte_map() {
+  static const ByteMap m;
+  return m;
 }
 
 // One code point of the input with the byte span it came from. Invalid UTF-8 bytes are their own unit
@@ -230,6 +233,12 @@ void Tokenizer::check_id(int32_t id) const {
 }
 
 std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
+  std::vector<std::string> pieces;
+  for (const auto& [b, n] : pre_spans(text)) pieces.emplace_back(text.substr(b, n));
+  return pieces;
+}
+
+std::vector<std::pair<size_t, size_t>> Tokenizer::pre_spans(std::string_view text) const {
   const auto u = units_of(text);
   std::vector<Cls> cls(u.size());
   for (size_t i = 0; i < u.size(); ++i) cls[i] = classify(u[i].cp);
@@ -247,55 +256,79 @@ std::vector<std::string> Tokenizer::pre_tokenize(std::string_view text) const {
   } else {
     gpt2_split(u, cls, 0, u.size(), cuts);
   }
-  std::vector<std::string> pieces;
+  std::vector<std::pair<size_t, size_t>> spans;
   size_t prev = 0;
   for (size_t c : cuts) {
     if (c == prev) continue;
     const size_t bb = u[prev].begin, be = u[c - 1].end;
-    pieces.emplace_back(text.substr(bb, be - bb));
+    spans.emplace_back(bb, be - bb);
     prev = c;
   }
-  return pieces;
+  return spans;
 }
 
-std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece) const {
+std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece, size_t at) const {
   const auto& bm = byte_map();
-  std::vector<std::string> sym;
-  sym.reserve(piece.size());
-  for (unsigned char b : piece) {
-    std::string s;
-    append_utf8(s, bm.to_cp[b]);
-    sym.push_back(std::move(s));
-  }
-  // Merge the adjacent pair with the lowest rank until none is in the merge list. Quadratic in the piece
-  // length, which the pre-tokenizer keeps short.
-  std::string key;
-  while (sym.size() > 1) {
-    int32_t best = std::numeric_limits<int32_t>::max();
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      key.assign(sym[i]).append(" ").append(sym[i + 1]);
-      auto it = merge_rank_.find(key);
-      if (it != merge_rank_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
-    }
-    if (best == std::numeric_limits<int32_t>::max()) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  // Symbols are byte ranges of the piece in a linked list; a heap of candidate pairs ordered by merge rank,
+  // then by position (leftmost first, as BPE is defined), merges the best pair until none is left. Entries
+  // whose symbols changed since they were pushed are skipped when popped. O(n log n) in the piece length,
+  // so a long run without spaces cannot stall encoding.
+  struct Sym {
+    int prev, next;
+    size_t b, e;
+  };
+  const int n = static_cast<int>(piece.size());
+  std::vector<Sym> sym(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) sym[static_cast<size_t>(i)] = {i - 1, i + 1 < n ? i + 1 : -1, size_t(i), size_t(i) + 1};
+  auto text = [&](const Sym& s) {
+    std::string out;
+    for (size_t k = s.b; k < s.e; ++k) out += bm.str[static_cast<unsigned char>(piece[k])];
+    return out;
+  };
+  struct Cand {
+    int32_t rank;
+    size_t pos;
+    int left, right;
+    size_t left_e, right_e;
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    const Sym &L = sym[static_cast<size_t>(l)], &R = sym[static_cast<size_t>(r)];
+    auto it = merge_rank_.find(text(L) + " " + text(R));
+    if (it != merge_rank_.end()) heap.push({it->second, L.b, l, r, L.e, R.e});
+  };
+  for (int i = 0; i + 1 < n; ++i) push(i, i + 1);
+  while (!heap.empty()) {
+    const Cand c = heap.top();
+    heap.pop();
+    Sym &L = sym[static_cast<size_t>(c.left)], &R = sym[static_cast<size_t>(c.right)];
+    if (L.b == L.e || R.b == R.e || L.next != c.right || L.e != c.left_e || R.e != c.right_e) continue;  // stale
+    L.e = R.e;
+    L.next = R.next;
+    if (R.next >= 0) sym[static_cast<size_t>(R.next)].prev = c.left;
+    R.b = R.e;  // dead
+    push(L.prev, c.left);
+    push(c.left, L.next);
   }
   std::vector<int32_t> ids;
-  for (const auto& s : sym) {
-    if (auto it = by_text_.find(s); it != by_text_.end()) {
+  for (int i = n > 0 ? 0 : -1; i >= 0; i = sym[static_cast<size_t>(i)].next) {
+    const Sym& s = sym[static_cast<size_t>(i)];
+    if (auto it = by_text_.find(text(s)); it != by_text_.end()) {
       ids.push_back(it->second);
       continue;
     }
-    for (const Unit& u : units_of(s)) {  // a merge result missing from the vocabulary: its bytes one by one
-      const uint8_t b = bm.to_byte.at(u.cp);
-      MP_USER_CHECK(byte_token_[b] >= 0, file_, ": the vocabulary has no token for byte ", int(b),
-                    ", so this text cannot be encoded");
-      ids.push_back(byte_token_[b]);
+    for (size_t k = s.b; k < s.e; ++k) {  // a merge result missing from the vocabulary: its bytes one by one
+      const auto byte = static_cast<unsigned char>(piece[k]);
+      if (byte_token_[byte] < 0) {
+        // Some vocabularies drop byte tokens (SmolLM2 has none for 21 control and never-UTF-8 bytes), so
+        // such text has no encoding at all; say where instead of dropping the byte.
+        static const char* hex = "0123456789abcdef";
+        fail_user("byte 0x", hex[byte >> 4], hex[byte & 15], " at offset ", at + k, " of the text has no token in ",
+                  "the vocabulary of ", file_, "; remove or replace it");
+      }
+      ids.push_back(byte_token_[byte]);
     }
   }
   return ids;
@@ -304,9 +337,9 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece) const {
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
   std::vector<int32_t> ids;
   if (add_special && add_bos_) ids.push_back(bos_);
-  auto plain = [&](std::string_view s) {
-    for (const auto& p : pre_tokenize(s)) {
-      const auto e = encode_piece(p);
+  auto plain = [&](std::string_view s, size_t base) {
+    for (const auto& [b, n] : pre_spans(s)) {
+      const auto e = encode_piece(s.substr(b, n), base + b);
       ids.insert(ids.end(), e.begin(), e.end());
     }
   };
@@ -327,12 +360,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
       ++i;
       continue;
     }
-    plain(text.substr(start, i - start));
+    plain(text.substr(start, i - start), start);
     ids.push_back(hit);
     i += len;
     start = i;
   }
-  plain(text.substr(start));
+  plain(text.substr(start), start);
   return ids;
 }
 

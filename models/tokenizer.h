@@ -31,7 +31,8 @@ class Tokenizer {
   std::string_view pre() const { return pre_; }
 
  private:
-  std::vector<int32_t> encode_piece(std::string_view piece) const;
+  std::vector<std::pair<size_t, size_t>> pre_spans(std::string_view text) const;  // (byte offset, length)
+  std::vector<int32_t> encode_piece(std::string_view piece, size_t at) const;
   void check_id(int32_t id) const;
 
   std::vector<std::string> tokens_;        // as stored: GPT-2 byte-to-unicode mapped text
