@@ -4,6 +4,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -11,6 +14,7 @@
 #include <random>
 #include <sstream>
 
+#include "backends/cpu/interpreter.h"
 #include "backends/cpu/quant_matmul.h"
 #include "core/random.h"
 #include "core/text.h"
@@ -214,6 +218,124 @@ int run_generate(Args& a) {
   }
   return 0;
 }
+
+// The demo row: SmolLM2 (the installed GGUF) greedy from a fixed prompt on the CPU engine, checked against
+// the NumPy reference (tests/models/reference_llama.py) run live when its venv and the source tree are
+// present; otherwise, and with --quick, against the reference interpreter running the same program on
+// the dequantized weights (prompt logits and first token). Measures decode and prompt tokens/s.
+std::string reference_python() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string cache = xdg && *xdg ? xdg : std::string(home ? home : "") + "/.cache";
+  std::string py = cache + "/metapipe/venv/bin/python";
+  return std::ifstream(py) ? py : "";
+}
+std::string reference_script() {
+#ifdef MP_SOURCE_DIR
+  std::string s = std::string(MP_SOURCE_DIR) + "/tests/models/reference_llama.py";
+  if (std::ifstream(s)) return s;
+#endif
+  return "";
+}
+
+std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
+  if (!ctx.wants("cpu")) return {};
+  DemoRow row{"smollm2-135m", "cpu", "", "", true};
+  std::string path;
+  try {
+    path = models::default_model_path();
+  } catch (const user_error& e) {
+    row.check = std::string("skipped: ") + e.what();
+    return {row};
+  }
+  try {
+    auto f = models::GgufFile::open(path);
+    auto cfg = models::LlamaConfig::from_gguf(f);
+    auto tok = models::Tokenizer::from_gguf(f);
+    const std::vector<int32_t> prompt = tok.encode("The capital of France is", true);
+    const int n_check = 4, n_time = ctx.quick ? 8 : 32;
+    models::RunnerOptions ro{ThreadPool::default_threads(), 256};
+    auto r = models::LlamaRunner::from_gguf(f, ro);
+    r->prepare(int64_t(prompt.size()));
+    r->prepare(1);
+    double t0 = now_ms();
+    std::vector<float> logits = r->forward(prompt);
+    double t_prompt = now_ms() - t0;
+    const std::vector<float> first_logits = logits;
+    std::vector<int32_t> got;
+    double t_dec = 0;
+    for (int i = 0; i < n_time; ++i) {
+      got.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      if (i + 1 == n_time) break;
+      double t = now_ms();
+      logits = r->forward({got.back()});
+      t_dec += now_ms() - t;
+    }
+    std::ostringstream m;
+    m.precision(3);
+    m << double(n_time - 1) / (t_dec / 1e3) << " tok/s decode, " << double(prompt.size()) / (t_prompt / 1e3)
+      << " tok/s prompt";
+    row.measure = m.str();
+    std::vector<int32_t> ours(got.begin(), got.begin() + n_check);
+    std::string py = reference_python(), script = reference_script();
+    if (!ctx.quick && !py.empty() && !script.empty()) {
+      std::string ids;
+      for (auto t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+      std::string cmd = py + " '" + script + "' --model '" + path + "' --tokens " + ids + " -n " +
+                        std::to_string(n_check) + " 2>&1";
+      std::string out;
+      FILE* p = popen(cmd.c_str(), "r");
+      char buf[4096];
+      size_t k;
+      while (p && (k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+      int status = p ? pclose(p) : -1;
+      std::vector<int32_t> ref;
+      std::stringstream ss(out);
+      std::string item;
+      while (status == 0 && std::getline(ss, item, ',')) ref.push_back(std::stoi(item));
+      row.ok = status == 0 && ref == ours;
+      row.check = row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = NumPy reference, live)"
+                         : "FAIL: greedy tokens " + jids(ours) + " vs NumPy reference " + (status ? out : jids(ref));
+      return {row};
+    }
+    // The same program on the reference interpreter, weights dequantized to float.
+    models::LlamaProgramOptions po;
+    po.tokens = int64_t(prompt.size());
+    po.context = 256;
+    ir::Program prog = models::build_llama_program(cfg, po);
+    std::map<std::string, std::vector<float>> in;
+    for (auto& [name, q] : r->weights()) {
+      std::vector<float> w(size_t(q.rows * q.cols));
+      uint64_t rb = *quant::row_bytes(q.type, q.cols);
+      for (int64_t i = 0; i < q.rows; ++i)
+        quant::dequantize_row(q.type, static_cast<const uint8_t*>(q.data) + i * rb, &w[size_t(i * q.cols)], q.cols);
+      in[name] = std::move(w);
+    }
+    for (int64_t l = 0; l < cfg.layers; ++l)
+      for (const char* c : {"cache_k", "cache_v"})
+        in[models::layer_tensor(l, c)].assign(size_t(256 * cfg.kv_heads * cfg.head_dim), 0.f);
+    for (size_t t = 0; t < prompt.size(); ++t) in["tokens"].push_back(float(prompt[t])), in["pos"].push_back(float(t));
+    cpu::Memory mem = cpu::make_memory(prog, in);
+    in.clear();
+    cpu::interpret(prog, mem);
+    const auto& want = mem.at("logits").data;
+    double md = 0;
+    for (size_t i = 0; i < want.size(); ++i) md = std::max(md, std::fabs(double(want[i]) - first_logits[i]));
+    int32_t want_first = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+    row.ok = want_first == got[0] && md < 1.5;
+    std::ostringstream c;
+    c.precision(3);
+    c << (row.ok ? "ok (" : "FAIL: (") << "first token " << got[0] << (want_first == got[0] ? " = " : " vs ")
+      << "interpreter's " << want_first << ", prompt logits max diff " << md << " <= 1.5"
+      << (py.empty() || script.empty() ? "; no NumPy reference here" : "") << ")";
+    row.check = c.str();
+  } catch (const std::exception& e) {
+    row.ok = false;
+    row.check = std::string("FAIL: ") + e.what();
+  }
+  return {row};
+}
+MP_REGISTER_DEMO("smollm2-cpu", 20, smollm2_rows);
 
 }  // namespace
 
