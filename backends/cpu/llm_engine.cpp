@@ -39,7 +39,7 @@ using ir::Value;
 
 constexpr int kLanes = 16;
 
-MP_VEC_CLONES float dot(const float* a, const float* b, int64_t n) {
+inline float dot(const float* a, const float* b, int64_t n) {
   float acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -49,7 +49,7 @@ MP_VEC_CLONES float dot(const float* a, const float* b, int64_t n) {
   for (int l = 0; l < kLanes; ++l) s += acc[l];
   return s;
 }
-MP_VEC_CLONES void axpy(float a, const float* x, float* y, int64_t n) {
+inline void axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -64,6 +64,23 @@ inline float exp_approx(float x) {
   float s;
   std::memcpy(&s, &e, 4);
   return p * s;
+}
+
+// One query row of cached attention: softmax(q . K[s] * scale for s < n) weighted sum of V[s].
+// sc: n floats of scratch; K and V rows `stride` apart.
+MP_VEC_CLONES void attend_row(const float* q, const float* K, const float* V, int64_t stride, int64_t Dh,
+                              int64_t n, float scale, float* sc, float* out) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t s = 0; s < n; ++s) {
+    sc[s] = dot(q, K + s * stride, Dh) * scale;
+    mx = std::max(mx, sc[s]);
+  }
+  double sum = 0;
+  for (int64_t s = 0; s < n; ++s) sum += (sc[s] = exp_approx(sc[s] - mx));
+  std::fill(out, out + Dh, 0.f);
+  for (int64_t s = 0; s < n; ++s) axpy(sc[s], V + s * stride, out, Dh);
+  float inv = float(1.0 / sum);
+  for (int64_t e = 0; e < Dh; ++e) out[e] *= inv;
 }
 
 // A value's storage in a plan: float data (owned slot, alias of tensor storage, or a plan-time
@@ -380,6 +397,7 @@ std::vector<Value> outer_operands(const ir::NodeRef& n) {
 
 // One plan under construction.
 struct Planner {
+  Planner(LlmEngine::Impl& e, LlmEngine::Plan& pl, const ir::Program& pr) : eng(e), plan(pl), prog(pr) {}
   LlmEngine::Impl& eng;
   LlmEngine::Plan& plan;
   const ir::Program& prog;
@@ -453,21 +471,52 @@ struct Planner {
     }
     const ir::Node* n = producer.at(v->id);
     auto& f = n->cast<ir::Fill>();
-    b.p = plan.keep(eval_constant(f.f, v));
+    b.p = constant(f.f, v);
     b.constant = true;
     return b.p;
   }
-  // An index-only expression over the elements of v (global indices from v's origin), in double.
+  // An index-only expression over the elements of v (global indices from v's origin), in double. It is
+  // evaluated only along the axes it reads (a RoPE frequency depends on the column alone) and
+  // broadcast, and memoized: every layer's RoPE has the same one.
+  std::map<std::string, float*> constants;
   std::vector<float> eval_constant(const Expr& e, const Value& v) {
+    std::vector<bool> uses(v->shape.size(), false);
+    std::function<void(const ir::ExprNode&)> scan = [&](const ir::ExprNode& x) {
+      if (x.op == ExprOp::Index && x.index < int(uses.size())) uses[size_t(x.index)] = true;
+      if (x.op == ExprOp::Random) uses.assign(uses.size(), true);
+      for (auto& k : x.kids) scan(*k);
+    };
+    scan(e.node());
+    ir::Shape small = v->shape;
+    for (size_t a = 0; a < small.size(); ++a)
+      if (!uses[a]) small[a] = 1;
     ir::ExprEval ev(e);
-    std::vector<float> out(size_t(elems(v)));
+    std::vector<float> part(size_t(ir::num_elements(small)));
     auto org = const_origin(v);
     std::vector<int64_t> g(v->shape.size());
-    for_each_index(v->shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
+    for_each_index(small, [&](int64_t flat, const std::vector<int64_t>& idx) {
       for (size_t a = 0; a < idx.size(); ++a) g[a] = org[a] + idx[a];
-      out[size_t(flat)] = float(ev({}, g));
+      part[size_t(flat)] = float(ev({}, g));
+    });
+    if (small == v->shape) return part;
+    std::vector<float> out(size_t(elems(v)));
+    auto st = bcast_strides(small, v->shape);
+    for_each_index(v->shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
+      int64_t o = 0;
+      for (size_t a = 0; a < idx.size(); ++a) o += idx[a] * st[a];
+      out[size_t(flat)] = part[size_t(o)];
     });
     return out;
+  }
+  float* constant(const Expr& e, const Value& v) {
+    std::ostringstream key;
+    key << e.str() << "|" << ir::to_string(v->shape);
+    for (auto& a : v->origin) key << "," << a.str();
+    auto it = constants.find(key.str());
+    if (it != constants.end()) return it->second;
+    float* p = plan.keep(eval_constant(e, v));
+    constants[key.str()] = p;
+    return p;
   }
 
   void compile(size_t i, const ir::NodeRef& n);
@@ -555,7 +604,7 @@ void Planner::elementwise(const ir::Node& n, const std::vector<Value>& ins, cons
       MP_INTERNAL_CHECK(e.index < int(args.size()), n.where(), ": arg(", e.index, ") without an operand");
       return args[size_t(e.index)];
     }
-    if (!uses_args(e)) return {plan.keep(eval_constant(Expr(std::make_shared<ir::ExprNode>(e)), out)), 0, false};
+    if (!uses_args(e)) return {constant(Expr(std::make_shared<ir::ExprNode>(e)), out), 0, false};
     VecIns in{e.op, dst ? dst : plan.keep(std::vector<float>(size_t(N))), {}, {}, {}};
     VecOperand* ops[3] = {&in.a, &in.b, &in.c};
     MP_INTERNAL_CHECK(e.kids.size() <= 3, n.where(), ": expression op with ", e.kids.size(), " operands");
@@ -685,20 +734,8 @@ bool Planner::try_attention(const ir::MetaPipe& m) {
       std::vector<float> sc(size_t(a.C));
       for (int64_t ht = begin; ht < end; ++ht) {
         int64_t h = ht / a.T, t = ht % a.T, g = h / a.G;
-        const float* qh = q + t * qw + h * a.Dh;
-        int64_t n = int64_t(pos[t]) + 1;
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t s = 0; s < n; ++s) {
-          sc[size_t(s)] = dot(qh, k + s * kvw + g * a.Dh, a.Dh) * float(a.scale);
-          mx = std::max(mx, sc[size_t(s)]);
-        }
-        double sum = 0;
-        for (int64_t s = 0; s < n; ++s) sum += (sc[size_t(s)] = exp_approx(sc[size_t(s)] - mx));
-        float* oh = o + t * qw + h * a.Dh;
-        std::fill(oh, oh + a.Dh, 0.f);
-        for (int64_t s = 0; s < n; ++s) axpy(sc[size_t(s)], v + s * kvw + g * a.Dh, oh, a.Dh);
-        float inv = float(1.0 / sum);
-        for (int64_t e = 0; e < a.Dh; ++e) oh[e] *= inv;
+        attend_row(q + t * qw + h * a.Dh, k + g * a.Dh, v + g * a.Dh, kvw, a.Dh, int64_t(pos[t]) + 1,
+                   float(a.scale), sc.data(), o + t * qw + h * a.Dh);
       }
     });
   });
@@ -910,7 +947,7 @@ std::shared_ptr<LlmEngine::Plan> LlmEngine::plan(const ir::Program& p) {
                     ir::to_string(t->shape), " but an earlier plan made it ", ir::to_string(it->second.shape));
     }
   }
-  Planner pl{e, *plan, p, {}, {}, {}, {}, {}, {}};
+  Planner pl(e, *plan, p);
   pl.writes_at.resize(p.body.size());
   for (size_t i = 0; i < p.body.size(); ++i) {
     std::set<std::string> reads;
