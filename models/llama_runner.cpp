@@ -2,6 +2,7 @@
 #include "models/llama_runner.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include "core/quant.h"
@@ -56,6 +57,8 @@ LlamaRunner::LlamaRunner(LlamaConfig c, cpu::WeightBindings w, const RunnerOptio
     : cfg_(std::move(c)), weights_(std::move(w)) {
   MP_USER_CHECK(o.threads >= 1 && o.threads <= 1024, "--threads ", o.threads, " must be in [1, 1024]");
   ctx_ = o.context ? o.context : cfg_.context;
+  batch_ = o.batch;
+  MP_USER_CHECK(batch_ >= 1, "batch ", batch_, " must be >= 1");
   MP_USER_CHECK(ctx_ >= 1 && ctx_ <= cfg_.context, "context ", ctx_, " must be in [1, ", cfg_.context,
                 "] (the model's context length)");
   engine_ = std::make_unique<cpu::LlmEngine>(weights_, o.threads);
@@ -108,6 +111,8 @@ std::unique_ptr<LlamaRunner> LlamaRunner::random(const LlamaConfig& c, const Run
 }
 
 void LlamaRunner::prepare(int64_t tokens) {
+  if (tokens > batch_ && tokens % batch_) prepare(tokens % batch_);  // the last call's size
+  tokens = std::min(tokens, batch_);
   if (plans_.count(tokens)) return;
   LlamaProgramOptions po;
   po.tokens = tokens;
@@ -117,12 +122,11 @@ void LlamaRunner::prepare(int64_t tokens) {
 
 cpu::LlmEngine::Plan& LlamaRunner::plan(int64_t tokens) {
   prepare(tokens);
-  return *plans_.at(tokens);
+  return *plans_.at(std::min(tokens, batch_));
 }
 
 const cpu::PlanStats& LlamaRunner::stats(int64_t tokens) {
-  prepare(tokens);
-  return engine_->stats(*plans_.at(tokens));
+  return engine_->stats(plan(tokens));
 }
 
 const std::vector<float>& LlamaRunner::forward(const std::vector<int32_t>& tokens) {
@@ -133,14 +137,18 @@ const std::vector<float>& LlamaRunner::forward(const std::vector<int32_t>& token
   for (int64_t t = 0; t < T; ++t)
     MP_USER_CHECK(tokens[size_t(t)] >= 0 && tokens[size_t(t)] < cfg_.vocab, "token id ", tokens[size_t(t)],
                   " is outside the vocabulary [0, ", cfg_.vocab, ")");
-  prepare(T);
-  auto& plan = *plans_.at(T);
-  auto& tok = engine_->tensor(plan, "tokens");
-  auto& pos = engine_->tensor(plan, "pos");
-  for (int64_t t = 0; t < T; ++t) tok[size_t(t)] = float(tokens[size_t(t)]), pos[size_t(t)] = float(pos_ + t);
-  engine_->run(plan);
-  pos_ += T;
-  logits_ = engine_->tensor(plan, "logits");
+  for (int64_t begin = 0; begin < T; begin += batch_) {
+    const int64_t n = std::min(batch_, T - begin);
+    prepare(n);
+    auto& plan = *plans_.at(n);
+    auto& tok = engine_->tensor(plan, "tokens");
+    auto& pos = engine_->tensor(plan, "pos");
+    for (int64_t t = 0; t < n; ++t)
+      tok[size_t(t)] = float(tokens[size_t(begin + t)]), pos[size_t(t)] = float(pos_ + t);
+    engine_->run(plan);
+    pos_ += n;
+    if (begin + n == T) logits_ = engine_->tensor(plan, "logits");
+  }
   return logits_;
 }
 

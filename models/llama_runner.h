@@ -18,6 +18,7 @@ class GgufFile;
 struct RunnerOptions {
   int threads = 1;
   int64_t context = 0;  // cache positions; 0 = the model's context
+  int64_t batch = 64;   // a longer prompt runs as programs of at most this many tokens (bounds activations)
 };
 
 class LlamaRunner {
@@ -35,10 +36,11 @@ class LlamaRunner {
   int64_t position() const { return pos_; }  // tokens already in the cache
   void reset() { pos_ = 0; }
 
-  // Runs `tokens` at positions position().. and returns the last token's logits (vocab floats).
+  // Runs `tokens` at positions position().. (in calls of at most `batch` tokens) and returns the last
+  // token's logits (vocab floats).
   // user_error when they do not fit the context (naming both lengths) or a token id is out of range.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens);
-  // Plans the program for `tokens` tokens per call ahead of time (forward does it on first use).
+  // Plans the programs a forward of `tokens` tokens runs, ahead of time (forward does it on first use).
   void prepare(int64_t tokens);
 
   const cpu::PlanStats& stats(int64_t tokens);
@@ -56,7 +58,7 @@ class LlamaRunner {
   std::unique_ptr<cpu::LlmEngine> engine_;
   std::map<int64_t, std::shared_ptr<cpu::LlmEngine::Plan>> plans_;
   std::vector<float> logits_;
-  int64_t ctx_ = 0, pos_ = 0;
+  int64_t ctx_ = 0, pos_ = 0, batch_ = 64;
 };
 
 // Fills n elements of type `type` with random blocks whose values are uniform-ish in [-a, a].

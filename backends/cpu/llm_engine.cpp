@@ -137,11 +137,13 @@ struct VecOperand {
   const float* p = nullptr;
   float s = 0;
   bool scalar = false;
+  int scratch = -1;  // >= 0: the plan's scratch buffer of that number (p is set when the step runs)
 };
 struct VecIns {
   ExprOp op;
   float* dst;
   VecOperand a, b, c;
+  int dst_scratch = -1;
 };
 
 MP_VEC_CLONES void run_ins(const VecIns& in, int64_t n) {
@@ -208,7 +210,15 @@ class LlmEngine::Plan {
   std::vector<std::function<void()>> steps;
   PlanStats stats;
   std::vector<std::unique_ptr<std::vector<float>>> slots;   // value storage
-  std::vector<std::unique_ptr<std::vector<float>>> consts;  // plan-time constants and temporaries
+  std::vector<std::unique_ptr<std::vector<float>>> consts;  // plan-time constants
+  // Temporaries of one step at a time (elementwise sub-expressions, broadcast operands): sized at plan
+  // time, addressed by number when a step runs.
+  std::vector<std::vector<float>> scratch;
+  int scratch_slot(int j, int64_t n) {
+    if (int(scratch.size()) <= j) scratch.resize(size_t(j + 1));
+    if (int64_t(scratch[size_t(j)].size()) < n) scratch[size_t(j)].resize(size_t(n));
+    return j;
+  }
   Memory mem;  // the program's own tensors (inputs, outputs, temps); InOut tensors live in the engine
   float* keep(std::vector<float> v) {
     consts.push_back(std::make_unique<std::vector<float>>(std::move(v)));
@@ -584,57 +594,68 @@ void Planner::generic(const ir::NodeRef& n) {
 void Planner::elementwise(const ir::Node& n, const std::vector<Value>& ins, const Expr& f) {
   const Value& out = n.out;
   const int64_t N = elems(out);
+  int next_scratch = 0;
   std::vector<VecIns> code;
-  std::vector<std::pair<const float*, std::pair<float*, std::vector<int64_t>>>> expand;  // src, dst, strides
+  struct Expand {
+    const float* src;
+    int dst;
+    std::vector<int64_t> strides;
+  };
+  std::vector<Expand> expand;
   std::vector<VecOperand> args;
   for (auto& v : ins) {
     float* p = data(v);
     if (v->shape == out->shape) {
-      args.push_back({p, 0, false});
+      args.push_back({p, 0, false, -1});
     } else {
-      float* d = plan.keep(std::vector<float>(size_t(N)));
-      expand.push_back({p, {d, bcast_strides(v->shape, out->shape)}});
-      args.push_back({d, 0, false});
+      int j = plan.scratch_slot(next_scratch++, N);
+      expand.push_back({p, j, bcast_strides(v->shape, out->shape)});
+      args.push_back({nullptr, 0, false, j});
     }
   }
-  std::function<VecOperand(const ir::ExprNode&, float*)> comp = [&](const ir::ExprNode& e,
-                                                                       float* dst) -> VecOperand {
-    if (e.op == ExprOp::Const) return {nullptr, float(e.value), true};
+  auto filled = [&](float s) { return VecOperand{constant(Expr(double(s)), out), 0, false, -1}; };
+  std::function<VecOperand(const ir::ExprNode&, bool)> comp = [&](const ir::ExprNode& e, bool root) -> VecOperand {
+    if (e.op == ExprOp::Const) return {nullptr, float(e.value), true, -1};
     if (e.op == ExprOp::Arg) {
       MP_INTERNAL_CHECK(e.index < int(args.size()), n.where(), ": arg(", e.index, ") without an operand");
       return args[size_t(e.index)];
     }
-    if (!uses_args(e)) return {constant(Expr(std::make_shared<ir::ExprNode>(e)), out), 0, false};
-    VecIns in{e.op, dst ? dst : plan.keep(std::vector<float>(size_t(N))), {}, {}, {}};
+    if (!uses_args(e)) return {constant(Expr(std::make_shared<ir::ExprNode>(e)), out), 0, false, -1};
+    VecIns in{e.op, nullptr, {}, {}, {}, -1};
     VecOperand* ops[3] = {&in.a, &in.b, &in.c};
     MP_INTERNAL_CHECK(e.kids.size() <= 3, n.where(), ": expression op with ", e.kids.size(), " operands");
-    for (size_t k = 0; k < e.kids.size(); ++k) *ops[k] = comp(*e.kids[k], nullptr);
+    for (size_t k = 0; k < e.kids.size(); ++k) *ops[k] = comp(*e.kids[k], false);
     // Unary ops and the first operand of a binary op read arrays; a scalar there is broadcast once.
-    bool unary = e.kids.size() == 1;
-    if (unary && in.a.scalar) in.a = {plan.keep(std::vector<float>(size_t(N), in.a.s)), 0, false};
-    if (e.kids.size() == 2 && in.a.scalar && in.b.scalar)
-      in.a = {plan.keep(std::vector<float>(size_t(N), in.a.s)), 0, false};
+    if (e.kids.size() == 1 && in.a.scalar) in.a = filled(in.a.s);
+    if (e.kids.size() == 2 && in.a.scalar && in.b.scalar) in.a = filled(in.a.s);
+    if (!root) in.dst_scratch = plan.scratch_slot(next_scratch++, N);
     code.push_back(in);
-    return {in.dst, 0, false};
+    return root ? VecOperand{nullptr, 0, false, -2} : VecOperand{nullptr, 0, false, in.dst_scratch};
   };
   float* dst = alloc(out);
-  VecOperand r = comp(f.node(), dst);
-  if (r.p != dst) {  // the whole expression is an operand or a constant: copy it
-    VecIns cp{ExprOp::Add, dst, r.scalar ? VecOperand{nullptr, r.s, true} : r, {nullptr, 0.f, true}, {}};
-    if (cp.a.scalar) cp.a = {plan.keep(std::vector<float>(size_t(N), r.s)), 0, false};
+  VecOperand r = comp(f.node(), true);
+  if (r.scratch != -2) {  // the whole expression is an operand or a constant: copy it
+    VecIns cp{ExprOp::Add, nullptr, r.scalar ? filled(r.s) : r, {nullptr, 0.f, true, -1}, {}, -1};
     code.push_back(cp);
   }
   ir::Shape shape = out->shape;
-  plan.steps.push_back([code, expand, N, shape]() {
-    for (auto& [src, ds] : expand) {
-      auto& [d, st] = ds;
+  LlmEngine::Plan* pl = &plan;
+  plan.steps.push_back([code, expand, N, shape, dst, pl]() {
+    auto at = [&](int j) { return pl->scratch[size_t(j)].data(); };
+    for (auto& x : expand) {
+      float* d = at(x.dst);
       for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
         int64_t o = 0;
-        for (size_t a = 0; a < idx.size(); ++a) o += idx[a] * st[a];
-        d[flat] = src[o];
+        for (size_t a = 0; a < idx.size(); ++a) o += idx[a] * x.strides[a];
+        d[flat] = x.src[o];
       });
     }
-    for (auto& in : code) run_ins(in, N);
+    for (VecIns in : code) {
+      in.dst = in.dst_scratch >= 0 ? at(in.dst_scratch) : dst;
+      for (VecOperand* o : {&in.a, &in.b, &in.c})
+        if (o->scratch >= 0) o->p = at(o->scratch);
+      run_ins(in, N);
+    }
   });
   ++plan.stats.elementwise;
 }
