@@ -18,7 +18,7 @@ class GgufFile;
 struct RunnerOptions {
   int threads = 1;
   int64_t context = 0;  // cache positions; 0 = the model's context
-  int64_t batch = 64;   // a longer prompt runs as programs of at most this many tokens (bounds activations)
+  int64_t batch = 32;   // a longer prompt runs as programs of at most this many tokens (bounds activations)
 };
 
 class LlamaRunner {
@@ -58,7 +58,7 @@ class LlamaRunner {
   std::unique_ptr<cpu::LlmEngine> engine_;
   std::map<int64_t, std::shared_ptr<cpu::LlmEngine::Plan>> plans_;
   std::vector<float> logits_;
-  int64_t ctx_ = 0, pos_ = 0, batch_ = 64;
+  int64_t ctx_ = 0, pos_ = 0, batch_ = 32;
 };
 
 // Fills n elements of type `type` with random blocks whose values are uniform-ish in [-a, a].
