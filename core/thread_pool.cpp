@@ -1,5 +1,6 @@
 // ThreadPool: workers wait on a generation counter (spinning first, then sleeping in atomic::wait, a
-// futex on Linux); the caller counts finished chunks down with an atomic and waits the same way.
+// futex on Linux); every thread claims chunks with a compare-exchange and counts them done, and the
+// caller waits on that count the same way.
 #include "core/thread_pool.h"
 
 #include <atomic>
@@ -26,7 +27,7 @@ namespace {
 constexpr auto kSpin = std::chrono::microseconds(200);
 
 // Chunks per thread of one loop (see parallel_for).
-constexpr int64_t kChunksPerThread = 4;
+constexpr int64_t kChunksPerThread = 2;
 
 // Set while this thread runs a chunk, so that a nested parallel_for runs inline instead of deadlocking.
 thread_local bool t_in_chunk = false;
@@ -71,24 +72,27 @@ struct ThreadPool::State {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, chunks = 0;
   bool stop = false;
+  // The three words every loop touches, each on its own cache line: the workers poll `generation` while
+  // they spin, and the claims and completions must not invalidate it under them.
   // Bumped once per loop (and at shutdown) to wake the workers.
-  std::atomic<uint32_t> generation{0};
+  alignas(64) std::atomic<uint32_t> generation{0};
   // (generation << 32) | chunks not yet claimed: any thread, the caller included, claims a chunk by a
   // compare-exchange that counts this down and also checks that the loop is still the one it woke for
   // (the count lives in the same word, so a late worker never reads another loop's count). So a worker
   // that the OS has not scheduled yet never holds the caller up: the caller runs the chunks itself.
-  std::atomic<uint64_t> claim{0};
-  std::atomic<int64_t> done{0};  // chunks finished in the current loop
+  alignas(64) std::atomic<uint64_t> claim{0};
+  alignas(64) std::atomic<int64_t> done{0};  // chunks finished in the current loop
 
   std::mutex err_mu;
   std::exception_ptr err;
 
-  // Claims and runs chunks of loop `gen` until none is left.
+  // Claims and runs chunks of loop `gen` until none is left, then counts them done at once.
   void run_chunks(uint32_t gen) {
+    int64_t ran = 0;
     uint64_t c = claim.load(std::memory_order_acquire);
     for (;;) {
       const int64_t left = static_cast<int64_t>(c & 0xFFFFFFFFu);
-      if (static_cast<uint32_t>(c >> 32) != gen || left == 0) return;
+      if (static_cast<uint32_t>(c >> 32) != gen || left == 0) break;
       if (!claim.compare_exchange_weak(c, c - 1, std::memory_order_acq_rel, std::memory_order_acquire))
         continue;
       const int64_t i = chunks - left;
@@ -102,9 +106,12 @@ struct ThreadPool::State {
         if (!err) err = std::current_exception();
       }
       t_in_chunk = false;
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) done.notify_one();
+      ++ran;
       c = claim.load(std::memory_order_acquire);
     }
+    if (ran == 0) return;
+    const int64_t total = chunks;  // read before the last chunk is counted: the loop may end right after
+    if (done.fetch_add(ran, std::memory_order_acq_rel) + ran == total) done.notify_one();
   }
 
   void worker() {

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "backends/cpu/quant_kernels.h"
 #include "core/quant.h"

@@ -7,6 +7,9 @@
 // file (tokens/s x file bytes) is the GB/s to compare with.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -128,6 +131,41 @@ void BM_Matmul(benchmark::State& state) {
   state.SetLabel(std::string(quant::to_string(t)) + " " + mp::cpu::kernel_isa());
 }
 
+// Every matvec of one SmolLM2-135M decode step, in order, on weights laid out as the model's are (30 layers
+// of Q4_1 q/k/v/o/gate/up/down, a Q8_0 LM head: 98 MB): the matvec share of a token, to set against
+// llama.cpp's whole token (1 / its tokens/s). Args: threads.
+void BM_DecodeStep(benchmark::State& state) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape layer[] = {{576, 576},  {192, 576},  {192, 576}, {576, 576},
+                         {1536, 576}, {1536, 576}, {576, 1536}};
+  std::vector<std::vector<uint8_t>> w;
+  std::vector<QMatrix> mats;
+  for (int l = 0; l < 30; ++l)
+    for (const Shape& sh : layer) {
+      w.push_back(random_weights(QType::Q4_1, sh.rows, sh.cols, 100 + w.size()));
+      mats.push_back(QMatrix{QType::Q4_1, w.back().data(), sh.rows, sh.cols});
+    }
+  w.push_back(random_weights(QType::Q8_0, 49152, 576, 99));
+  mats.push_back(QMatrix{QType::Q8_0, w.back().data(), 49152, 576});
+  uint64_t bytes = 0;
+  for (const auto& m : mats) bytes += static_cast<uint64_t>(m.rows) * *quant::row_bytes(m.type, m.cols);
+  std::vector<float> x(1536), y(49152);
+  std::mt19937_64 g(3);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(g);
+  ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    for (const auto& m : mats) mp::cpu::matvec(m, x.data(), y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(mp::cpu::kernel_isa()) + ", " + std::to_string(bytes >> 20) + " MiB of weights");
+}
+
 // The pool's cost of one parallel_for that does nothing: what every matvec pays on top of its work.
 void BM_PoolDispatch(benchmark::State& state) {
   ThreadPool pool(static_cast<int>(state.range(0)));
@@ -169,6 +207,7 @@ BENCHMARK(BM_Matmul)
     ->Args({kQ4_1, 1536, 576, 2, 256})
     ->ArgNames({"type", "rows", "cols", "threads", "n"})
     ->UseRealTime();
+BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PoolDispatch)->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime();
 
 }  // namespace
