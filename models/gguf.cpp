@@ -46,8 +46,15 @@ std::string printable(std::string_view s) {
 
 bool is_integer(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::U16: case GgufType::I16: case GgufType::U32:
-    case GgufType::I32: case GgufType::U64: case GgufType::I64: case GgufType::BOOL:
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::U16:
+    case GgufType::I16:
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::BOOL:
       return true;
     default:
       return false;
@@ -58,11 +65,23 @@ bool is_float(GgufType t) { return t == GgufType::F32 || t == GgufType::F64; }
 // Bytes of one element of a fixed-size type; 0 for STRING / ARRAY / unknown.
 uint64_t fixed_size(GgufType t) {
   switch (t) {
-    case GgufType::U8: case GgufType::I8: case GgufType::BOOL: return 1;
-    case GgufType::U16: case GgufType::I16: return 2;
-    case GgufType::U32: case GgufType::I32: case GgufType::F32: return 4;
-    case GgufType::U64: case GgufType::I64: case GgufType::F64: return 8;
-    default: return 0;
+    case GgufType::U8:
+    case GgufType::I8:
+    case GgufType::BOOL:
+      return 1;
+    case GgufType::U16:
+    case GgufType::I16:
+      return 2;
+    case GgufType::U32:
+    case GgufType::I32:
+    case GgufType::F32:
+      return 4;
+    case GgufType::U64:
+    case GgufType::I64:
+    case GgufType::F64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -74,18 +93,41 @@ void decode_scalar(GgufType t, const uint8_t* p, GgufValue& v) {
     return x;
   };
   switch (t) {
-    case GgufType::U8: v.bits = load(uint8_t{}); break;
-    case GgufType::I8: v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int8_t{}))); break;
-    case GgufType::BOOL: v.bits = load(uint8_t{}); break;
-    case GgufType::U16: v.bits = load(uint16_t{}); break;
-    case GgufType::I16: v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int16_t{}))); break;
-    case GgufType::U32: v.bits = load(uint32_t{}); break;
-    case GgufType::I32: v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int32_t{}))); break;
-    case GgufType::U64: v.bits = load(uint64_t{}); break;
-    case GgufType::I64: v.bits = load(uint64_t{}); break;
-    case GgufType::F32: v.f = load(float{}); break;
-    case GgufType::F64: v.f = load(double{}); break;
-    default: break;
+    case GgufType::U8:
+      v.bits = load(uint8_t{});
+      break;
+    case GgufType::I8:
+      v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int8_t{})));
+      break;
+    case GgufType::BOOL:
+      v.bits = load(uint8_t{});
+      break;
+    case GgufType::U16:
+      v.bits = load(uint16_t{});
+      break;
+    case GgufType::I16:
+      v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int16_t{})));
+      break;
+    case GgufType::U32:
+      v.bits = load(uint32_t{});
+      break;
+    case GgufType::I32:
+      v.bits = static_cast<uint64_t>(static_cast<int64_t>(load(int32_t{})));
+      break;
+    case GgufType::U64:
+      v.bits = load(uint64_t{});
+      break;
+    case GgufType::I64:
+      v.bits = load(uint64_t{});
+      break;
+    case GgufType::F32:
+      v.f = load(float{});
+      break;
+    case GgufType::F64:
+      v.f = load(double{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -93,19 +135,32 @@ void decode_scalar(GgufType t, const uint8_t* p, GgufValue& v) {
 
 const char* to_string(GgufType t) {
   switch (t) {
-    case GgufType::U8: return "u8";
-    case GgufType::I8: return "i8";
-    case GgufType::U16: return "u16";
-    case GgufType::I16: return "i16";
-    case GgufType::U32: return "u32";
-    case GgufType::I32: return "i32";
-    case GgufType::F32: return "f32";
-    case GgufType::BOOL: return "bool";
-    case GgufType::STRING: return "string";
-    case GgufType::ARRAY: return "array";
-    case GgufType::U64: return "u64";
-    case GgufType::I64: return "i64";
-    case GgufType::F64: return "f64";
+    case GgufType::U8:
+      return "u8";
+    case GgufType::I8:
+      return "i8";
+    case GgufType::U16:
+      return "u16";
+    case GgufType::I16:
+      return "i16";
+    case GgufType::U32:
+      return "u32";
+    case GgufType::I32:
+      return "i32";
+    case GgufType::F32:
+      return "f32";
+    case GgufType::BOOL:
+      return "bool";
+    case GgufType::STRING:
+      return "string";
+    case GgufType::ARRAY:
+      return "array";
+    case GgufType::U64:
+      return "u64";
+    case GgufType::I64:
+      return "i64";
+    case GgufType::F64:
+      return "f64";
   }
   return "unknown";
 }
@@ -169,7 +224,8 @@ struct Cursor {
             "file ends after " + std::to_string(left()) + " of " + std::to_string(n) +
                 " bytes (truncated file? download it again)");
   }
-  template <class T> T read(const std::string& field) {
+  template <class T>
+  T read(const std::string& field) {
     need(sizeof(T), field);
     T x;
     std::memcpy(&x, f.base + pos, sizeof x);
@@ -181,8 +237,8 @@ struct Cursor {
     const auto n = read<uint64_t>(field + " (string length)");
     if (n > left())
       f.bad(field, at,
-            "string length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(left()) +
-                " bytes left)");
+            "string length " + std::to_string(n) + " runs past the end of the file (" +
+                std::to_string(left()) + " bytes left)");
     std::string_view s(reinterpret_cast<const char*>(f.base + pos), n);
     pos += n;
     return s;
@@ -208,14 +264,17 @@ struct Cursor {
       const uint64_t count_at = pos;
       v.count = read<uint64_t>(field + " (array length)");
       // The smallest an element can be on disk bounds the count before anything is allocated.
-      const uint64_t min_elem = v.elem == GgufType::STRING ? 8 : v.elem == GgufType::ARRAY ? 12 : fixed_size(v.elem);
+      const uint64_t min_elem = v.elem == GgufType::STRING  ? 8
+                                : v.elem == GgufType::ARRAY ? 12
+                                                            : fixed_size(v.elem);
       if (v.count > left() / min_elem)
         f.bad(field, count_at,
               "array of " + std::to_string(v.count) + " " + to_string(v.elem) +
                   " elements does not fit in the " + std::to_string(left()) + " bytes left");
       if (v.elem == GgufType::STRING) {
         v.strings.reserve(v.count);
-        for (uint64_t i = 0; i < v.count; ++i) v.strings.push_back(string(field + "[" + std::to_string(i) + "]"));
+        for (uint64_t i = 0; i < v.count; ++i)
+          v.strings.push_back(string(field + "[" + std::to_string(i) + "]"));
       } else if (v.elem == GgufType::ARRAY) {
         v.items.reserve(v.count);
         for (uint64_t i = 0; i < v.count; ++i)
@@ -283,7 +342,8 @@ GgufFile GgufFile::from_bytes(const std::string& name, const void* data, size_t 
   impl->path = name;
   impl->base = static_cast<const uint8_t*>(data);
   impl->size = size;
-  if (size < 4) impl->bad("magic", 0, "file is " + std::to_string(size) + " bytes long, too short for a GGUF header");
+  if (size < 4)
+    impl->bad("magic", 0, "file is " + std::to_string(size) + " bytes long, too short for a GGUF header");
   parse(*impl);
   return GgufFile(std::move(impl));
 }
@@ -293,7 +353,8 @@ void GgufFile::parse(Impl& f) {
   const auto magic = c.read<uint32_t>("magic");
   if (magic != kMagic) f.bad("magic", 0, "not a GGUF file (the first four bytes are not \"GGUF\")");
   const auto version = c.read<uint32_t>("version");
-  if (version == 1) f.bad("version", 4, "GGUF version 1 is not read (only versions 2 and 3); convert the file again");
+  if (version == 1)
+    f.bad("version", 4, "GGUF version 1 is not read (only versions 2 and 3); convert the file again");
   if (version != 2 && version != 3) {
     if ((version & 0xffff) == 0 && (version >> 24) != 0)
       f.bad("version", 4, "looks like a big-endian GGUF file; metapipe reads little-endian files only");
@@ -307,7 +368,8 @@ void GgufFile::parse(Impl& f) {
   // Minimal on-disk sizes: a key/value pair is at least 8 + 4 + 1 bytes, a tensor info 8 + 4 + 4 + 8.
   if (kv_count > c.left() / 13)
     f.bad("metadata_kv_count", kvcount_at,
-          "count " + std::to_string(kv_count) + " cannot fit in the " + std::to_string(c.left()) + " bytes left");
+          "count " + std::to_string(kv_count) + " cannot fit in the " + std::to_string(c.left()) +
+              " bytes left");
 
   f.kvs.reserve(kv_count);
   for (uint64_t i = 0; i < kv_count; ++i) {
@@ -367,8 +429,8 @@ void GgufFile::parse(Impl& f) {
     const auto rb = quant::row_bytes(t.type, t.dims[0]);
     if (!rb)
       f.bad("dims[0] " + tf, nd_at + 4,
-            "row length " + std::to_string(t.dims[0]) + " is not a multiple of the " + qi->name + " block of " +
-                std::to_string(qi->block_elems));
+            "row length " + std::to_string(t.dims[0]) + " is not a multiple of the " + qi->name +
+                " block of " + std::to_string(qi->block_elems));
     const uint64_t rows = elems / static_cast<uint64_t>(t.dims[0]);
     if (*rb != 0 && rows > std::numeric_limits<uint64_t>::max() / *rb)
       f.bad("dims " + tf, nd_at + 4, "the tensor's byte size overflows");
@@ -388,7 +450,8 @@ void GgufFile::parse(Impl& f) {
   const uint64_t pad = (f.alignment - c.pos % f.alignment) % f.alignment;
   f.data_start = c.pos + pad;
   if (!f.tensors.empty() && f.data_start > f.size)
-    f.bad("data section", c.pos, "file ends before the data section starts (truncated file? download it again)");
+    f.bad("data section", c.pos,
+          "file ends before the data section starts (truncated file? download it again)");
   const uint64_t data_bytes = f.data_start <= f.size ? f.size - f.data_start : 0;
   for (size_t i = 0; i < f.tensors.size(); ++i) {
     GgufTensor& t = f.tensors[i];
@@ -448,7 +511,8 @@ std::optional<std::string> GgufFile::find_string(const std::string& key) const {
 }
 std::vector<std::string> GgufFile::get_string_array(const std::string& key) const {
   const GgufValue& v = impl_->value(key, "an array of strings");
-  if (v.type != GgufType::ARRAY || v.elem != GgufType::STRING) impl_->wrong_type(key, v, "an array of strings");
+  if (v.type != GgufType::ARRAY || v.elem != GgufType::STRING)
+    impl_->wrong_type(key, v, "an array of strings");
   return {v.strings.begin(), v.strings.end()};
 }
 std::vector<int64_t> GgufFile::get_int_array(const std::string& key) const {
@@ -484,7 +548,8 @@ const GgufTensor* GgufFile::find_tensor(const std::string& name) const {
 }
 const GgufTensor& GgufFile::tensor(const std::string& name) const {
   const GgufTensor* t = find_tensor(name);
-  if (!t) fail_user(impl_->path, ": tensor '", printable(name), "' is missing (is this the right model file?)");
+  if (!t)
+    fail_user(impl_->path, ": tensor '", printable(name), "' is missing (is this the right model file?)");
   return *t;
 }
 

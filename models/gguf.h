@@ -24,8 +24,19 @@ struct GgufTensor {
 
 // The metadata value types of the GGUF format (their numeric ids are the format's).
 enum class GgufType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
 const char* to_string(GgufType t);
 
@@ -42,7 +53,7 @@ struct GgufValue {
   const uint8_t* raw = nullptr;  // ARRAY of numbers: the first element
   std::vector<std::string_view> strings;  // ARRAY of STRING
   std::vector<GgufValue> items;           // ARRAY of ARRAY
-  uint64_t at = 0;               // byte offset of the value in the file (for messages)
+  uint64_t at = 0;                        // byte offset of the value in the file (for messages)
 };
 
 class GgufFile {  // memory-mapped, read-only; move-only
@@ -72,7 +83,8 @@ class GgufFile {  // memory-mapped, read-only; move-only
   std::vector<double> get_float_array(const std::string& key) const;
   const std::vector<GgufTensor>& tensors() const;
   const GgufTensor* find_tensor(const std::string& name) const;
-  const GgufTensor& tensor(const std::string& name) const;  // user_error naming the file and tensor if missing
+  const GgufTensor& tensor(
+      const std::string& name) const;  // user_error naming the file and tensor if missing
   uint64_t file_bytes() const;
 
   // Additions: the raw value (nullptr when absent), the keys in file order, the data alignment.

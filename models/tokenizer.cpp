@@ -69,17 +69,23 @@ std::vector<Unit> units_of(std::string_view s) {
 }
 
 bool is_white_space(int32_t c) {  // Unicode White_Space, which is what \s means in the pre-tokenizer regex
-  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-         c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 Cls classify(int32_t c) {
   if (c < 0) return kOther;
   if (is_white_space(c)) return kSpace;
   switch (utf8proc_category(c)) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO:
       return kLetter;
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_NO:
       return kNumber;
     default:
       return kOther;
@@ -127,10 +133,12 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   t.file_ = f.path();
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model != "gpt2")
-    throw not_supported("tokenizer model '" + model + "' in " + f.path() + " (metapipe reads 'gpt2' byte-level BPE)");
+    throw not_supported("tokenizer model '" + model + "' in " + f.path() +
+                        " (metapipe reads 'gpt2' byte-level BPE)");
   t.pre_ = f.find_string("tokenizer.ggml.pre").value_or("default");
   if (t.pre_ != "smollm" && t.pre_ != "gpt2" && t.pre_ != "default")
-    throw not_supported("pre-tokenizer '" + t.pre_ + "' in " + f.path() + " (metapipe has 'smollm' and 'gpt2')");
+    throw not_supported("pre-tokenizer '" + t.pre_ + "' in " + f.path() +
+                        " (metapipe has 'smollm' and 'gpt2')");
 
   t.tokens_ = f.get_string_array("tokenizer.ggml.tokens");
   const auto n = t.tokens_.size();
@@ -138,8 +146,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
                 ": tokenizer.ggml.tokens has ", n, " entries (expected 1 to 2^31-1)");
   if (f.has("tokenizer.ggml.token_type")) {
     const auto ty = f.get_int_array("tokenizer.ggml.token_type");
-    MP_USER_CHECK(ty.size() == n, f.path(), ": tokenizer.ggml.token_type has ", ty.size(), " entries but there are ",
-                  n, " tokens");
+    MP_USER_CHECK(ty.size() == n, f.path(), ": tokenizer.ggml.token_type has ", ty.size(),
+                  " entries but there are ", n, " tokens");
     t.types_.assign(ty.begin(), ty.end());
   } else {
     t.types_.assign(n, 1);
@@ -149,7 +157,8 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   for (size_t id = 0; id < n; ++id) {
     const std::string& s = t.tokens_[id];
     t.by_text_.emplace(s, static_cast<int32_t>(id));
-    if (t.types_[id] == 3 || t.types_[id] == 4) {  // control / user-defined: their text is what they stand for
+    if (t.types_[id] == 3 ||
+        t.types_[id] == 4) {  // control / user-defined: their text is what they stand for
       t.bytes_[id] = s;
       if (!s.empty()) t.specials_.emplace_back(s, static_cast<int32_t>(id));
       continue;
@@ -190,9 +199,9 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
   };
   t.bos_ = id_key("tokenizer.ggml.bos_token_id", -1);
   t.eos_ = id_key("tokenizer.ggml.eos_token_id", -1);
-  if (const GgufValue* v = f.find_value("tokenizer.ggml.add_bos_token")) t.add_bos_ = v->bits != 0;
-  MP_USER_CHECK(!t.add_bos_ || t.bos_ >= 0, f.path(), ": tokenizer.ggml.add_bos_token is set but there is no ",
-                "tokenizer.ggml.bos_token_id");
+  t.add_bos_ = f.find_int("tokenizer.ggml.add_bos_token").value_or(0) != 0;
+  MP_USER_CHECK(!t.add_bos_ || t.bos_ >= 0, f.path(),
+                ": tokenizer.ggml.add_bos_token is set but there is no ", "tokenizer.ggml.bos_token_id");
   if (t.eos_ >= 0) t.end_ids_.push_back(t.eos_);
   if (const int32_t eot = id_key("tokenizer.ggml.eot_token_id", -1); eot >= 0) t.end_ids_.push_back(eot);
   for (const char* s : {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"})
@@ -221,7 +230,7 @@ Tokenizer Tokenizer::from_gguf(const GgufFile& f) {
         }
       }
     } else {
-      t.chat_system_ = "\x01";  // marks a template metapipe cannot render
+      t.chat_renderable_ = false;
     }
   }
   return t;
@@ -279,7 +288,8 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece, size_t at) 
   };
   const int n = static_cast<int>(piece.size());
   std::vector<Sym> sym(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) sym[static_cast<size_t>(i)] = {i - 1, i + 1 < n ? i + 1 : -1, size_t(i), size_t(i) + 1};
+  for (int i = 0; i < n; ++i)
+    sym[static_cast<size_t>(i)] = {i - 1, i + 1 < n ? i + 1 : -1, size_t(i), size_t(i) + 1};
   auto text = [&](const Sym& s) {
     std::string out;
     for (size_t k = s.b; k < s.e; ++k) out += bm.str[static_cast<unsigned char>(piece[k])];
@@ -304,7 +314,8 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece, size_t at) 
     const Cand c = heap.top();
     heap.pop();
     Sym &L = sym[static_cast<size_t>(c.left)], &R = sym[static_cast<size_t>(c.right)];
-    if (L.b == L.e || R.b == R.e || L.next != c.right || L.e != c.left_e || R.e != c.right_e) continue;  // stale
+    if (L.b == L.e || R.b == R.e || L.next != c.right || L.e != c.left_e || R.e != c.right_e)
+      continue;  // stale
     L.e = R.e;
     L.next = R.next;
     if (R.next >= 0) sym[static_cast<size_t>(R.next)].prev = c.left;
@@ -325,8 +336,8 @@ std::vector<int32_t> Tokenizer::encode_piece(std::string_view piece, size_t at) 
         // Some vocabularies drop byte tokens (SmolLM2 has none for 21 control and never-UTF-8 bytes), so
         // such text has no encoding at all; say where instead of dropping the byte.
         static const char* hex = "0123456789abcdef";
-        fail_user("byte 0x", hex[byte >> 4], hex[byte & 15], " at offset ", at + k, " of the text has no token in ",
-                  "the vocabulary of ", file_, "; remove or replace it");
+        fail_user("byte 0x", hex[byte >> 4], hex[byte & 15], " at offset ", at + k,
+                  " of the text has no token in ", "the vocabulary of ", file_, "; remove or replace it");
       }
       ids.push_back(byte_token_[byte]);
     }
@@ -396,7 +407,7 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(tokens_.size()); }
 
 std::string Tokenizer::chat_prompt(std::string_view user_text) const {
-  if (chat_system_ == "\x01")
+  if (!chat_renderable_)
     throw not_supported("the chat template of " + file_ + " (metapipe renders the <|im_start|> format only)");
   MP_USER_CHECK(by_text_.count("<|im_start|>") && by_text_.count("<|im_end|>"), file_,
                 " has no <|im_start|> / <|im_end|> tokens, so it has no chat format; use a plain prompt");

@@ -17,12 +17,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const GgufFile f = GgufFile::from_bytes("fuzz.gguf", data, size);
     for (const auto& k : f.keys()) {
-      try { (void)f.get_int(k); } catch (const mp::user_error&) {}
-      try { (void)f.get_float(k); } catch (const mp::user_error&) {}
-      try { (void)f.get_string(k); } catch (const mp::user_error&) {}
-      try { (void)f.get_int_array(k); } catch (const mp::user_error&) {}
-      try { (void)f.get_float_array(k); } catch (const mp::user_error&) {}
-      try { (void)f.get_string_array(k); } catch (const mp::user_error&) {}
+      try {
+        (void)f.get_int(k);
+      } catch (const mp::user_error&) {
+      }
+      try {
+        (void)f.get_float(k);
+      } catch (const mp::user_error&) {
+      }
+      try {
+        (void)f.get_string(k);
+      } catch (const mp::user_error&) {
+      }
+      try {
+        (void)f.get_int_array(k);
+      } catch (const mp::user_error&) {
+      }
+      try {
+        (void)f.get_float_array(k);
+      } catch (const mp::user_error&) {
+      }
+      try {
+        (void)f.get_string_array(k);
+      } catch (const mp::user_error&) {
+      }
     }
     volatile uint8_t sink = 0;
     for (const GgufTensor& t : f.tensors()) {

@@ -14,12 +14,13 @@ namespace mp::models::testing {
 // A metadata value to write: a scalar (bytes already encoded), a string, or an array of values.
 struct WValue {
   GgufType type;
-  std::string scalar;        // little-endian bytes of a fixed-size scalar
-  std::string str;           // STRING
+  std::string scalar;  // little-endian bytes of a fixed-size scalar
+  std::string str;     // STRING
   GgufType elem = GgufType::U8;
   std::vector<WValue> items;  // ARRAY
 
-  template <class T> static WValue of(GgufType t, T x) {
+  template <class T>
+  static WValue of(GgufType t, T x) {
     WValue v{t, {}, {}, GgufType::U8, {}};
     v.scalar.assign(reinterpret_cast<const char*>(&x), sizeof x);
     return v;
@@ -93,7 +94,8 @@ class GgufWriter {
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
 
-  template <class T> static void put(std::string& out, T x) {
+  template <class T>
+  static void put(std::string& out, T x) {
     out.append(reinterpret_cast<const char*>(&x), sizeof x);
   }
   static void put_str(std::string& out, const std::string& s) {

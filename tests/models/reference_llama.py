@@ -132,8 +132,15 @@ def main():
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import tokenizer_reference
 
-        text = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-                "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n" % args.chat)
+        # SmolLM2's template adds this system message before a first user message; other <|im_start|>
+        # templates get none.
+        system = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+        template = field(gguf.GGUFReader(args.model), "tokenizer.chat_template", "")
+        if "<|im_start|>" not in template:
+            sys.exit("reference_llama: %s: --chat needs an <|im_start|> chat template" % args.model)
+        if system.split("\n", 1)[1].split("<|im_end|>")[0] not in template:
+            system = ""
+        text = system + "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n" % args.chat
         prompt = tokenizer_reference.build(args.model).encode(text, add_special_tokens=False).ids
     if not prompt:
         sys.exit("reference_llama: the prompt has no tokens")

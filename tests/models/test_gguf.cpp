@@ -1,13 +1,17 @@
 // The GGUF reader on files the test writes itself: every value type round-trips, each kind of corruption
-// gives its one-line message, and truncations and random byte flips only ever end in user_errors.
+// gives its one-line message, and truncations and random byte flips only ever end in user_errors; on the
+// installed model, tensor data is where the PyPI gguf package finds it.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -46,7 +50,9 @@ std::string open_error(const std::string& bytes, const std::string& name = "bad.
   return "";
 }
 
-std::string f32_bytes(std::vector<float> v) { return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4); }
+std::string f32_bytes(std::vector<float> v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+}
 
 // A small valid file with a few of every kind of thing, used as the seed of the corruption tests.
 GgufWriter sample(uint32_t version = 3) {
@@ -90,7 +96,8 @@ TEST(Gguf, EveryValueTypeRoundTrips) {
     w.kv("a_u64", WValue::array(T::U64, {WValue::of(T::U64, uint64_t{1} << 40)}));
     w.kv("a_f32", WValue::array(T::F32, {WValue::of(T::F32, 0.25f), WValue::of(T::F32, -3.0f)}));
     w.kv("a_f64", WValue::array(T::F64, {WValue::of(T::F64, 1e-300)}));
-    w.kv("a_bool", WValue::array(T::BOOL, {WValue::of(T::BOOL, uint8_t{0}), WValue::of(T::BOOL, uint8_t{1})}));
+    w.kv("a_bool",
+         WValue::array(T::BOOL, {WValue::of(T::BOOL, uint8_t{0}), WValue::of(T::BOOL, uint8_t{1})}));
     w.kv("a_str", WValue::array(T::STRING, {WValue::string("x"), WValue::string(""), WValue::string("yz")}));
     w.kv("a_empty", WValue::array(T::U32, {}));
     w.kv("a_nested", WValue::array(T::ARRAY, {WValue::array(T::STRING, {WValue::string("p")}),
@@ -183,7 +190,8 @@ TEST(Gguf, TensorsArePlacedAndAligned) {
     f.tensor("output.weight");
     ADD_FAILURE();
   } catch (const user_error& e) {
-    EXPECT_EQ(std::string(e.what()), p + ": tensor 'output.weight' is missing (is this the right model file?)");
+    EXPECT_EQ(std::string(e.what()),
+              p + ": tensor 'output.weight' is missing (is this the right model file?)");
   }
   // Move-only: the map moves with the object.
   GgufFile g = GgufFile::open(p);
@@ -204,10 +212,12 @@ TEST(Gguf, AccessorErrorsNameFileAndKey) {
     return "";
   };
   EXPECT_EQ(msg([&] { f.get_int("llama.context_length"); }),
-            p + ": metadata key 'llama.context_length' is missing (expected an integer); is this the right model file?");
+            p + ": metadata key 'llama.context_length' is missing (expected an integer); is this the right "
+                "model file?");
   EXPECT_NE(msg([&] { f.get_string("llama.block_count"); }).find(p + ": field 'llama.block_count' at byte "),
             std::string::npos);
-  EXPECT_NE(msg([&] { f.get_string("llama.block_count"); }).find("is u32, expected a string"), std::string::npos);
+  EXPECT_NE(msg([&] { f.get_string("llama.block_count"); }).find("is u32, expected a string"),
+            std::string::npos);
   EXPECT_NE(msg([&] { f.get_int_array("names"); }).find("is array of string, expected an array of integers"),
             std::string::npos);
   EXPECT_NE(msg([&] { f.get_float("general.architecture"); }).find("is string, expected a number"),
@@ -220,7 +230,10 @@ std::string patched(std::string b, size_t at, const std::string& with) {
   b.replace(at, with.size(), with);
   return b;
 }
-template <class X> std::string le(X x) { return std::string(reinterpret_cast<const char*>(&x), sizeof x); }
+template <class X>
+std::string le(X x) {
+  return std::string(reinterpret_cast<const char*>(&x), sizeof x);
+}
 
 struct Bad {
   const char* what;
@@ -233,13 +246,16 @@ TEST(Gguf, CorruptFilesGiveOneLineErrors) {
   std::vector<Bad> cases;
   cases.push_back({"empty", "", "field magic at byte 0: file is 0 bytes long"});
   cases.push_back({"magic", patched(good, 0, "GGML"), "field magic at byte 0: not a GGUF file"});
-  cases.push_back({"version 1", patched(good, 4, le<uint32_t>(1)), "field version at byte 4: GGUF version 1"});
+  cases.push_back(
+      {"version 1", patched(good, 4, le<uint32_t>(1)), "field version at byte 4: GGUF version 1"});
   cases.push_back({"version 9", patched(good, 4, le<uint32_t>(9)), "unsupported GGUF version 9"});
   cases.push_back({"big endian", patched(good, 4, le<uint32_t>(0x03000000)), "big-endian"});
-  cases.push_back({"short header", good.substr(0, 6), "field version at byte 4: file ends after 2 of 4 bytes"});
+  cases.push_back(
+      {"short header", good.substr(0, 6), "field version at byte 4: file ends after 2 of 4 bytes"});
   cases.push_back({"kv count", patched(good, 16, le<uint64_t>(uint64_t{1} << 60)),
                    "field metadata_kv_count at byte 16: count 1152921504606846976 cannot fit"});
-  cases.push_back({"tensor count", patched(good, 8, le<uint64_t>(1000000)), "field tensor_count at byte 8: count"});
+  cases.push_back(
+      {"tensor count", patched(good, 8, le<uint64_t>(1000000)), "field tensor_count at byte 8: count"});
   cases.push_back({"key length", patched(good, 24, le<uint64_t>(~uint64_t{0})),
                    "field key of metadata pair 0 at byte 24: string length 18446744073709551615 runs past"});
   {
@@ -248,7 +264,8 @@ TEST(Gguf, CorruptFilesGiveOneLineErrors) {
     std::string b = w.bytes();
     cases.push_back({"value type", patched(b, 24 + 8 + 1, le<uint32_t>(13)),
                      "field 'k' (value type) at byte 33: unknown metadata value type 13"});
-    cases.push_back({"truncated value", b.substr(0, b.size() - 1), "field 'k' at byte 37: file ends after 0 of 1"});
+    cases.push_back(
+        {"truncated value", b.substr(0, b.size() - 1), "field 'k' at byte 37: file ends after 0 of 1"});
   }
   {
     GgufWriter w;
@@ -303,10 +320,13 @@ TEST(Gguf, CorruptFilesGiveOneLineErrors) {
   };
   cases.push_back({"n_dims 0", one({"t", 0, {}, ""}), "field n_dims of tensor 't' at byte 33: 0 dimensions"});
   cases.push_back({"n_dims 5", one({"t", 0, {1, 1, 1, 1, 1}, "abcd"}), "5 dimensions (a tensor has 1 to 4)"});
-  cases.push_back({"dim 0", one({"t", 0, {4, 0}, ""}), "field dims[1] of tensor 't' at byte 45: dimension 0 is zero"});
+  cases.push_back(
+      {"dim 0", one({"t", 0, {4, 0}, ""}), "field dims[1] of tensor 't' at byte 45: dimension 0 is zero"});
   cases.push_back({"dims overflow", one({"t", 0, {uint64_t{1} << 40, uint64_t{1} << 40}, ""}),
-                   "dims[1] of tensor 't' at byte 45: dimension 1099511627776 is zero or makes the element count overflow"});
-  cases.push_back({"bytes overflow", one({"t", 0, {uint64_t{1} << 61, 2}, ""}), "the tensor's byte size overflows"});
+                   "dims[1] of tensor 't' at byte 45: dimension 1099511627776 is zero or makes the element "
+                   "count overflow"});
+  cases.push_back(
+      {"bytes overflow", one({"t", 0, {uint64_t{1} << 61, 2}, ""}), "the tensor's byte size overflows"});
   cases.push_back({"unknown type", one({"t", 99, {4}, ""}),
                    "field type of tensor 't' at byte 45: tensor type 99 is not one metapipe reads"});
   cases.push_back({"block", one({"t", 8, {33}, std::string(34, 'x')}),
@@ -314,25 +334,31 @@ TEST(Gguf, CorruptFilesGiveOneLineErrors) {
   {
     WTensor t{"t", 0, {1}, "abcd"};
     t.offset = 4;
-    cases.push_back({"unaligned", one(t), "field offset of tensor 't' at byte 49: offset 4 is not a multiple of the alignment 32"});
+    cases.push_back(
+        {"unaligned", one(t),
+         "field offset of tensor 't' at byte 49: offset 4 is not a multiple of the alignment 32"});
   }
   {
     WTensor t{"t", 0, {1}, "abcd"};
     t.offset = 1LL << 40;
     cases.push_back({"offset outside", one(t).substr(0, 96), "runs past the end of the data section"});
   }
-  cases.push_back({"data truncated", one({"t", 0, {4}, "abcd"}, {"u", 0, {8}, std::string(32, 'y')}).substr(0, 140),
-                   "field offset of tensor 'u' at byte 82: data [32, +32) runs past the end of the data section (44 bytes"});
+  cases.push_back({"data truncated",
+                   one({"t", 0, {4}, "abcd"}, {"u", 0, {8}, std::string(32, 'y')}).substr(0, 140),
+                   "field offset of tensor 'u' at byte 82: data [32, +32) runs past the end of the data "
+                   "section (44 bytes"});
   cases.push_back({"no data section", one({"t", 0, {4}, std::string(16, 'z')}).substr(0, 61),
                    "field data section at byte 57: file ends before the data section starts"});
-  cases.push_back({"duplicate tensor", one({"t", 0, {4}, std::string(16, 'z')}, {"t", 0, {4}, std::string(16, 'z')}),
+  cases.push_back({"duplicate tensor",
+                   one({"t", 0, {4}, std::string(16, 'z')}, {"t", 0, {4}, std::string(16, 'z')}),
                    "field name of tensor 't' at byte 57: duplicate tensor name"});
 
   for (const Bad& c : cases) {
     const std::string m = open_error(c.bytes);
     EXPECT_NE(m.find(c.expect), std::string::npos) << c.what << ": got \"" << m << "\"";
     EXPECT_EQ(m.find('\n'), std::string::npos) << c.what << ": message has several lines: " << m;
-    EXPECT_EQ(m.rfind(temp_path("bad.gguf") + ": ", 0), 0u) << c.what << ": message does not start with the file: " << m;
+    EXPECT_EQ(m.rfind(temp_path("bad.gguf") + ": ", 0), 0u)
+        << c.what << ": message does not start with the file: " << m;
   }
 }
 
@@ -341,7 +367,8 @@ TEST(Gguf, NotAFile) {
     GgufFile::open(temp_path("missing.gguf"));
     ADD_FAILURE();
   } catch (const user_error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing.gguf: cannot open the model file: No such file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("missing.gguf: cannot open the model file: No such file"),
+              std::string::npos)
         << e.what();
   }
   try {
@@ -363,12 +390,30 @@ void open_and_touch(const std::string& path, const std::string& bytes, const std
     for (const auto& k : f.keys()) {
       const GgufValue* v = f.find_value(k);
       ASSERT_NE(v, nullptr);
-      try { f.get_int(k); } catch (const user_error&) {}
-      try { f.get_float(k); } catch (const user_error&) {}
-      try { f.get_string(k); } catch (const user_error&) {}
-      try { f.get_int_array(k); } catch (const user_error&) {}
-      try { f.get_float_array(k); } catch (const user_error&) {}
-      try { f.get_string_array(k); } catch (const user_error&) {}
+      try {
+        f.get_int(k);
+      } catch (const user_error&) {
+      }
+      try {
+        f.get_float(k);
+      } catch (const user_error&) {
+      }
+      try {
+        f.get_string(k);
+      } catch (const user_error&) {
+      }
+      try {
+        f.get_int_array(k);
+      } catch (const user_error&) {
+      }
+      try {
+        f.get_float_array(k);
+      } catch (const user_error&) {
+      }
+      try {
+        f.get_string_array(k);
+      } catch (const user_error&) {
+      }
     }
     volatile uint8_t sink = 0;
     for (const GgufTensor& t : f.tensors()) {
@@ -407,9 +452,15 @@ TEST(Gguf, RandomByteFlipsAreUserErrors) {
     for (int k = 0; k < flips; ++k) {
       const size_t at = rng() % b.size();
       switch (rng() % 3) {
-        case 0: b[at] = static_cast<char>(b[at] ^ (1 << (rng() % 8))); break;
-        case 1: b[at] = static_cast<char>(rng()); break;
-        default: b[at] = static_cast<char>(0xff); break;
+        case 0:
+          b[at] = static_cast<char>(b[at] ^ (1 << (rng() % 8)));
+          break;
+        case 1:
+          b[at] = static_cast<char>(rng());
+          break;
+        default:
+          b[at] = static_cast<char>(0xff);
+          break;
       }
     }
     open_and_touch(p, b, "mutation " + std::to_string(i));
@@ -478,6 +529,74 @@ TEST(Gguf, DefaultModelOpens) {
     s += std::fabs(x);
   }
   EXPECT_GT(s, 0);
+}
+
+// Rows of the installed model dequantized from where the reader says each tensor's data is, against the
+// PyPI gguf package reading the same file (tests/models/dequant_reference.py): the first and the last tensor
+// of the file, their first and last rows, and one of each type.
+TEST(Gguf, DefaultModelDataMatchesTheGgufPackage) {
+  std::string path;
+  try {
+    path = default_model_path();
+  } catch (const user_error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  struct stat st {};
+  if (std::string(MP_PYTHON).empty() || ::stat(MP_PYTHON, &st) != 0)
+    GTEST_SKIP() << "the reference venv is not installed (run scripts/install-deps, then configure again)";
+  const GgufFile f = GgufFile::open(path);
+  const GgufTensor& first = f.tensors().front();
+  const GgufTensor& last = f.tensors().back();
+  std::vector<std::pair<std::string, int64_t>> rows = {{first.name, 0},
+                                                       {first.name, first.rows() - 1},
+                                                       {last.name, 0},
+                                                       {last.name, last.rows() - 1},
+                                                       {"blk.7.attn_k.weight", 100},
+                                                       {"output_norm.weight", 0}};
+  std::string cmd = std::string("'") + MP_PYTHON + "' '" + MP_TESTS_MODELS_DIR +
+                    "/dequant_reference.py' --model '" + path + "'";
+  for (const auto& [name, row] : rows) cmd += " '" + name + ":" + std::to_string(row) + "'";
+  const std::string out_path = temp_path("dequant.json");
+  cmd += " > '" + out_path + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(out_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::remove(out_path.c_str());
+  // [[x, ...], ...]: one list of numbers per row asked for.
+  std::vector<std::vector<double>> want;
+  const std::string js = ss.str();
+  const char* p = js.c_str();
+  int depth = 0;
+  while (*p) {
+    if (*p == '[') {
+      if (++depth == 2) want.emplace_back();
+      ++p;
+    } else if (*p == ']') {
+      --depth;
+      ++p;
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+      char* end = nullptr;
+      const double x = std::strtod(p, &end);
+      ASSERT_GT(end, p);
+      want.back().push_back(x);
+      p = end;
+    } else {
+      ++p;
+    }
+  }
+  ASSERT_EQ(want.size(), rows.size()) << js.substr(0, 200);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GgufTensor& t = f.tensor(rows[i].first);
+    const int64_t n = t.dims[0];
+    ASSERT_EQ(static_cast<int64_t>(want[i].size()), n) << t.name;
+    std::vector<float> got(static_cast<size_t>(n));
+    quant::dequantize_row(t.type, t.data + static_cast<uint64_t>(rows[i].second) * (t.nbytes / t.rows()),
+                          got.data(), n);
+    for (int64_t k = 0; k < n; ++k)
+      ASSERT_NEAR(got[k], want[i][k], 1e-6 * (1 + std::fabs(want[i][k])))
+          << t.name << " (" << quant::to_string(t.type) << ") row " << rows[i].second << " element " << k;
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -59,7 +60,13 @@ struct Vocab {
   }
 };
 
-std::string tiny_file(const std::string& pre, bool add_bos, const std::string& model = "gpt2") {
+const char* kImTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% "
+    "endif %}";
+
+std::string tiny_file(const std::string& pre, bool add_bos, const std::string& model = "gpt2",
+                      const std::string& chat_template = kImTemplate) {
   Vocab v;
   v.add("<|endoftext|>", 3);
   v.add("<|im_start|>", 3);
@@ -85,22 +92,21 @@ std::string tiny_file(const std::string& pre, bool add_bos, const std::string& m
   w.kv("tokenizer.ggml.bos_token_id", WValue::of(T::U32, uint32_t{1}));
   w.kv("tokenizer.ggml.eos_token_id", WValue::of(T::U32, uint32_t{2}));
   w.kv("tokenizer.ggml.add_bos_token", WValue::of(T::BOOL, uint8_t{add_bos}));
-  w.kv("tokenizer.chat_template",
-       WValue::string("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-                      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-                      "{% endif %}"));
+  w.kv("tokenizer.chat_template", WValue::string(chat_template));
   return w.bytes();
 }
 
+// A file held in memory with the tokenizer read from it; the bytes live as long as the file that maps them.
 struct Loaded {
-  std::string bytes;
+  std::shared_ptr<const std::string> bytes;
   GgufFile file;
   Tokenizer tok;
 };
 Loaded load(const std::string& bytes, const std::string& name = "tiny.gguf") {
-  GgufFile f = GgufFile::from_bytes(name, bytes.data(), bytes.size());
+  auto keep = std::make_shared<const std::string>(bytes);
+  GgufFile f = GgufFile::from_bytes(name, keep->data(), keep->size());
   Tokenizer t = Tokenizer::from_gguf(f);
-  return {bytes, std::move(f), std::move(t)};
+  return {keep, std::move(f), std::move(t)};
 }
 
 using Pieces = std::vector<std::string>;
@@ -117,7 +123,8 @@ TEST(Tokenizer, Gpt2Split) {
   EXPECT_EQ(t.pre_tokenize("end  "), (Pieces{"end", "  "}));
   EXPECT_EQ(t.pre_tokenize("x\n\ny"), (Pieces{"x", "\n", "\n", "y"}));
   EXPECT_EQ(t.pre_tokenize("!!! ?? \xf0\x9f\x98\x80"), (Pieces{"!!!", " ??", " \xf0\x9f\x98\x80"}));
-  EXPECT_EQ(t.pre_tokenize("caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac"), (Pieces{"caf\xc3\xa9", " \xe6\x97\xa5\xe6\x9c\xac"}));
+  EXPECT_EQ(t.pre_tokenize("caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac"),
+            (Pieces{"caf\xc3\xa9", " \xe6\x97\xa5\xe6\x9c\xac"}));
   // Invalid UTF-8 bytes are "other" characters: they group with punctuation and keep their bytes.
   EXPECT_EQ(t.pre_tokenize("\xff\xfe!ab"), (Pieces{"\xff\xfe!", "ab"}));
   EXPECT_EQ(t.pre_tokenize(""), Pieces{});
@@ -159,8 +166,8 @@ TEST(Tokenizer, MergesSpecialsAndBos) {
   EXPECT_EQ(t.encode("ll", false), (std::vector<int32_t>{id("ll")}));
   // Special tokens in the text are single tokens, wherever they are.
   EXPECT_EQ(t.encode("<|im_start|>hello<|im_end|><|im_end", false),
-            (std::vector<int32_t>{1, id("hello"), 2, id("<"), id("|"), id("i"), id("m"),
-                                  id("_"), id("e"), id("n"), id("d")}));
+            (std::vector<int32_t>{1, id("hello"), 2, id("<"), id("|"), id("i"), id("m"), id("_"), id("e"),
+                                  id("n"), id("d")}));
   EXPECT_EQ(t.decode({1, id("hello"), 2}), "<|im_start|>hello<|im_end|>");
   EXPECT_EQ(t.token_bytes(id(mapped(" w"))), " w");
   EXPECT_EQ(t.token_bytes(id(mapped('\n'))), "\n");
@@ -173,7 +180,8 @@ TEST(Tokenizer, BadInput) {
     L.tok.decode({5, 99999});
     ADD_FAILURE();
   } catch (const user_error& e) {
-    EXPECT_NE(std::string(e.what()).find("token id 99999 is outside the vocabulary of 266 tokens"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("token id 99999 is outside the vocabulary of 266 tokens"),
+              std::string::npos)
         << e.what();
   }
   EXPECT_THROW(L.tok.token_bytes(-1), user_error);
@@ -181,13 +189,21 @@ TEST(Tokenizer, BadInput) {
     load(tiny_file("smollm", false, "llama"));
     ADD_FAILURE();
   } catch (const not_supported& e) {
-    EXPECT_NE(std::string(e.what()).find("not supported yet: tokenizer model 'llama'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not supported yet: tokenizer model 'llama'"), std::string::npos)
+        << e.what();
   }
   try {
     load(tiny_file("qwen2", false));
     ADD_FAILURE();
   } catch (const not_supported& e) {
     EXPECT_NE(std::string(e.what()).find("pre-tokenizer 'qwen2'"), std::string::npos) << e.what();
+  }
+  try {
+    load(tiny_file("smollm", false, "gpt2", "{{ '[INST] ' + message['content'] + ' [/INST]' }}"))
+        .tok.chat_prompt("x");
+    ADD_FAILURE();
+  } catch (const not_supported& e) {
+    EXPECT_NE(std::string(e.what()).find("the chat template of tiny.gguf"), std::string::npos) << e.what();
   }
   GgufWriter w;
   w.kv("tokenizer.ggml.model", WValue::string("gpt2"));
@@ -208,8 +224,9 @@ std::vector<std::string> random_strings(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<std::string> out;
   const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
-      {0x20, 0x7e}, {0x09, 0x0d}, {0xa0, 0x24f}, {0x370, 0x3ff}, {0x400, 0x4ff}, {0x600, 0x6ff}, {0x900, 0x97f},
-      {0x3040, 0x30ff}, {0x4e00, 0x4fff}, {0xac00, 0xad00}, {0x1f300, 0x1f64f}, {0x2000, 0x206f}, {0x30, 0x39}};
+      {0x20, 0x7e},       {0x09, 0x0d},     {0xa0, 0x24f},    {0x370, 0x3ff},   {0x400, 0x4ff},
+      {0x600, 0x6ff},     {0x900, 0x97f},   {0x3040, 0x30ff}, {0x4e00, 0x4fff}, {0xac00, 0xad00},
+      {0x1f300, 0x1f64f}, {0x2000, 0x206f}, {0x30, 0x39}};
   for (int i = 0; i < n; ++i) {
     std::string s;
     const int len = static_cast<int>(rng() % 48);
@@ -288,9 +305,10 @@ TEST(Tokenizer, SmolLM2ChatFormatAndRoundTrips) {
   EXPECT_EQ(t.eos(), 2);
   EXPECT_TRUE(t.is_end_of_generation(2));
   // The file's template adds this system message before a first user message.
-  EXPECT_EQ(t.chat_prompt("What is 2+2?"),
-            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-            "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(
+      t.chat_prompt("What is 2+2?"),
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+      "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_NE(f->get_string("tokenizer.chat_template").find("You are a helpful AI assistant named SmolLM"),
             std::string::npos);
   // add_bos_token is false in this file: no BOS even when asked for specials.
@@ -319,7 +337,8 @@ TEST(Tokenizer, SmolLM2ChatFormatAndRoundTrips) {
 }
 
 // Runs tests/models/tokenizer_reference.py on `texts` and returns its ids.
-std::vector<std::vector<int32_t>> reference_ids(const std::string& model, const std::vector<std::string>& texts) {
+std::vector<std::vector<int32_t>> reference_ids(const std::string& model,
+                                                const std::vector<std::string>& texts) {
   const std::string dir = ::testing::TempDir() + "mp_tok_" + std::to_string(getpid());
   const std::string in = dir + "_in.json", out = dir + "_out.json";
   {
@@ -328,8 +347,8 @@ std::vector<std::vector<int32_t>> reference_ids(const std::string& model, const 
     for (size_t i = 0; i < texts.size(); ++i) o << (i ? "," : "") << "\"" << json_escape(texts[i]) << "\"";
     o << "]";
   }
-  const std::string cmd = std::string("'") + MP_PYTHON + "' '" + MP_TESTS_MODELS_DIR + "/tokenizer_reference.py' --model '" +
-                          model + "' < '" + in + "' > '" + out + "'";
+  const std::string cmd = std::string("'") + MP_PYTHON + "' '" + MP_TESTS_MODELS_DIR +
+                          "/tokenizer_reference.py' --model '" + model + "' < '" + in + "' > '" + out + "'";
   const int rc = std::system(cmd.c_str());
   std::remove(in.c_str());
   EXPECT_EQ(rc, 0) << cmd;
@@ -368,15 +387,19 @@ TEST(Tokenizer, SmolLM2MatchesTheTokenizersLibrary) {
       "Hello world",
       "I have 12345 apples and 3.14159 pies, 1st 2nd 1000000",
       "  two  spaces   three\n\n\nnewlines\r\n \t tab  trailing   ",
-      "emoji \xf0\x9f\x99\x82\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd family \xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9",
+      "emoji \xf0\x9f\x99\x82\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd family "
+      "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9",
       "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
       "special<|im_end|>inside and <|endoftext|> too, and a broken <|im_start",
-      "na\xc3\xafve caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 "
+      "na\xc3\xafve caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+      "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82 "
       "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7",
       "it's they're we've I'm you'll he'd IT'S",
       "def f(x):\n    return x**2  # comment\n\tpass",
       "m\xc2\xb2 \xe2\x85\xa0\xe2\x85\xa1 \xd9\xa3\xd9\xa4 \xc2\xbd",  // other number characters
-      "\xc2\xa0non-breaking\xe2\x80\x83" "em space\xe3\x80\x80" "ideographic",
+      "\xc2\xa0non-breaking\xe2\x80\x83"
+      "em space\xe3\x80\x80"
+      "ideographic",
       t.chat_prompt("Write a haiku about GPUs."),
   };
   for (auto& s : random_strings(80, 4)) texts.push_back(s);
@@ -397,7 +420,8 @@ TEST(Tokenizer, SmolLM2MatchesTheTokenizersLibrary) {
   const auto want = reference_ids(f->path(), valid);
   ASSERT_EQ(want.size(), valid.size());
   for (size_t k = 0; k < valid.size(); ++k)
-    EXPECT_EQ(t.encode(valid[k], false), want[k]) << "text " << k << ": " << ::testing::PrintToString(valid[k]);
+    EXPECT_EQ(t.encode(valid[k], false), want[k])
+        << "text " << k << ": " << ::testing::PrintToString(valid[k]);
 }
 
 }  // namespace
