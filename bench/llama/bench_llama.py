@@ -27,6 +27,12 @@ def make_prompt(llm):
     return body
 
 
+def last_logits(llm):
+    """The logits of the last evaluated token, straight from the llama.cpp context."""
+    ctx = llm._ctx.ctx if hasattr(llm, "_ctx") else llm.ctx
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(llm.n_vocab(),))
+
+
 def run_llama_cpp(llm, prompt):
     ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
     llm.reset()
@@ -34,14 +40,14 @@ def run_llama_cpp(llm, prompt):
     llm.eval(ids)
     t1 = time.perf_counter()
     out = []
-    nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    nxt = int(np.argmax(last_logits(llm)))
     out.append(nxt)
     t_dec = 0.0
     for _ in range(NEW_TOKENS - 1):
         t = time.perf_counter()
         llm.eval([nxt])
         t_dec += time.perf_counter() - t
-        nxt = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        nxt = int(np.argmax(last_logits(llm)))
         out.append(nxt)
     return {"prompt_tokens": len(ids), "prefill": len(ids) / (t1 - t0), "decode": (NEW_TOKENS - 1) / t_dec,
             "tokens": out}
