@@ -99,8 +99,8 @@ double rope_frequency(const LlamaConfig& c, int64_t pair) {
   double high_wl = double(s.original_context) / s.high_freq_factor;
   if (wavelen < high_wl) return freq;
   if (wavelen > low_wl) return freq / s.factor;
-  double smooth = (double(s.original_context) / wavelen - s.low_freq_factor) /
-                  (s.high_freq_factor - s.low_freq_factor);
+  double smooth =
+      (double(s.original_context) / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return (1 - smooth) * freq / s.factor + smooth * freq;
 }
 
@@ -116,8 +116,8 @@ Expr rope_frequency_expr(const LlamaConfig& c) {
   Expr wavelen = (2 * std::numbers::pi) / freq;
   double low_wl = double(s.original_context) / s.low_freq_factor;
   double high_wl = double(s.original_context) / s.high_freq_factor;
-  Expr smooth = (double(s.original_context) / wavelen - s.low_freq_factor) /
-                (s.high_freq_factor - s.low_freq_factor);
+  Expr smooth =
+      (double(s.original_context) / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   Expr blended = (1.0 - smooth) * freq / s.factor + smooth * freq;
   return select(wavelen < high_wl, freq, select(wavelen > low_wl, freq / s.factor, blended));
 }
@@ -188,7 +188,8 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const Tensor* w = &layer_w[size_t(l * 9)];
-    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}), Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw});
+    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}),
+         Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw});
     auto h = rms_norm(x, LOAD(w[0]), d, c.rms_eps);
     auto q = project(h, w[1]), k = project(h, w[2]), v = project(h, w[3]);
     STORE(Qr, ZIP(q, MAT_MUL(q, rq), pos, rope));
@@ -211,7 +212,8 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
           auto alpha = ZIP(s[0], m_new, [](Expr a, Expr m) { return exp(a - m); });
           auto pr = ZIP(sc, m_new, [](Expr e, Expr m) { return exp(e - m); });
           auto l_new = ZIP(s[1], alpha, SUM(pr, 1), [](Expr a, Expr al, Expr rs) { return a * al + rs; });
-          auto o_new = ZIP(s[2], alpha, MAT_MUL(pr, vt), [](Expr a, Expr al, Expr pv) { return a * al + pv; });
+          auto o_new =
+              ZIP(s[2], alpha, MAT_MUL(pr, vt), [](Expr a, Expr al, Expr pv) { return a * al + pv; });
           return std::vector<Value>{m_new, l_new, o_new};
         });
         STORE_TILE(Attn, ZIP(st[2], st[1], [](Expr a, Expr s) { return a / s; }), at(0, qcol));

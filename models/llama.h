@@ -33,7 +33,7 @@ struct LlamaConfig {
   // "smollm2-135m", "llama3.1-8b", "toy" (2 layers, d 64, 4/2 heads of 16, FFN 128, vocab 96, context 64).
   static LlamaConfig preset(const std::string& name);
   static std::vector<std::string> preset_names();
-  void check() const;  // user_error naming the first inconsistent field
+  void check() const;           // user_error naming the first inconsistent field
   std::string summary() const;  // "30 layers, d 576, 9/3 heads of 64, FFN 1536, vocab 49152, ctx 8192"
 };
 
@@ -49,7 +49,7 @@ struct LlamaProgramOptions {
 // tensors bind by name. Inputs "tokens" and "pos" ([T, 1] i32), per layer "blk.L.cache_k" / cache_v
 // (InOut [context, kv_heads*head_dim]), output "logits" ([1, vocab]).
 std::string layer_tensor(int64_t layer, const std::string& what);  // "blk.3.attn_q.weight"
-std::vector<std::string> weight_names(const LlamaConfig& c);        // every weight the program reads
+std::vector<std::string> weight_names(const LlamaConfig& c);       // every weight the program reads
 
 // Weight matrices [rows, cols] are GGUF's [dims[1], dims[0]] (a row is one output feature), so every
 // projection is MAT_MUL(x, W, transpose_b). RoPE rotates adjacent pairs (2i, 2i+1), as GGUF's Llama

@@ -40,8 +40,7 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& f) {
     }
   }
   if (f.find_tensor("rope_freqs.weight"))
-    throw not_supported("per-file RoPE frequency factors (rope_freqs.weight in " +
-                        f.path() + ")");
+    throw not_supported("per-file RoPE frequency factors (rope_freqs.weight in " + f.path() + ")");
   const GgufTensor& emb = f.tensor("token_embd.weight");
   MP_USER_CHECK(emb.dims.size() == 2 && emb.dims[0] == c.d_model, f.path(),
                 ": token_embd.weight has the wrong shape (its rows must be embedding_length ", c.d_model,
@@ -60,8 +59,14 @@ std::unique_ptr<LlamaRunner> LlamaRunner::from_gguf(const GgufFile& f, const Run
     int64_t cols = t.dims.empty() ? 0 : t.dims[0];
     int64_t rows = t.dims.size() >= 2 ? t.rows() : 1;
     switch (t.type) {
-      case quant::QType::F32: case quant::QType::F16: case quant::QType::BF16: case quant::QType::Q4_0:
-      case quant::QType::Q4_1: case quant::QType::Q8_0: case quant::QType::Q4_K: case quant::QType::Q6_K:
+      case quant::QType::F32:
+      case quant::QType::F16:
+      case quant::QType::BF16:
+      case quant::QType::Q4_0:
+      case quant::QType::Q4_1:
+      case quant::QType::Q8_0:
+      case quant::QType::Q4_K:
+      case quant::QType::Q6_K:
         break;
       default:
         throw not_supported(f.path() + ": tensor " + name + " of type " + quant::to_string(t.type));

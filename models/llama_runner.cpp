@@ -1,8 +1,8 @@
 // The runner: weight bindings, plans per token count, and the per-call inputs (token ids, positions).
 #include "models/llama_runner.h"
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/quant.h"
@@ -125,9 +125,7 @@ cpu::LlmEngine::Plan& LlamaRunner::plan(int64_t tokens) {
   return *plans_.at(std::min(tokens, batch_));
 }
 
-const cpu::PlanStats& LlamaRunner::stats(int64_t tokens) {
-  return engine_->stats(plan(tokens));
-}
+const cpu::PlanStats& LlamaRunner::stats(int64_t tokens) { return engine_->stats(plan(tokens)); }
 
 const std::vector<float>& LlamaRunner::forward(const std::vector<int32_t>& tokens) {
   const int64_t T = int64_t(tokens.size());

@@ -29,7 +29,8 @@ class LlamaRunner {
   // activations stay of unit size. share_layers: every layer reads the first layer's matrices (the
   // memory traffic per token is the same; an 8B model's shapes then fit in ~1 GB).
   static std::unique_ptr<LlamaRunner> random(const LlamaConfig& c, const RunnerOptions& o, uint64_t seed,
-                                             quant::QType type = quant::QType::Q4_1, bool share_layers = false);
+                                             quant::QType type = quant::QType::Q4_1,
+                                             bool share_layers = false);
 
   const LlamaConfig& config() const { return cfg_; }
   int64_t context() const { return ctx_; }

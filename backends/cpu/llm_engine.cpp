@@ -59,7 +59,9 @@ inline float exp_approx(float x) {
   x = std::min(x, 88.f);
   float k = std::nearbyint(x * 1.44269504089f);
   float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f;
-  float p = 1.f + r * (1.f + r * (0.5f + r * (0.166666672f + r * (0.0416664f + r * (0.00833638f + r * 0.00139958f)))));
+  float p =
+      1.f +
+      r * (1.f + r * (0.5f + r * (0.166666672f + r * (0.0416664f + r * (0.00833638f + r * 0.00139958f)))));
   int32_t e = (int32_t(k) + 127) << 23;
   float s;
   std::memcpy(&s, &e, 4);
@@ -168,31 +170,56 @@ MP_VEC_CLONES void run_ins(const VecIns& in, int64_t n) {
     }
   };
   switch (in.op) {
-    case ExprOp::Neg: return un([](float x) { return -x; });
-    case ExprOp::Exp: return un([](float x) { return exp_approx(x); });
-    case ExprOp::Log: return un([](float x) { return std::log(x); });
-    case ExprOp::Sqrt: return un([](float x) { return std::sqrt(x); });
-    case ExprOp::Rsqrt: return un([](float x) { return 1.f / std::sqrt(x); });
-    case ExprOp::Recip: return un([](float x) { return 1.f / x; });
-    case ExprOp::Abs: return un([](float x) { return std::fabs(x); });
-    case ExprOp::Tanh: return un([](float x) { return std::tanh(x); });
-    case ExprOp::Sigmoid: return un([](float x) { return 1.f / (1.f + exp_approx(-x)); });
-    case ExprOp::Silu: return un([](float x) { return x / (1.f + exp_approx(-x)); });
-    case ExprOp::Cos: return un([](float x) { return float(std::cos(double(x))); });
-    case ExprOp::Sin: return un([](float x) { return float(std::sin(double(x))); });
-    case ExprOp::Floor: return un([](float x) { return std::floor(x); });
-    case ExprOp::Add: return bin([](float x, float y) { return x + y; });
-    case ExprOp::Sub: return bin([](float x, float y) { return x - y; });
-    case ExprOp::Mul: return bin([](float x, float y) { return x * y; });
-    case ExprOp::Div: return bin([](float x, float y) { return x / y; });
-    case ExprOp::Max: return bin([](float x, float y) { return std::max(x, y); });
-    case ExprOp::Min: return bin([](float x, float y) { return std::min(x, y); });
-    case ExprOp::Pow: return bin([](float x, float y) { return float(std::pow(double(x), double(y))); });
-    case ExprOp::Mod: return bin([](float x, float y) { return float(std::fmod(double(x), double(y))); });
-    case ExprOp::Lt: return bin([](float x, float y) { return x < y ? 1.f : 0.f; });
-    case ExprOp::Le: return bin([](float x, float y) { return x <= y ? 1.f : 0.f; });
-    case ExprOp::Eq: return bin([](float x, float y) { return x == y ? 1.f : 0.f; });
-    case ExprOp::And: return bin([](float x, float y) { return (x != 0 && y != 0) ? 1.f : 0.f; });
+    case ExprOp::Neg:
+      return un([](float x) { return -x; });
+    case ExprOp::Exp:
+      return un([](float x) { return exp_approx(x); });
+    case ExprOp::Log:
+      return un([](float x) { return std::log(x); });
+    case ExprOp::Sqrt:
+      return un([](float x) { return std::sqrt(x); });
+    case ExprOp::Rsqrt:
+      return un([](float x) { return 1.f / std::sqrt(x); });
+    case ExprOp::Recip:
+      return un([](float x) { return 1.f / x; });
+    case ExprOp::Abs:
+      return un([](float x) { return std::fabs(x); });
+    case ExprOp::Tanh:
+      return un([](float x) { return std::tanh(x); });
+    case ExprOp::Sigmoid:
+      return un([](float x) { return 1.f / (1.f + exp_approx(-x)); });
+    case ExprOp::Silu:
+      return un([](float x) { return x / (1.f + exp_approx(-x)); });
+    case ExprOp::Cos:
+      return un([](float x) { return float(std::cos(double(x))); });
+    case ExprOp::Sin:
+      return un([](float x) { return float(std::sin(double(x))); });
+    case ExprOp::Floor:
+      return un([](float x) { return std::floor(x); });
+    case ExprOp::Add:
+      return bin([](float x, float y) { return x + y; });
+    case ExprOp::Sub:
+      return bin([](float x, float y) { return x - y; });
+    case ExprOp::Mul:
+      return bin([](float x, float y) { return x * y; });
+    case ExprOp::Div:
+      return bin([](float x, float y) { return x / y; });
+    case ExprOp::Max:
+      return bin([](float x, float y) { return std::max(x, y); });
+    case ExprOp::Min:
+      return bin([](float x, float y) { return std::min(x, y); });
+    case ExprOp::Pow:
+      return bin([](float x, float y) { return float(std::pow(double(x), double(y))); });
+    case ExprOp::Mod:
+      return bin([](float x, float y) { return float(std::fmod(double(x), double(y))); });
+    case ExprOp::Lt:
+      return bin([](float x, float y) { return x < y ? 1.f : 0.f; });
+    case ExprOp::Le:
+      return bin([](float x, float y) { return x <= y ? 1.f : 0.f; });
+    case ExprOp::Eq:
+      return bin([](float x, float y) { return x == y ? 1.f : 0.f; });
+    case ExprOp::And:
+      return bin([](float x, float y) { return (x != 0 && y != 0) ? 1.f : 0.f; });
     case ExprOp::Select: {
       auto at = [](const VecOperand& o, int64_t i) { return o.scalar ? o.s : o.p[i]; };
       for (int64_t i = 0; i < n; ++i) d[i] = at(in.a, i) != 0 ? at(in.b, i) : at(in.c, i);
@@ -229,8 +256,8 @@ class LlmEngine::Plan {
 struct LlmEngine::Impl {
   WeightBindings weights;
   ThreadPool pool;
-  Memory mem;                            // non-weight tensors; dequantized weights for generic nodes
-  std::set<std::string> dequantized;     // weights copied into mem for the generic evaluation
+  Memory mem;                         // non-weight tensors; dequantized weights for generic nodes
+  std::set<std::string> dequantized;  // weights copied into mem for the generic evaluation
   Impl(WeightBindings w, int threads) : weights(std::move(w)), pool(threads) {}
 };
 
@@ -460,8 +487,8 @@ struct Planner {
     HostTensor h{{q->rows, q->cols}, ir::DType::f32, std::vector<float>(size_t(q->rows * q->cols))};
     uint64_t rb = *quant::row_bytes(q->type, q->cols);
     for (int64_t r = 0; r < q->rows; ++r)
-      quant::dequantize_row(q->type, static_cast<const uint8_t*>(q->data) + r * rb, &h.data[size_t(r * q->cols)],
-                            q->cols);
+      quant::dequantize_row(q->type, static_cast<const uint8_t*>(q->data) + r * rb,
+                            &h.data[size_t(r * q->cols)], q->cols);
     eng.mem[name] = std::move(h);
     eng.dequantized.insert(name);
   }
@@ -614,7 +641,8 @@ void Planner::elementwise(const ir::Node& n, const std::vector<Value>& ins, cons
     }
   }
   auto filled = [&](float s) { return VecOperand{constant(Expr(double(s)), out), 0, false, -1}; };
-  std::function<VecOperand(const ir::ExprNode&, bool)> comp = [&](const ir::ExprNode& e, bool root) -> VecOperand {
+  std::function<VecOperand(const ir::ExprNode&, bool)> comp = [&](const ir::ExprNode& e,
+                                                                  bool root) -> VecOperand {
     if (e.op == ExprOp::Const) return {nullptr, float(e.value), true, -1};
     if (e.op == ExprOp::Arg) {
       MP_INTERNAL_CHECK(e.index < int(args.size()), n.where(), ": arg(", e.index, ") without an operand");
@@ -792,12 +820,15 @@ void Planner::compile(size_t i, const ir::NodeRef& n) {
       // Contiguous when every axis after the first is whole; an alias needs the tensor unchanged until
       // the value's last use.
       bool contiguous = true;
-      for (size_t a = 1; a < s.size(); ++a) contiguous = contiguous && s[a] == ts[a] && l.offset[a].constant == 0;
+      for (size_t a = 1; a < s.size(); ++a)
+        contiguous = contiguous && s[a] == ts[a] && l.offset[a].constant == 0;
       bool written = false;
       size_t last = last_use.count(l.out->id) ? last_use.at(l.out->id) : i;
-      for (size_t j = i + 1; j <= last && j < writes_at.size(); ++j) written = written || writes_at[j].count(l.src->name);
+      for (size_t j = i + 1; j <= last && j < writes_at.size(); ++j)
+        written = written || writes_at[j].count(l.src->name);
       int64_t start = 0, stride = 1;
-      for (int a = int(ts.size()) - 1; a >= 0; --a) start += l.offset[size_t(a)].constant * stride, stride *= ts[size_t(a)];
+      for (int a = int(ts.size()) - 1; a >= 0; --a)
+        start += l.offset[size_t(a)].constant * stride, stride *= ts[size_t(a)];
       if (contiguous && !written) {
         Buf b;
         b.p = h.data.data() + start;
@@ -852,10 +883,18 @@ void Planner::compile(size_t i, const ir::NodeRef& n) {
           for (int64_t c = 0; c < Cc; ++c) {
             double x = row[c];
             switch (comb) {
-              case ir::Combiner::Add: acc += x; break;
-              case ir::Combiner::Mul: acc *= x; break;
-              case ir::Combiner::Max: acc = std::max(acc, x); break;
-              default: acc = std::min(acc, x); break;
+              case ir::Combiner::Add:
+                acc += x;
+                break;
+              case ir::Combiner::Mul:
+                acc *= x;
+                break;
+              case ir::Combiner::Max:
+                acc = std::max(acc, x);
+                break;
+              default:
+                acc = std::min(acc, x);
+                break;
             }
           }
           out[i] = float(acc);
@@ -952,7 +991,8 @@ std::shared_ptr<LlmEngine::Plan> LlmEngine::plan(const ir::Program& p) {
       MP_USER_CHECK(want == ir::Shape({q.rows, q.cols}), "weight '", t->name, "' is bound to ", q.rows, " x ",
                     q.cols, " ", quant::to_string(q.type), " but the program reads it as ",
                     ir::to_string(t->shape));
-      MP_USER_CHECK(t->dtype == ir::DType::f32, "weight '", t->name, "' must be an f32 tensor of the program");
+      MP_USER_CHECK(t->dtype == ir::DType::f32, "weight '", t->name,
+                    "' must be an f32 tensor of the program");
       continue;
     }
     HostTensor fresh{t->shape, t->dtype, std::vector<float>(size_t(ir::num_elements(t->shape)), 0.f)};
@@ -964,8 +1004,9 @@ std::shared_ptr<LlmEngine::Plan> LlmEngine::plan(const ir::Program& p) {
     if (it == e.mem.end()) {
       e.mem.emplace(t->name, std::move(fresh));
     } else {
-      MP_USER_CHECK(it->second.shape == t->shape, "engine: tensor '", t->name, "' of program '", p.name, "' is ",
-                    ir::to_string(t->shape), " but an earlier plan made it ", ir::to_string(it->second.shape));
+      MP_USER_CHECK(it->second.shape == t->shape, "engine: tensor '", t->name, "' of program '", p.name,
+                    "' is ", ir::to_string(t->shape), " but an earlier plan made it ",
+                    ir::to_string(it->second.shape));
     }
   }
   Planner pl(e, *plan, p);
@@ -999,7 +1040,8 @@ const PlanStats& LlmEngine::stats(const Plan& plan) const { return plan.stats; }
 std::vector<float>& LlmEngine::tensor(const std::string& name) {
   auto it = impl_->mem.find(name);
   MP_USER_CHECK(it != impl_->mem.end() && !impl_->weights.count(name) && !impl_->dequantized.count(name),
-                "engine: no state tensor '", name, "' (InOut tensors of a planned program; weights are read-only)");
+                "engine: no state tensor '", name,
+                "' (InOut tensors of a planned program; weights are read-only)");
   return it->second.data;
 }
 std::vector<float>& LlmEngine::tensor(Plan& plan, const std::string& name) {

@@ -19,10 +19,10 @@
 // the test) parts after 5 at a margin of 0.22.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -55,8 +55,9 @@ std::vector<float> read_npy(const std::string& path, std::vector<int64_t>& shape
   EXPECT_GE(all.size(), 10u);
   EXPECT_EQ(all.substr(1, 5), "NUMPY");
   int major = all[6];
-  size_t hlen = major == 1 ? size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8
-                           : size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8 | size_t(uint8_t(all[10])) << 16;
+  size_t hlen = major == 1
+                    ? size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8
+                    : size_t(uint8_t(all[8])) | size_t(uint8_t(all[9])) << 8 | size_t(uint8_t(all[10])) << 16;
   size_t start = major == 1 ? 10 : 12;
   std::string header = all.substr(start, hlen);
   EXPECT_NE(header.find("'<f4'"), std::string::npos) << header;
@@ -87,7 +88,8 @@ std::vector<int32_t> parse_ids(const std::string& json, const std::string& key) 
 
 TEST(LlamaReference, SmolLM2LogitsAndGreedyTokens) {
   std::string python = MP_PYTHON;
-  if (python.empty() || !std::ifstream(python)) GTEST_SKIP() << "no reference venv (run scripts/install-deps)";
+  if (python.empty() || !std::ifstream(python))
+    GTEST_SKIP() << "no reference venv (run scripts/install-deps)";
   std::string model;
   try {
     model = default_model_path();
@@ -99,8 +101,9 @@ TEST(LlamaReference, SmolLM2LogitsAndGreedyTokens) {
   const int n = 32;
   // Two prompts keep the test near two minutes on two cores (the reference dequantizes the file anew
   // for each); the demo row checks a third ("The capital of France is").
-  const std::vector<std::string> prompts = {"def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-                                            tok.chat_prompt("What are the three primary colors?")};
+  const std::vector<std::string> prompts = {
+      "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+      tok.chat_prompt("What are the three primary colors?")};
   const double kLogitTol = 1.5;
   int all_agree = 0;
   for (size_t k = 0; k < prompts.size(); ++k) {
@@ -110,9 +113,10 @@ TEST(LlamaReference, SmolLM2LogitsAndGreedyTokens) {
     for (auto t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
     std::string npy = testing::TempDir() + "llama_ref_logits_" + std::to_string(k) + ".npy";
     int status = 0;
-    std::string out = run_command(python + " " + MP_REFERENCE_SCRIPT + " --model '" + model + "' --tokens " + ids +
-                                      " -n " + std::to_string(n) + " --all-logits-out '" + npy + "' --json",
-                                  status);
+    std::string out =
+        run_command(python + " " + MP_REFERENCE_SCRIPT + " --model '" + model + "' --tokens " + ids + " -n " +
+                        std::to_string(n) + " --all-logits-out '" + npy + "' --json",
+                    status);
     ASSERT_EQ(status, 0) << out;
     std::vector<int32_t> ref_tokens = parse_ids(out, "tokens");
     ASSERT_EQ(int(ref_tokens.size()), n) << out;
@@ -138,8 +142,9 @@ TEST(LlamaReference, SmolLM2LogitsAndGreedyTokens) {
     }
     EXPECT_LT(md, kLogitTol) << "max |logit| " << mx;
     EXPECT_LT(std::sqrt(se / sr), 0.06);
-    std::printf("prompt %zu (%zu tokens): last-position logits max |diff| %.4f (max |logit| %.2f), rel RMS %.2e\n",
-                k, prompt.size(), md, mx, std::sqrt(se / sr));
+    std::printf(
+        "prompt %zu (%zu tokens): last-position logits max |diff| %.4f (max |logit| %.2f), rel RMS %.2e\n", k,
+        prompt.size(), md, mx, std::sqrt(se / sr));
 
     std::vector<int32_t> got;
     for (int i = 0; i < n; ++i) {
@@ -154,7 +159,8 @@ TEST(LlamaReference, SmolLM2LogitsAndGreedyTokens) {
         EXPECT_LT(margin, kLogitTol) << "greedy token " << i << ": metapipe " << id << ", reference "
                                      << ref_tokens[size_t(i)] << " although the reference's top-2 margin is "
                                      << margin;
-        EXPECT_GE(i, 4) << "greedy tokens part after only " << i << " tokens (reference margin " << margin << ")";
+        EXPECT_GE(i, 4) << "greedy tokens part after only " << i << " tokens (reference margin " << margin
+                        << ")";
         std::printf("  greedy: %d tokens agree, then a near-tie (reference top-2 margin %.3f)\n", i, margin);
         break;
       }

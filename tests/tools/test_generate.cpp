@@ -23,19 +23,23 @@ TEST(CliGenerate, ToyShapesJsonAndReproducible) {
   auto a = run_cli("generate --shapes toy --prompt hello -n 6 --threads 2 --json --seed 3");
   ASSERT_EQ(a.status, 0) << a.out;
   std::string j = last_line(a.out);
-  for (const char* key : {"\"prompt_tokens\": [8, 5, 12, 12, 15]", "\"tokens\": [", "\"text\": ",
-                          "\"prompt_tokens_per_s\": ", "\"decode_tokens_per_s\": "})
+  for (const char* key : {"\"prompt_tokens\": [8, 5, 12, 12, 15]", "\"tokens\": [",
+                          "\"text\": ", "\"prompt_tokens_per_s\": ", "\"decode_tokens_per_s\": "})
     EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
   EXPECT_NE(a.out.find("prompt eval: 5 tokens"), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("decode: 5 tokens"), std::string::npos) << a.out;
   // Greedy: the same tokens for any thread count.
   auto b = run_cli("generate --shapes toy --prompt hello -n 6 --threads 1 --json --seed 3");
   ASSERT_EQ(b.status, 0) << b.out;
-  auto toks = [](const std::string& l) { return l.substr(l.find("\"tokens\""), l.find("\"text\"") - l.find("\"tokens\"")); };
+  auto toks = [](const std::string& l) {
+    return l.substr(l.find("\"tokens\""), l.find("\"text\"") - l.find("\"tokens\""));
+  };
   EXPECT_EQ(toks(j), toks(last_line(b.out)));
   // Sampling with a seed is reproducible too.
-  auto s1 = run_cli("generate --shapes toy --prompt hi -n 8 --temperature 0.8 --top-k 20 --top-p 0.9 --seed 5 --json");
-  auto s2 = run_cli("generate --shapes toy --prompt hi -n 8 --temperature 0.8 --top-k 20 --top-p 0.9 --seed 5 --json");
+  auto s1 = run_cli(
+      "generate --shapes toy --prompt hi -n 8 --temperature 0.8 --top-k 20 --top-p 0.9 --seed 5 --json");
+  auto s2 = run_cli(
+      "generate --shapes toy --prompt hi -n 8 --temperature 0.8 --top-k 20 --top-p 0.9 --seed 5 --json");
   ASSERT_EQ(s1.status, 0) << s1.out;
   EXPECT_EQ(toks(last_line(s1.out)), toks(last_line(s2.out)));
 }
@@ -70,7 +74,8 @@ TEST(CliGenerate, BadInputIsOneLineError) {
   // A prompt longer than the context names both lengths.
   std::string longp(70, 'x');
   auto r = run_cli("generate --shapes toy --prompt " + longp);
-  EXPECT_NE(r.out.find("the prompt has 70 tokens but the model's context is 64 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the prompt has 70 tokens but the model's context is 64 tokens"), std::string::npos)
+      << r.out;
   // A file that is not GGUF.
   std::string bad = testing::TempDir() + "not_a_model.gguf";
   std::ofstream(bad) << "this is not a GGUF file, just text\n";

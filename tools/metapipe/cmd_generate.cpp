@@ -4,11 +4,11 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <chrono>
-#include <cmath>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -38,8 +38,7 @@ struct Sampling {
 // Greedy at temperature 0; otherwise softmax(logits / T) cut to the top k and to the smallest set whose
 // probability reaches top_p, then one draw.
 int32_t sample(const std::vector<float>& logits, const Sampling& s, std::mt19937_64& rng) {
-  if (s.temperature == 0)
-    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  if (s.temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
   size_t k = s.top_k > 0 ? std::min<size_t>(size_t(s.top_k), ids.size()) : ids.size();
@@ -48,7 +47,8 @@ int32_t sample(const std::vector<float>& logits, const Sampling& s, std::mt19937
   ids.resize(k);
   std::vector<double> p(k);
   double mx = logits[size_t(ids[0])], sum = 0;
-  for (size_t i = 0; i < k; ++i) sum += p[i] = std::exp((double(logits[size_t(ids[i])]) - mx) / s.temperature);
+  for (size_t i = 0; i < k; ++i)
+    sum += p[i] = std::exp((double(logits[size_t(ids[i])]) - mx) / s.temperature);
   double cum = 0;
   size_t keep = k;
   for (size_t i = 0; i < k; ++i) {
@@ -74,7 +74,8 @@ std::string jids(const std::vector<int32_t>& v) {
   return s + "]";
 }
 double now_ms() {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 long max_rss_kib() {
   rusage u{};
@@ -99,7 +100,8 @@ int run_generate(Args& a) {
   bool quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
   a.finish();
-  if (!pos.empty()) throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
+  if (!pos.empty())
+    throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
   if (target != "cpu") throw usage_error("unknown --target '" + target + "' for generate (cpu)");
   if (prompt_opt && chat_opt) throw usage_error("give either --prompt or --chat, not both");
   if (model_opt && shapes) throw usage_error("give either --model or --shapes, not both");
@@ -112,7 +114,9 @@ int run_generate(Args& a) {
     return x;
   };
   int64_t n = n_opt.value_or(64);
-  if (n < 1 || n > 1000000) throw usage_error("-n " + std::to_string(n) + ": the number of tokens to generate must be in [1, 1000000]");
+  if (n < 1 || n > 1000000)
+    throw usage_error("-n " + std::to_string(n) +
+                      ": the number of tokens to generate must be in [1, 1000000]");
   Sampling smp;
   if (temp_opt) smp.temperature = parse_double("--temperature", *temp_opt);
   if (smp.temperature < 0 || smp.temperature > 100)
@@ -120,11 +124,13 @@ int run_generate(Args& a) {
   if (topk_opt) smp.top_k = *topk_opt;
   if (smp.top_k < 0) throw usage_error("--top-k " + std::to_string(smp.top_k) + " must be >= 0 (0 = no cut)");
   if (topp_opt) smp.top_p = parse_double("--top-p", *topp_opt);
-  if (!(smp.top_p > 0 && smp.top_p <= 1)) throw usage_error("--top-p " + jnum(smp.top_p) + " must be in (0, 1]");
+  if (!(smp.top_p > 0 && smp.top_p <= 1))
+    throw usage_error("--top-p " + jnum(smp.top_p) + " must be in (0, 1]");
   if (seed_opt && *seed_opt < 0) throw usage_error("--seed must be >= 0");
   smp.seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed();
   int64_t threads = threads_opt.value_or(ThreadPool::default_threads());
-  if (threads < 1 || threads > 1024) throw usage_error("--threads " + std::to_string(threads) + " must be in [1, 1024]");
+  if (threads < 1 || threads > 1024)
+    throw usage_error("--threads " + std::to_string(threads) + " must be in [1, 1024]");
   if (ctx_opt && *ctx_opt < 1) throw usage_error("--ctx must be >= 1");
 
   // The model: a GGUF file (default: the installed SmolLM2) or a preset's shapes with random weights.
@@ -152,7 +158,8 @@ int run_generate(Args& a) {
   MP_USER_CHECK(P < cfg.context, "the prompt has ", P, " tokens but the model's context is ", cfg.context,
                 " tokens; shorten the prompt");
   int64_t ctx = ctx_opt ? *ctx_opt : std::min<int64_t>(cfg.context, (P + n + 255) / 256 * 256);
-  MP_USER_CHECK(ctx <= cfg.context, "--ctx ", ctx, " exceeds the model's context of ", cfg.context, " tokens");
+  MP_USER_CHECK(ctx <= cfg.context, "--ctx ", ctx, " exceeds the model's context of ", cfg.context,
+                " tokens");
   MP_USER_CHECK(P + n - 1 <= ctx, "the prompt (", P, " tokens) and ", n, " new tokens need ", P + n - 1,
                 " positions but the context is ", ctx, " tokens; lower -n or raise --ctx");
 
@@ -197,10 +204,12 @@ int run_generate(Args& a) {
     for (auto id : out) gen_text += (gen_text.empty() ? "" : " ") + std::to_string(id);
   }
   std::ostringstream st;
-  st << "\n\nmodel: " << cfg.name << " (" << cfg.summary() << "), " << (file ? "GGUF weights" : "random Q4_1 weights")
-     << ", " << threads << " threads, kernels " << cpu::kernel_isa() << "\n";
+  st << "\n\nmodel: " << cfg.name << " (" << cfg.summary() << "), "
+     << (file ? "GGUF weights" : "random Q4_1 weights") << ", " << threads << " threads, kernels "
+     << cpu::kernel_isa() << "\n";
   st << "plan: " << format_ms(t_load) << " (" << runner->stats(1).str() << ")\n";
-  st << "prompt eval: " << P << " tokens in " << format_ms(t_prompt) << " (" << jnum(prompt_tps) << " tokens/s)\n";
+  st << "prompt eval: " << P << " tokens in " << format_ms(t_prompt) << " (" << jnum(prompt_tps)
+     << " tokens/s)\n";
   st << "decode: " << decode_calls << " tokens in " << format_ms(t_decode) << " (" << jnum(decode_tps)
      << " tokens/s)\n";
   st << "memory: max RSS " << max_rss_kib() / 1024 << " MiB (weights " << runner->weight_bytes() / (1 << 20)
@@ -209,11 +218,12 @@ int run_generate(Args& a) {
   if (json) {
     std::cout << "{\"model\": " << jstr(cfg.name) << ", \"prompt_tokens\": " << jids(prompt)
               << ", \"tokens\": " << jids(out) << ", \"text\": " << jstr(gen_text)
-              << ", \"prompt_tokens_per_s\": " << jnum(prompt_tps) << ", \"decode_tokens_per_s\": " << jnum(decode_tps)
-              << ", \"prompt_ms\": " << jnum(t_prompt) << ", \"decode_ms\": " << jnum(t_decode)
-              << ", \"decode_calls\": " << decode_calls << ", \"threads\": " << threads
-              << ", \"context\": " << ctx << ", \"isa\": " << jstr(cpu::kernel_isa())
-              << ", \"max_rss_kib\": " << max_rss_kib() << ", \"weight_bytes\": " << runner->weight_bytes()
+              << ", \"prompt_tokens_per_s\": " << jnum(prompt_tps)
+              << ", \"decode_tokens_per_s\": " << jnum(decode_tps) << ", \"prompt_ms\": " << jnum(t_prompt)
+              << ", \"decode_ms\": " << jnum(t_decode) << ", \"decode_calls\": " << decode_calls
+              << ", \"threads\": " << threads << ", \"context\": " << ctx
+              << ", \"isa\": " << jstr(cpu::kernel_isa()) << ", \"max_rss_kib\": " << max_rss_kib()
+              << ", \"weight_bytes\": " << runner->weight_bytes()
               << ", \"kv_cache_bytes\": " << runner->kv_cache_bytes() << "}\n";
   }
   return 0;
@@ -294,8 +304,9 @@ std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
       std::string item;
       while (status == 0 && std::getline(ss, item, ',')) ref.push_back(std::stoi(item));
       row.ok = status == 0 && ref == ours;
-      row.check = row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = NumPy reference, live)"
-                         : "FAIL: greedy tokens " + jids(ours) + " vs NumPy reference " + (status ? out : jids(ref));
+      row.check =
+          row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = NumPy reference, live)"
+                 : "FAIL: greedy tokens " + jids(ours) + " vs NumPy reference " + (status ? out : jids(ref));
       return {row};
     }
     // The same program on the reference interpreter, weights dequantized to float.
@@ -308,13 +319,15 @@ std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
       std::vector<float> w(size_t(q.rows * q.cols));
       uint64_t rb = *quant::row_bytes(q.type, q.cols);
       for (int64_t i = 0; i < q.rows; ++i)
-        quant::dequantize_row(q.type, static_cast<const uint8_t*>(q.data) + i * rb, &w[size_t(i * q.cols)], q.cols);
+        quant::dequantize_row(q.type, static_cast<const uint8_t*>(q.data) + i * rb, &w[size_t(i * q.cols)],
+                              q.cols);
       in[name] = std::move(w);
     }
     for (int64_t l = 0; l < cfg.layers; ++l)
       for (const char* c : {"cache_k", "cache_v"})
         in[models::layer_tensor(l, c)].assign(size_t(256 * cfg.kv_heads * cfg.head_dim), 0.f);
-    for (size_t t = 0; t < prompt.size(); ++t) in["tokens"].push_back(float(prompt[t])), in["pos"].push_back(float(t));
+    for (size_t t = 0; t < prompt.size(); ++t)
+      in["tokens"].push_back(float(prompt[t])), in["pos"].push_back(float(t));
     cpu::Memory mem = cpu::make_memory(prog, in);
     in.clear();
     cpu::interpret(prog, mem);
