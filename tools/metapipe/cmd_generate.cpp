@@ -1,0 +1,380 @@
+// `metapipe generate`: text from a Llama GGUF model (SmolLM2-135M-Instruct by default) on the CPU engine,
+// streamed as it is produced, then prompt and decode tokens/s. Greedy by default; temperature / top-k /
+// top-p sampling with a seed. `--shapes PRESET` runs a preset's shapes with random weights (speed work).
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "backends/cpu/interpreter.h"
+#include "backends/cpu/quant_matmul.h"
+#include "core/random.h"
+#include "core/text.h"
+#include "core/thread_pool.h"
+#include "models/gguf.h"
+#include "models/llama_runner.h"
+#include "models/model_cache.h"
+#include "models/tokenizer.h"
+#include "tools/metapipe/cli.h"
+
+namespace mp::cli {
+namespace {
+
+struct Sampling {
+  double temperature = 0;
+  int64_t top_k = 0;  // 0: no cut
+  double top_p = 1;
+  uint64_t seed = 0;
+};
+
+// Greedy at temperature 0; otherwise softmax(logits / T) cut to the top k and to the smallest set whose
+// probability reaches top_p, then one draw.
+int32_t sample(const std::vector<float>& logits, const Sampling& s, std::mt19937_64& rng) {
+  if (s.temperature == 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  size_t k = s.top_k > 0 ? std::min<size_t>(size_t(s.top_k), ids.size()) : ids.size();
+  std::partial_sort(ids.begin(), ids.begin() + long(k), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  ids.resize(k);
+  std::vector<double> p(k);
+  double mx = logits[size_t(ids[0])], sum = 0;
+  for (size_t i = 0; i < k; ++i)
+    sum += p[i] = std::exp((double(logits[size_t(ids[i])]) - mx) / s.temperature);
+  double cum = 0;
+  size_t keep = k;
+  for (size_t i = 0; i < k; ++i) {
+    cum += p[i] / sum;
+    if (cum >= s.top_p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  std::discrete_distribution<size_t> d(p.begin(), p.begin() + long(keep));
+  return ids[d(rng)];
+}
+
+std::string jstr(const std::string& s) { return "\"" + json_escape(s) + "\""; }
+std::string jnum(double x) {
+  std::ostringstream os;
+  os << x;
+  return std::isfinite(x) ? os.str() : "null";
+}
+std::string jids(const std::vector<int32_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+long max_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+int run_generate(Args& a) {
+  auto model_opt = a.value({"--model", "-m"});
+  auto shapes = a.value({"--shapes"});
+  auto prompt_opt = a.value({"--prompt", "-p"});
+  auto chat_opt = a.value({"--chat"});
+  auto n_opt = a.integer({"-n", "--n-predict"});
+  auto temp_opt = a.value({"--temperature", "--temp"});
+  auto topk_opt = a.integer({"--top-k"});
+  auto topp_opt = a.value({"--top-p"});
+  auto seed_opt = a.integer({"--seed"});
+  auto threads_opt = a.integer({"--threads", "-t"});
+  auto ctx_opt = a.integer({"--ctx", "-c"});
+  auto target = a.value({"--target"}).value_or("cpu");
+  bool json = a.flag({"--json"});
+  bool quiet = a.flag({"--quiet"});
+  auto pos = a.positionals();
+  a.finish();
+  if (!pos.empty())
+    throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
+  if (target != "cpu") throw usage_error("unknown --target '" + target + "' for generate (cpu)");
+  if (prompt_opt && chat_opt) throw usage_error("give either --prompt or --chat, not both");
+  if (model_opt && shapes) throw usage_error("give either --model or --shapes, not both");
+
+  auto parse_double = [](const std::string& name, const std::string& v) {
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(x))
+      throw usage_error(name + " expects a number, got '" + v + "'");
+    return x;
+  };
+  int64_t n = n_opt.value_or(64);
+  if (n < 1 || n > 1000000)
+    throw usage_error("-n " + std::to_string(n) +
+                      ": the number of tokens to generate must be in [1, 1000000]");
+  Sampling smp;
+  if (temp_opt) smp.temperature = parse_double("--temperature", *temp_opt);
+  if (smp.temperature < 0 || smp.temperature > 100)
+    throw usage_error("--temperature " + jnum(smp.temperature) + " must be in [0, 100] (0 = greedy)");
+  if (topk_opt) smp.top_k = *topk_opt;
+  if (smp.top_k < 0) throw usage_error("--top-k " + std::to_string(smp.top_k) + " must be >= 0 (0 = no cut)");
+  if (topp_opt) smp.top_p = parse_double("--top-p", *topp_opt);
+  if (!(smp.top_p > 0 && smp.top_p <= 1))
+    throw usage_error("--top-p " + jnum(smp.top_p) + " must be in (0, 1]");
+  if (seed_opt && *seed_opt < 0) throw usage_error("--seed must be >= 0");
+  smp.seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed();
+  int64_t threads = threads_opt.value_or(ThreadPool::default_threads());
+  if (threads < 1 || threads > 1024)
+    throw usage_error("--threads " + std::to_string(threads) + " must be in [1, 1024]");
+  if (ctx_opt && *ctx_opt < 1) throw usage_error("--ctx must be >= 1");
+
+  // The model: a GGUF file (default: the installed SmolLM2) or a preset's shapes with random weights.
+  std::optional<models::GgufFile> file;
+  std::optional<models::Tokenizer> tok;
+  models::LlamaConfig cfg;
+  if (shapes) {
+    cfg = models::LlamaConfig::preset(*shapes);
+  } else {
+    std::string path = model_opt ? *model_opt : models::default_model_path();
+    file.emplace(models::GgufFile::open(path));
+    cfg = models::LlamaConfig::from_gguf(*file);
+    tok.emplace(models::Tokenizer::from_gguf(*file));
+  }
+
+  std::string text = chat_opt ? *chat_opt : prompt_opt.value_or("Once upon a time");
+  std::vector<int32_t> prompt;
+  if (tok) {
+    prompt = chat_opt ? tok->encode(tok->chat_prompt(text), true) : tok->encode(text, true);
+  } else {  // random weights have no tokenizer: one token per byte of the prompt
+    for (unsigned char ch : text) prompt.push_back(int32_t(ch % uint32_t(cfg.vocab)));
+  }
+  MP_USER_CHECK(!prompt.empty(), "the prompt is empty; give --prompt TEXT");
+  const int64_t P = int64_t(prompt.size());
+  MP_USER_CHECK(P < cfg.context, "the prompt has ", P, " tokens but the model's context is ", cfg.context,
+                " tokens; shorten the prompt");
+  int64_t ctx = ctx_opt ? *ctx_opt : std::min<int64_t>(cfg.context, (P + n + 255) / 256 * 256);
+  MP_USER_CHECK(ctx <= cfg.context, "--ctx ", ctx, " exceeds the model's context of ", cfg.context,
+                " tokens");
+  MP_USER_CHECK(P + n - 1 <= ctx, "the prompt (", P, " tokens) and ", n, " new tokens need ", P + n - 1,
+                " positions but the context is ", ctx, " tokens; lower -n or raise --ctx");
+
+  models::RunnerOptions ro;
+  ro.threads = int(threads);
+  ro.context = ctx;
+  auto runner = file ? models::LlamaRunner::from_gguf(*file, ro)
+                     : models::LlamaRunner::random(cfg, ro, smp.seed, quant::QType::Q4_1, true);
+  double t_load = now_ms();
+  runner->prepare(P);
+  runner->prepare(1);
+  t_load = now_ms() - t_load;
+
+  std::mt19937_64 rng(smp.seed);
+  auto emit = [&](int32_t id) {
+    if (quiet) return;
+    std::cout << (tok ? tok->token_bytes(id) : " " + std::to_string(id)) << std::flush;
+  };
+  if (!quiet) std::cout << (tok ? tok->decode(prompt) : text) << std::flush;
+  double t0 = now_ms();
+  std::vector<float> logits = runner->forward(prompt);
+  double t_prompt = now_ms() - t0;
+  std::vector<int32_t> out;
+  double t_decode = 0;
+  int64_t decode_calls = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t id = sample(logits, smp, rng);
+    out.push_back(id);
+    emit(id);
+    if ((tok && tok->is_end_of_generation(id)) || i + 1 == n) break;
+    double t = now_ms();
+    logits = runner->forward({id});
+    t_decode += now_ms() - t;
+    ++decode_calls;
+  }
+  double prompt_tps = double(P) / (t_prompt / 1e3);
+  double decode_tps = decode_calls ? double(decode_calls) / (t_decode / 1e3) : 0.0;
+  std::string gen_text;
+  if (tok) {
+    gen_text = tok->decode(out);
+  } else {
+    for (auto id : out) gen_text += (gen_text.empty() ? "" : " ") + std::to_string(id);
+  }
+  std::ostringstream st;
+  st << "\n\nmodel: " << cfg.name << " (" << cfg.summary() << "), "
+     << (file ? "GGUF weights" : "random Q4_1 weights") << ", " << threads << " threads, kernels "
+     << cpu::kernel_isa() << "\n";
+  st << "plan: " << format_ms(t_load) << " (" << runner->stats(1).str() << ")\n";
+  st << "prompt eval: " << P << " tokens in " << format_ms(t_prompt) << " (" << jnum(prompt_tps)
+     << " tokens/s)\n";
+  st << "decode: " << decode_calls << " tokens in " << format_ms(t_decode) << " (" << jnum(decode_tps)
+     << " tokens/s)\n";
+  st << "memory: max RSS " << max_rss_kib() / 1024 << " MiB (weights " << runner->weight_bytes() / (1 << 20)
+     << " MiB, KV cache " << runner->kv_cache_bytes() / (1 << 20) << " MiB for " << ctx << " positions)\n";
+  std::cout << st.str();
+  if (json) {
+    std::cout << "{\"model\": " << jstr(cfg.name) << ", \"prompt_tokens\": " << jids(prompt)
+              << ", \"tokens\": " << jids(out) << ", \"text\": " << jstr(gen_text)
+              << ", \"prompt_tokens_per_s\": " << jnum(prompt_tps)
+              << ", \"decode_tokens_per_s\": " << jnum(decode_tps) << ", \"prompt_ms\": " << jnum(t_prompt)
+              << ", \"decode_ms\": " << jnum(t_decode) << ", \"decode_calls\": " << decode_calls
+              << ", \"threads\": " << threads << ", \"context\": " << ctx
+              << ", \"isa\": " << jstr(cpu::kernel_isa()) << ", \"max_rss_kib\": " << max_rss_kib()
+              << ", \"weight_bytes\": " << runner->weight_bytes()
+              << ", \"kv_cache_bytes\": " << runner->kv_cache_bytes() << "}\n";
+  }
+  return 0;
+}
+
+// The demo row: SmolLM2 (the installed GGUF) greedy from a fixed prompt on the CPU engine, checked against
+// the NumPy reference (tests/models/reference_llama.py) run live when its venv and the source tree are
+// present; otherwise, and with --quick, against the reference interpreter running the same program on
+// the dequantized weights (prompt logits and first token). Measures decode and prompt tokens/s.
+std::string reference_python() {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string cache = xdg && *xdg ? xdg : std::string(home ? home : "") + "/.cache";
+  std::string py = cache + "/metapipe/venv/bin/python";
+  return std::ifstream(py) ? py : "";
+}
+std::string reference_script() {
+#ifdef MP_SOURCE_DIR
+  std::string s = std::string(MP_SOURCE_DIR) + "/tests/models/reference_llama.py";
+  if (std::ifstream(s)) return s;
+#endif
+  return "";
+}
+
+std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
+  if (!ctx.wants("cpu")) return {};
+  DemoRow row{"smollm2-135m", "cpu", "", "", true};
+  std::string path;
+  try {
+    path = models::default_model_path();
+  } catch (const user_error& e) {
+    row.check = std::string("skipped: ") + e.what();
+    return {row};
+  }
+  try {
+    auto f = models::GgufFile::open(path);
+    auto cfg = models::LlamaConfig::from_gguf(f);
+    auto tok = models::Tokenizer::from_gguf(f);
+    const std::vector<int32_t> prompt = tok.encode("The capital of France is", true);
+    const int n_check = 4, n_time = ctx.quick ? 8 : 32;
+    models::RunnerOptions ro{ThreadPool::default_threads(), 256};
+    auto r = models::LlamaRunner::from_gguf(f, ro);
+    r->prepare(int64_t(prompt.size()));
+    r->prepare(1);
+    double t0 = now_ms();
+    std::vector<float> logits = r->forward(prompt);
+    double t_prompt = now_ms() - t0;
+    const std::vector<float> first_logits = logits;
+    std::vector<int32_t> got;
+    double t_dec = 0;
+    for (int i = 0; i < n_time; ++i) {
+      got.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      if (i + 1 == n_time) break;
+      double t = now_ms();
+      logits = r->forward({got.back()});
+      t_dec += now_ms() - t;
+    }
+    std::ostringstream m;
+    m.precision(3);
+    m << double(n_time - 1) / (t_dec / 1e3) << " tok/s decode, " << double(prompt.size()) / (t_prompt / 1e3)
+      << " tok/s prompt";
+    row.measure = m.str();
+    std::vector<int32_t> ours(got.begin(), got.begin() + n_check);
+    std::string py = reference_python(), script = reference_script();
+    if (!ctx.quick && !py.empty() && !script.empty()) {
+      std::string ids;
+      for (auto t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+      std::string cmd = py + " '" + script + "' --model '" + path + "' --tokens " + ids + " -n " +
+                        std::to_string(n_check) + " 2>&1";
+      std::string out;
+      FILE* p = popen(cmd.c_str(), "r");
+      char buf[4096];
+      size_t k;
+      while (p && (k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+      int status = p ? pclose(p) : -1;
+      std::vector<int32_t> ref;
+      std::stringstream ss(out);
+      std::string item;
+      while (status == 0 && std::getline(ss, item, ',')) ref.push_back(std::stoi(item));
+      row.ok = status == 0 && ref == ours;
+      row.check =
+          row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = NumPy reference, live)"
+                 : "FAIL: greedy tokens " + jids(ours) + " vs NumPy reference " + (status ? out : jids(ref));
+      return {row};
+    }
+    // The same program on the reference interpreter, weights dequantized to float.
+    models::LlamaProgramOptions po;
+    po.tokens = int64_t(prompt.size());
+    po.context = 256;
+    ir::Program prog = models::build_llama_program(cfg, po);
+    std::map<std::string, std::vector<float>> in;
+    for (auto& [name, q] : r->weights()) {
+      std::vector<float> w(size_t(q.rows * q.cols));
+      uint64_t rb = *quant::row_bytes(q.type, q.cols);
+      for (int64_t i = 0; i < q.rows; ++i)
+        quant::dequantize_row(q.type, static_cast<const uint8_t*>(q.data) + i * rb, &w[size_t(i * q.cols)],
+                              q.cols);
+      in[name] = std::move(w);
+    }
+    for (int64_t l = 0; l < cfg.layers; ++l)
+      for (const char* c : {"cache_k", "cache_v"})
+        in[models::layer_tensor(l, c)].assign(size_t(256 * cfg.kv_heads * cfg.head_dim), 0.f);
+    for (size_t t = 0; t < prompt.size(); ++t)
+      in["tokens"].push_back(float(prompt[t])), in["pos"].push_back(float(t));
+    cpu::Memory mem = cpu::make_memory(prog, in);
+    in.clear();
+    cpu::interpret(prog, mem);
+    const auto& want = mem.at("logits").data;
+    double md = 0;
+    for (size_t i = 0; i < want.size(); ++i) md = std::max(md, std::fabs(double(want[i]) - first_logits[i]));
+    int32_t want_first = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+    row.ok = want_first == got[0] && md < 1.5;
+    std::ostringstream c;
+    c.precision(3);
+    c << (row.ok ? "ok (" : "FAIL: (") << "first token " << got[0] << (want_first == got[0] ? " = " : " vs ")
+      << "interpreter's " << want_first << ", prompt logits max diff " << md << " <= 1.5"
+      << (py.empty() || script.empty() ? "; no NumPy reference here" : "") << ")";
+    row.check = c.str();
+  } catch (const std::exception& e) {
+    row.ok = false;
+    row.check = std::string("FAIL: ") + e.what();
+  }
+  return {row};
+}
+MP_REGISTER_DEMO("smollm2-cpu", 20, smollm2_rows);
+
+}  // namespace
+
+MP_REGISTER_COMMAND(
+    "generate", "generate text from a Llama GGUF model on the CPU (SmolLM2-135M by default)",
+    "usage: metapipe generate [--model FILE.gguf | --shapes PRESET] [--prompt TEXT | --chat TEXT] [-n N]\n"
+    "                         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
+    "                         [--ctx N] [--target cpu] [--json] [--quiet]\n\n"
+    "Runs the Llama program that metapipe generates for the model's shapes on the CPU engine with the\n"
+    "file's quantized weights, streams the text, then prints prompt and decode tokens/s.\n\n"
+    "  --model FILE     a GGUF file (general.architecture llama); default: SmolLM2-135M-Instruct Q4_1,\n"
+    "                   installed by scripts/install-deps\n"
+    "  --shapes PRESET  random Q4_1 weights of a preset's shapes: smollm2-135m, llama3.1-8b, toy (the\n"
+    "                   layers share one set of matrices; the prompt's bytes are the token ids)\n"
+    "  --prompt TEXT    the text to continue (default \"Once upon a time\")\n"
+    "  --chat TEXT      a user message in the model's chat format\n"
+    "  -n N             tokens to generate (default 64); stops early at the end-of-generation token\n"
+    "  --temperature T  0 (default) = greedy; > 0 samples from softmax(logits / T)\n"
+    "  --top-k K        sample among the K most likely tokens (0 = all, the default)\n"
+    "  --top-p P        sample from the smallest set whose probability reaches P (default 1)\n"
+    "  --seed S         seed of the sampler (default: fresh)\n"
+    "  --threads N      worker threads (default: all cores)\n"
+    "  --ctx N          KV-cache positions (default: prompt + N rounded up to 256, at most the model's)\n"
+    "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
+    "                   decode_tokens_per_s, ...}\n"
+    "  --quiet          do not stream the text\n",
+    run_generate);
+
+}  // namespace mp::cli
