@@ -42,9 +42,15 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import llama_cpp, num
   echo "bench_llama.sh: building $spec from source into $venv (several minutes)" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip
-  # From source, tuned for this CPU (GGML_NATIVE), as a user of llama.cpp here would build it.
-  CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
-    "$venv/bin/pip" install --no-binary llama-cpp-python "$spec" numpy
+  # From source, for the vector ISAs a CPU like this one has (AVX-512 with VNNI/VBMI/BF16, AVX2, FMA,
+  # F16C), as a user of llama.cpp here would build it. Not GGML_NATIVE: on a CPU that lists AMX but whose
+  # kernel does not grant the AMX tile state to processes, -march=native's AMX kernels die with SIGILL on
+  # every batch of two or more tokens (prefill). LLAMA_CPP_CMAKE_ARGS overrides the flags; no wheel cache,
+  # so a wheel built with other flags is never reused.
+  flags=${LLAMA_CPP_CMAKE_ARGS:-"-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON"}
+  CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$venv/bin/pip" install --no-cache-dir --no-binary llama-cpp-python "$spec" numpy
 fi
 echo "machine load before the run: $(uptime)"
 "$venv/bin/python" "$here/bench_llama.py" --model "$model" --metapipe "$metapipe" --threads "$threads" \
