@@ -328,10 +328,14 @@ class Sim {
     ag.queue.pop_front();
     ++ag.outstanding;
     ag.last_issue = now_;
-    // channel interleaving
-    int64_t il = mem_.interleave_bytes, chunk = r.addr / il;
-    int ch = int(chunk % mem_.channels);
-    int64_t local = (chunk / mem_.channels) * il + r.addr % il;
+    // Channel interleaving with the address bits above one interleave chunk per bank and channel folded
+    // into the channel choice (as memory controllers hash row bits into the channel): a tile whose rows are
+    // a multiple of channels x interleave bytes apart would otherwise put every row on one channel, while
+    // a sequential stream sees a new rotation only every channels x banks chunks. For a fixed upper part
+    // the map is a rotation, so it stays one to one.
+    const int64_t il = mem_.interleave_bytes, nch = mem_.channels, chunk = r.addr / il, upper = chunk / nch;
+    int ch = int((chunk + upper / std::max(1, mem_.banks)) % nch);
+    int64_t local = upper * il + r.addr % il;
     Req cr = r;
     cr.addr = local;
     cr.arrival = now_;
