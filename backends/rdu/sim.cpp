@@ -48,7 +48,7 @@ struct Agcu {
   bool issue_pending = false;
   double last_issue = -1;
   double issue_gap = 1;  // cycles between issue rounds
-  int per_round = 1;      // bursts one round issues: the stream's AGCUs each issue one per cycle
+  int per_round = 1;     // bursts one round issues: the stream's AGCUs each issue one per cycle
   int max_outstanding = 1;
   int inflight_iters = 0;
   double busy_since = 0;

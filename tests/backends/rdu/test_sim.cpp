@@ -168,8 +168,8 @@ TEST(RduSim, BandwidthBoundStreamFollowsTheMemoryOfTheArchitectureFile) {
     Arch a = load_arch(name);
     const std::string mem = a.memory().name;
     auto r = sim(a, compiled("dotproduct", sets));
-    EXPECT_GE(r.memory_roof_cycles / r.cycles, 0.85) << name << ": " << r.cycles << " cycles, roof "
-                                                     << r.memory_roof_cycles;
+    EXPECT_GE(r.memory_roof_cycles / r.cycles, 0.85)
+        << name << ": " << r.cycles << " cycles, roof " << r.memory_roof_cycles;
     auto with = [&](const std::string& key, const std::string& value) {
       Arch b = load_arch(name);
       apply_override(b, "memory." + mem + "." + key + "=" + value);
