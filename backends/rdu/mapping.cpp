@@ -38,6 +38,164 @@ int buffer_pmus(const Arch& a, const Buffer& b) {
   return int(std::max<int64_t>({1, cdiv(total, a.pmu_bytes()), slots, banks}));
 }
 
+// Memory-level parallelism of one configuration, from the architecture's memory: a stream keeps the
+// channels busy only with enough bytes in flight to cover the bandwidth-delay product (peak bytes per cycle
+// x unloaded latency) and, since addresses interleave over channels every `interleave_bytes`, a sequential
+// stream must have a window of at least channels x interleave bytes in flight to touch every channel.
+// Each stream gets its share (by the bytes it moves) of that window, and AGCUs enough both to issue its
+// share of the peak rate (one burst per AGCU and cycle) and to hold its window (agcu.outstanding requests
+// each); a load's output buffer gets enough slots to hold its window (the N-buffer is the prefetch queue),
+// as far as the PMUs go round. Returns the AGCUs of every stage (0 for compute stages); deepens `g`'s load
+// buffers in place.
+std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std::string>& notes) {
+  const Memory& mem = a.memory();
+  std::vector<int> agcus(g.stages.size(), 0);
+  std::vector<double> total(g.stages.size(), 0);
+  double all = 0;
+  int streams = 0;
+  for (size_t i = 0; i < g.stages.size(); ++i)
+    if (g.stages[i].kind != StageKind::Compute) {
+      total[i] = double(g.stages[i].iterations) * double(std::max<int64_t>(1, g.stages[i].access.bytes()));
+      all += total[i];
+      ++streams;
+    }
+  if (streams == 0) return agcus;
+  const double peak_bpc = mem.peak_gbs() / a.clock_ghz;
+  const double round_trip = mem.latency_ns * a.clock_ghz + mem.row_miss_ns * a.clock_ghz +
+                            double(mem.burst_bytes) / (mem.channel_gbs / a.clock_ghz);
+  int big = 0;  // streams that move a noticeable share of the traffic each want every channel
+  for (size_t i = 0; i < g.stages.size(); ++i) big += total[i] > 0.05 * all;
+  const double window = std::max(2.0 * peak_bpc * round_trip,
+                                 double(mem.channels) * double(mem.interleave_bytes) * std::max(1, big));
+  std::vector<double> want(g.stages.size(), 0);
+  int asked = 0;
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    if (g.stages[i].kind == StageKind::Compute) continue;
+    const double f = total[i] / all;
+    want[i] = std::min(total[i], f * window);
+    const double issue = std::ceil(f * peak_bpc / mem.burst_bytes);
+    const double hold = std::ceil(want[i] / (double(mem.burst_bytes) * a.agcu_outstanding));
+    agcus[i] = int(std::clamp(std::max(issue, hold), 1.0, double(a.agcus)));
+    asked += agcus[i];
+  }
+  // Every AGCU serves some stream: each stream keeps one, the rest are shared out by the streams' asks
+  // (largest remainders first), so the window in flight is as wide as the AGCUs allow.
+  {
+    const int spare = a.agcus - streams;
+    int extra_asked = 0;
+    for (int n : agcus) extra_asked += std::max(0, n - 1);
+    std::vector<std::pair<double, size_t>> rest;
+    int given = streams;
+    for (size_t i = 0; i < g.stages.size(); ++i) {
+      if (g.stages[i].kind == StageKind::Compute) continue;
+      const double share =
+          extra_asked > 0 ? double(spare) * (agcus[i] - 1) / extra_asked : double(spare) * total[i] / all;
+      agcus[i] = 1 + int(std::floor(share));
+      given += agcus[i] - 1;
+      rest.push_back({share - std::floor(share), i});
+      want[i] = std::max(want[i], double(agcus[i]) * a.agcu_outstanding * mem.burst_bytes * 0.5);
+    }
+    std::sort(rest.begin(), rest.end(), [](auto& x, auto& y) { return x.first > y.first; });
+    for (auto& [frac, i] : rest)
+      if (given < a.agcus && frac > 0) ++agcus[i], ++given;
+    if (asked > a.agcus)
+      notes.push_back("kernel call " + std::to_string(call + 1) + ": " + std::to_string(streams) +
+                      " memory streams asked for " + std::to_string(asked) + " AGCUs and share " +
+                      std::to_string(a.agcus));
+  }
+  // Deeper load buffers, widest windows first, while the configuration's PMUs allow.
+  auto pmus_total = [&]() {
+    int n = 0;
+    for (auto& b : g.buffers) n += buffer_pmus(a, b);
+    return n;
+  };
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    const Stage& s = g.stages[i];
+    if (s.kind != StageKind::Load || s.outputs.empty()) continue;
+    Buffer& b = g.buffers[size_t(s.outputs.front())];
+    // a single buffer is the program asking for no overlap (depth=1): kept
+    if (b.initial_tokens > 0 || b.depth < 2 || s.iterations <= b.depth) continue;
+    const int64_t tile = std::max<int64_t>(1, s.access.bytes());
+    const int64_t need = std::min<int64_t>(s.iterations, 1 + cdiv(int64_t(std::ceil(want[i])), tile));
+    const int before = b.depth;
+    while (b.depth < need) {
+      const int old = b.depth;
+      b.depth = int(std::min<int64_t>(need, int64_t(b.depth) * 2));
+      if (pmus_total() > a.pmus()) {
+        b.depth = old;
+        break;
+      }
+    }
+    if (b.depth != before)
+      notes.push_back("kernel call " + std::to_string(call + 1) + ": buffer '" + b.name + "' deepened from " +
+                      std::to_string(before) + " to " + std::to_string(b.depth) + " slots to keep " +
+                      std::to_string(int64_t(want[i])) + " bytes of '" + s.name + "' in flight");
+  }
+  return agcus;
+}
+
+// The widest parallel access of every buffer (par x lanes of its producer or a consumer) decides its banks.
+void set_access_width(const Arch& a, Graph& g, const std::vector<int>& par) {
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    Buffer& buf = g.buffers[b];
+    auto width = [&](int st) {
+      return g.stages[size_t(st)].kind == StageKind::Compute ? par[size_t(st)] * a.pcu_lanes : a.pcu_lanes;
+    };
+    buf.access_lanes = 0;
+    if (int p = g.producer_of(int(b)); p >= 0) buf.access_lanes = std::max(buf.access_lanes, width(p));
+    for (int c : g.consumers_of(int(b))) buf.access_lanes = std::max(buf.access_lanes, width(c));
+  }
+}
+
+// An element-wise stage much slower than the memory streams of its program would bind a bandwidth-bound
+// program to its PCUs: when the whole graph fits one configuration, the slowest such stage gets twice
+// the copies while that shortens it, keeps the graph in one configuration, and the stage still takes more
+// than half the time the program's off-chip bytes need at the peak rate. `par` from the IR is the floor;
+// a matmul's par stays the parallelize pass's choice (its compute, not the memory, is what it trades).
+void raise_par_to_memory_rate(const Arch& a, const Graph& g0, std::vector<int>& par,
+                              std::vector<std::string>& notes) {
+  Graph g = g0;
+  auto fits = [&]() {
+    int pcus = 0, pmus = 0, ag = 0;
+    for (size_t i = 0; i < g.stages.size(); ++i)
+      if (g.stages[i].kind == StageKind::Compute)
+        pcus += map_stage(a, g, g.stages[i], par[i]).pcus;
+      else
+        ++ag;
+    set_access_width(a, g, par);
+    for (auto& b : g.buffers) pmus += buffer_pmus(a, b);
+    return pcus <= a.pcus() && pmus <= a.pmus() && ag <= a.agcus;
+  };
+  if (g.stages.empty() || !fits()) return;
+  const double peak_bpc = a.memory().peak_gbs() / a.clock_ghz;
+  const double mem_cycles = double(g.offchip_bytes(false) + g.offchip_bytes(true)) / peak_bpc;
+  if (mem_cycles <= 0) return;
+  const std::vector<int> asked = par;
+  for (;;) {
+    int worst = -1;
+    double worst_t = 0;
+    for (size_t i = 0; i < g.stages.size(); ++i) {
+      const Stage& s = g.stages[i];
+      if (s.kind != StageKind::Compute || s.is_control() || s.is_matmul()) continue;
+      const double t = double(map_stage(a, g, s, par[i]).ii) * double(s.iterations);
+      if (t > worst_t) worst = int(i), worst_t = t;
+    }
+    if (worst < 0 || worst_t <= 0.5 * mem_cycles) break;
+    const size_t w = size_t(worst);
+    const int old = par[w];
+    const int64_t old_ii = map_stage(a, g, g.stages[w], old).ii;
+    par[w] = old * 2;
+    if (map_stage(a, g, g.stages[w], par[w]).ii >= old_ii || !fits()) {
+      par[w] = old;
+      break;
+    }
+  }
+  for (size_t i = 0; i < g.stages.size(); ++i)
+    if (par[i] != asked[i])
+      notes.push_back("stage '" + g.stages[i].name + "': par " + std::to_string(asked[i]) + " raised to " +
+                      std::to_string(par[i]) + " to keep up with the memory streams");
+}
+
 }  // namespace
 
 StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
@@ -140,14 +298,12 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
     if (lowered)
       out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name +
                           "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
-  }  // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
+  }
+  raise_par_to_memory_rate(a, g, par, out.notes);
+  // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
+  set_access_width(a, g, par);
   for (size_t b = 0; b < g.buffers.size(); ++b) {
     Buffer& buf = g.buffers[b];
-    auto width = [&](int st) {
-      return g.stages[size_t(st)].kind == StageKind::Compute ? par[size_t(st)] * a.pcu_lanes : a.pcu_lanes;
-    };
-    if (int p = g.producer_of(int(b)); p >= 0) buf.access_lanes = std::max(buf.access_lanes, width(p));
-    for (int c : g.consumers_of(int(b))) buf.access_lanes = std::max(buf.access_lanes, width(c));
     int p = buffer_pmus(a, buf);
     MP_USER_CHECK(p <= npmu, "buffer '", buf.name, "' needs ", buf.bytes * buf.depth, " bytes (", buf.depth,
                   " x ", buf.bytes, ") = ", p, " PMUs but ", a.name, " has ", npmu, " PMUs of ",
@@ -361,25 +517,13 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
           }
     sg.layout();
     sg.validate();
-    // Loads and stores share the AGCUs: each stream gets enough to issue the memory's peak rate in bursts
-    // (one burst per AGCU and cycle), as far as the AGCUs go round.
-    int mem_stages = 0;
-    for (auto& s : sg.stages) mem_stages += s.kind != StageKind::Compute;
-    const double mem_bpc = a.memory().peak_gbs() / a.clock_ghz;
-    const int per_stream =
-        int(std::clamp<int64_t>(std::min<int64_t>(nag / std::max(1, mem_stages),
-                                                  cdiv(int64_t(std::ceil(mem_bpc)), a.memory().burst_bytes)),
-                                1, nag));
-    for (auto& s : sg.stages) {
+    const std::vector<int> stream_agcus = plan_streams(a, sg, c, out.notes);
+    for (size_t i = 0; i < sg.stages.size(); ++i) {
+      const Stage& s = sg.stages[i];
       cf.stages.push_back(map_stage(a, sg, s, s.par));
       cf.pcus += cf.stages.back().pcus;
-      if (s.kind != StageKind::Compute) cf.stages.back().agcus = per_stream;
-      cf.agcus += cf.stages.back().agcus;
-    }
-    if (cf.agcus > nag) {
-      out.notes.push_back("kernel call " + std::to_string(c + 1) + ": " + std::to_string(mem_stages) +
-                          " memory streams share " + std::to_string(nag) + " AGCUs");
-      cf.agcus = nag;
+      cf.stages.back().agcus = stream_agcus[i];
+      cf.agcus += stream_agcus[i];
     }
     for (auto& b : sg.buffers) {
       cf.buffers.push_back({buffer_pmus(a, b), b.depth});

@@ -47,7 +47,8 @@ struct Agcu {
   int outstanding = 0;
   bool issue_pending = false;
   double last_issue = -1;
-  double issue_gap = 1;
+  double issue_gap = 1;  // cycles between issue rounds
+  int per_round = 1;     // bursts one round issues: the stream's AGCUs each issue one per cycle
   int max_outstanding = 1;
   int inflight_iters = 0;
   double busy_since = 0;
@@ -112,11 +113,12 @@ class Sim {
     for (size_t s = 0; s < g_.stages.size(); ++s)
       if (g_.stages[s].kind != StageKind::Compute) st_[s].agcu = next_agcu++;
     ag_.resize(std::max(next_agcu, 1));
-    // A stream served by k AGCUs issues k bursts per cycle with k times the outstanding requests.
+    // A stream served by k AGCUs issues k bursts per cycle (one round of k, one event) with k times the
+    // outstanding requests.
     for (size_t s = 0; s < g_.stages.size(); ++s)
       if (st_[s].agcu >= 0) {
         int k = std::max(1, cfg_.stages[s].agcus);
-        ag_[st_[s].agcu].issue_gap = 1.0 / k;
+        ag_[st_[s].agcu].per_round = k;
         ag_[st_[s].agcu].max_outstanding = k * a_.agcu_outstanding;
       }
     if (opt_.functional) {
@@ -323,15 +325,30 @@ class Sim {
 
   void agcu_issue(int a) {
     auto& ag = ag_[a];
-    if (ag.queue.empty() || ag.outstanding >= ag.max_outstanding) return;  // burst_done re-arms
+    int issued = 0;
+    for (; issued < ag.per_round; ++issued) {
+      if (ag.queue.empty() || ag.outstanding >= ag.max_outstanding) break;  // burst_done re-arms
+      issue_one(ag);
+    }
+    if (issued > 0) ag.last_issue = now_;
+    if (!ag.queue.empty() && ag.outstanding < ag.max_outstanding) {
+      ag.issue_pending = true;
+      push(now_ + ag.issue_gap, AGCU_ISSUE, a, 0);
+    }
+  }
+
+  void issue_one(Agcu& ag) {
     Req r = ag.queue.front();
     ag.queue.pop_front();
     ++ag.outstanding;
-    ag.last_issue = now_;
-    // channel interleaving
-    int64_t il = mem_.interleave_bytes, chunk = r.addr / il;
-    int ch = int(chunk % mem_.channels);
-    int64_t local = (chunk / mem_.channels) * il + r.addr % il;
+    // Channel interleaving with the address bits above one interleave chunk per bank and channel folded
+    // into the channel choice (as memory controllers hash row bits into the channel): a tile whose rows are
+    // a multiple of channels x interleave bytes apart would otherwise put every row on one channel, while
+    // a sequential stream sees a new rotation only every channels x banks chunks. For a fixed upper part
+    // the map is a rotation, so it stays one to one.
+    const int64_t il = mem_.interleave_bytes, nch = mem_.channels, chunk = r.addr / il, upper = chunk / nch;
+    int ch = int((chunk + upper / std::max(1, mem_.banks)) % nch);
+    int64_t local = upper * il + r.addr % il;
     Req cr = r;
     cr.addr = local;
     cr.arrival = now_;
@@ -343,10 +360,6 @@ class Sim {
       push(std::max(now_, C.bus_free), CHAN_SERVE, ch, 0);
     }
     if (r.last_of_iter && r.write) push(now_, RELEASE, r.stage, r.iter);  // store data has left the PMU
-    if (!ag.queue.empty() && ag.outstanding < ag.max_outstanding) {
-      ag.issue_pending = true;
-      push(now_ + ag.issue_gap, AGCU_ISSUE, a, 0);
-    }
   }
 
   int bank_of(int64_t addr) const {

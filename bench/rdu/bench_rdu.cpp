@@ -62,7 +62,7 @@ int main() {
   Arch a = load_arch("plasticine");
   apply_override(a, "grid.rows=16");  // room for 40 stages in one configuration
   std::printf("%-34s %14s %12s %10s %14s\n", "case", "sim cycles", "events", "wall s", "cycles / s");
-  for (int64_t iters : {8500, 42000}) {  // about 1 and 5 million simulated cycles
+  for (int64_t iters : {23000, 115000}) {  // about 1 and 5 million simulated cycles
     Graph g = long_pipeline(38, iters);
     auto t0 = std::chrono::steady_clock::now();
     auto r = run(a, g);

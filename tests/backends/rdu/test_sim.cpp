@@ -159,6 +159,32 @@ TEST(RduSim, MemoryBoundStreamApproachesButNeverExceedsPeakBandwidth) {
   EXPECT_NEAR(r1.cycles / r.cycles, 4.0, 0.4);
 }
 
+// Loads spread over the AGCUs and channels the architecture file gives: a long DotProduct stream reaches
+// 85 % of the DRAM (HBM) roof on both presets, and its cycles follow the memory's channel count and
+// per-channel rate (half of either: about twice the cycles; twice the channels: faster).
+TEST(RduSim, BandwidthBoundStreamFollowsTheMemoryOfTheArchitectureFile) {
+  const std::vector<std::string> sets = {"N=1048576", "TS=16384"};
+  for (const char* name : {"plasticine", "sn40l"}) {
+    Arch a = load_arch(name);
+    const std::string mem = a.memory().name;
+    auto r = sim(a, compiled("dotproduct", sets));
+    EXPECT_GE(r.memory_roof_cycles / r.cycles, 0.85)
+        << name << ": " << r.cycles << " cycles, roof " << r.memory_roof_cycles;
+    auto with = [&](const std::string& key, const std::string& value) {
+      Arch b = load_arch(name);
+      apply_override(b, "memory." + mem + "." + key + "=" + value);
+      return sim(b, compiled("dotproduct", sets)).cycles / r.cycles;
+    };
+    const double half_channels = with("channels", std::to_string(a.memory().channels / 2));
+    EXPECT_GT(half_channels, 1.7) << name;
+    EXPECT_LT(half_channels, 2.3) << name;
+    const double half_rate = with("channel_gbs", std::to_string(a.memory().channel_gbs / 2));
+    EXPECT_GT(half_rate, 1.7) << name;
+    EXPECT_LT(half_rate, 2.3) << name;
+    EXPECT_LT(with("channels", std::to_string(a.memory().channels * 2)), 0.9) << name;
+  }
+}
+
 TEST(RduSim, DramTimingCostsAreSimulated) {
   // Without refresh, row misses and turnaround the same stream is faster, never slower.
   Arch a = load_arch("plasticine");
