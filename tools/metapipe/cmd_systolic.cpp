@@ -10,6 +10,7 @@
 #include "systolic/scalesim.h"
 #include "systolic/systolic.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/limits.h"
 
 namespace mp::cli {
 namespace {
@@ -31,6 +32,8 @@ int run_systolic(Args& a) {
   auto plot = a.value({"--plot"});
   auto mode = a.value({"--mode"}).value_or("analytical");
   auto df_opt = a.value({"--dataflow"});
+  const std::int64_t max_work = limit_option(a, "--max-work", kDefaultMaxWork);
+  const std::int64_t max_memory = limit_option(a, "--max-memory", kDefaultMaxMemory);
   a.positionals();
   a.finish();
 
@@ -58,6 +61,29 @@ int run_systolic(Args& a) {
     const auto parent = fs::path(*plot).parent_path();
     if (!parent.empty() && !fs::is_directory(parent))
       throw user_error(*plot + ": the folder for --plot does not exist");
+  }
+  // Estimate every layer's cost (under every dataflow the plot needs) and refuse, before anything runs or
+  // is written, the input that would take too long or allocate too much.
+  for (Dataflow df : {Dataflow::WS, Dataflow::OS, Dataflow::IS}) {
+    if (df != cfg.array.dataflow && !plot) continue;
+    SimConfig c = cfg;
+    c.array.dataflow = df;
+    for (const auto& L : layers) {
+      const LayerCost cost = estimate_cost(L, c, mode == "cycle" && df == cfg.array.dataflow);
+      const GemmShape g = L.gemm();
+      const std::string what = "layer '" + L.name + "' (M x K x N = " + std::to_string(g.M) + " x " +
+                               std::to_string(g.K) + " x " + std::to_string(g.N) + " on a " +
+                               std::to_string(cfg.array.rows) + "x" + std::to_string(cfg.array.cols) +
+                               " array, " + std::string(dataflow_name(df)) + ")";
+      if (cost.work > max_work)
+        throw user_error(what + " needs about " + short_count(cost.work) +
+                         (mode == "cycle" ? " PE updates and memory-model steps" : " memory-model steps") +
+                         ", above the limit " + short_count(max_work) +
+                         "; shrink the layer or the array, or raise --max-work");
+      if (cost.bytes > max_memory)
+        throw user_error(what + " needs about " + format_bytes(cost.bytes) + " of memory, above the limit " +
+                         format_bytes(max_memory) + "; shrink the layer, or raise --max-memory");
+    }
   }
   fs::path run_dir;
   if (outdir) {
@@ -161,7 +187,12 @@ MP_REGISTER_COMMAND(
     "  --mode M               analytical (default) or cycle: also run every layer's GEMM on the\n"
     "                         cycle-level PE array, check the product and that the cycles agree\n"
     "  --dataflow D           override the config's Dataflow (ws, os, is)\n"
-    "  --plot FILE.svg        chart per-layer utilization and cycles under all three dataflows\n\n"
+    "  --plot FILE.svg        chart per-layer utilization and cycles under all three dataflows\n"
+    "  --max-work N           refuse a layer whose estimated steps (array cycles x (R + C) operand\n"
+    "                         words for the memory model, + R x C PE updates per cycle in cycle mode)\n"
+    "                         exceed N (default 20G, about a minute; suffixes k, M, G, T)\n"
+    "  --max-memory B         refuse a layer that would allocate more than B bytes (default 8GiB;\n"
+    "                         suffixes k, M, G, T, Ki, Mi, Gi, Ti, optional B)\n\n"
     "example: metapipe systolic -c tests/systolic/data/gemm_32x32_ws.cfg -t tests/systolic/data/gemm64.csv "
     "\\\n"
     "           -i gemm -p runs\n",
