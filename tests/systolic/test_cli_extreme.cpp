@@ -73,7 +73,7 @@ TEST(SystolicExtreme, WorkAndMemoryLimitsCanBeLowered) {
                1, "of memory, above the limit 1.0 KiB; shrink the layer, or raise --max-memory");
   // and a raised limit lets the run through
   auto r = mp::test::run_cli("systolic -c " + kData + "/gemm_32x32_ws.cfg -t " + kData +
-                             "/gemm64.csv -i gemm --max-work 1G --max-memory 1GiB");
+                             "/gemm64.csv -i gemm --max-work 1G --max-memory 1GiB --quiet");
   EXPECT_EQ(r.status, 0) << r.out;
 }
 
