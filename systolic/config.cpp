@@ -193,8 +193,10 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
     return r;
   };
   auto add_layer = [&](int line, const Layer& L) {
-    const GemmShape g = L.gemm();
+    // K first: gemm() multiplies filter height x width x channels, which must not overflow.
+    product(line, L.name, "filter height x width x channels (K)", {L.filter_h, L.filter_w, L.channels});
     product(line, L.name, "IFMAP height x width x channels", {L.ifmap_h, L.ifmap_w, L.channels});
+    const GemmShape g = L.gemm();
     product(line, L.name, "M x K (IFMAP operand)", {g.M, g.K});
     product(line, L.name, "K x N (filter operand)", {g.K, g.N});
     product(line, L.name, "M x N (OFMAP operand)", {g.M, g.N});

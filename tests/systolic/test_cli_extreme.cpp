@@ -111,6 +111,11 @@ TEST(SystolicExtreme, ConvLayers) {
                   "c2, 16777216, 16777216, 1, 1, 16777216, 8, 1,\n");
   expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + deep, 1,
                "deep.csv:2: layer 'c2' is too large: IFMAP height x width x channels exceeds 2^56");
+  const std::string filter = t.write(
+      "filter.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+                    "c4, 16777216, 16777216, 16777216, 16777216, 16777216, 8, 1,\n");
+  expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + filter, 1,
+               "filter.csv:2: layer 'c4' is too large: filter height x width x channels (K) exceeds 2^56");
   // within the work limit on a 1x1 array (one output pixel, a 2^31-word window), but its address tables
   // and buffer stamps would not fit the memory limit
   const std::string window = t.write(
