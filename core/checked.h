@@ -2,6 +2,7 @@
 // checks before it starts: a product of sizes is computed here, before anything is allocated, so an
 // extreme input becomes a one-line user_error instead of a wrapped value, a bad_alloc or a hang.
 #pragma once
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -41,8 +42,9 @@ inline std::int64_t add_sat(std::int64_t a, std::int64_t b) {
 }
 
 // a * b, or a user_error whose message is the streamed parts followed by the overflowing operands:
-//   mul_or_fail(rows, cols, "grid.rows x grid.cols")  ->  "grid.rows x grid.cols overflows (3 x 4e18)".
-template <class... Ts> std::int64_t mul_or_fail(std::int64_t a, std::int64_t b, const Ts&... what) {
+//   mul_or_fail(r, c, "rows x cols")  ->  "rows x cols overflows 64-bit integers (R x C)" with R and C in full.
+template <class... Ts>
+std::int64_t mul_or_fail(std::int64_t a, std::int64_t b, const Ts&... what) {
   auto r = checked_mul(a, b);
   if (!r) fail_user(what..., " overflows 64-bit integers (", a, " x ", b, ")");
   return *r;
@@ -62,20 +64,15 @@ inline std::optional<std::int64_t> parse_limit(std::string_view s) {
     const bool bin = suf.size() == 2 && (suf[1] == 'i' || suf[1] == 'I');
     if (suf.size() != 1 && !bin) return std::nullopt;
     const std::int64_t base = bin ? 1024 : 1000;
-    int power = 0;
-    switch (suf[0]) {
-      case 'k': case 'K': power = 1; break;
-      case 'm': case 'M': power = 2; break;
-      case 'g': case 'G': power = 3; break;
-      case 't': case 'T': power = 4; break;
-      default: return std::nullopt;
-    }
-    for (int i = 0; i < power; ++i) scale *= base;
+    const std::string_view units = "kmgt";
+    const size_t power = units.find(static_cast<char>(std::tolower(static_cast<unsigned char>(suf[0]))));
+    if (power == std::string_view::npos) return std::nullopt;
+    for (size_t i = 0; i <= power; ++i) scale *= base;
   }
   return checked_mul(v, scale);
 }
 
-// Human-readable count for limit messages: 1234567 -> "1.23e6".
+// Human-readable count for limit messages: 1234567 -> "1.23e+06" (below 100000: all digits).
 inline std::string short_count(std::int64_t v) {
   if (v < 100000) return std::to_string(v);
   char b[32];

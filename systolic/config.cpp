@@ -257,8 +257,10 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
     if (L.name.find("DP") != std::string::npos) {  // SCALE-Sim runs a depthwise layer channel by channel
       const auto ch = L.channels;
       MP_USER_CHECK(std::int64_t(layers.size()) + ch <= kMaxLayers, file, ":", lineno, ": depthwise layer '",
-                    L.name, "' has ", ch, " channels and would expand to one layer per channel; a topology "
-                    "holds at most ", kMaxLayers, " layers");
+                    L.name, "' has ", ch,
+                    " channels and would expand to one layer per channel; a topology "
+                    "holds at most ",
+                    kMaxLayers, " layers");
       for (std::int64_t c = 0; c < ch; ++c) {
         Layer d = L;
         d.name = L.name + "Channel_" + std::to_string(c);

@@ -78,7 +78,8 @@ CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, 
 
 // What a layer costs before it runs, saturating at INT64_MAX so that no input overflows the estimate.
 // `work` counts the engine's inner steps: R + C operand words per demand line (array cycle) of the memory
-// model, plus R x C PE updates per cycle in cycle mode. `bytes` is what the models allocate (address tables, buffer stamps, cycle-mode operands).
+// model, plus R x C PE updates per cycle in cycle mode. `bytes` is what the models allocate (address tables,
+// buffer stamps, cycle-mode operands).
 struct LayerCost {
   std::int64_t work = 0, bytes = 0;
 };

@@ -11,9 +11,9 @@
 namespace mp::cpu {
 
 struct MemoryEstimate {
-  int64_t bytes = 0;           // saturating at INT64_MAX
-  std::string largest;         // name of the largest tensor
-  int64_t largest_elems = 0;   // its elements
+  int64_t bytes = 0;          // saturating at INT64_MAX
+  std::string largest;        // name of the largest tensor
+  int64_t largest_elems = 0;  // its elements
 };
 
 // Per element of every off-chip tensor: the fp32 random input or host buffer (4 bytes), the backend's

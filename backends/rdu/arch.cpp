@@ -55,8 +55,8 @@ double as_real(const Ctx& c, double lo, double hi, bool positive = false) {
   double x = std::strtod(c.value.c_str(), &end);
   const std::string range = positive && lo == 0 ? "a number in (0, " + num(hi) + "]"
                                                 : "a number in [" + num(lo) + ", " + num(hi) + "]";
-  if (c.value.empty() || end != c.value.c_str() + c.value.size() || !std::isfinite(x) || x < lo ||
-      x > hi || (positive && x <= 0))
+  if (c.value.empty() || end != c.value.c_str() + c.value.size() || !std::isfinite(x) || x < lo || x > hi ||
+      (positive && x <= 0))
     bad(c, range);
   return x;
 }
@@ -78,8 +78,10 @@ struct MemKeyDef {
 const std::map<std::string, KeyDef>& chip_keys() {
   static const std::map<std::string, KeyDef> k = {
       {"name", {"preset name shown in reports", [](Arch& a, const Ctx& c) { a.name = c.value; }}},
-      {"clock_ghz", {"fabric clock in GHz", [](Arch& a, const Ctx& c) { a.clock_ghz = as_real(c, 0.001, 100); }}},
-      {"grid.rows", {"rows of the unit grid", [](Arch& a, const Ctx& c) { a.rows = int(as_int(c, 1, 1024)); }}},
+      {"clock_ghz",
+       {"fabric clock in GHz", [](Arch& a, const Ctx& c) { a.clock_ghz = as_real(c, 0.001, 100); }}},
+      {"grid.rows",
+       {"rows of the unit grid", [](Arch& a, const Ctx& c) { a.rows = int(as_int(c, 1, 1024)); }}},
       {"grid.cols",
        {"columns of the unit grid", [](Arch& a, const Ctx& c) { a.cols = int(as_int(c, 1, 1024)); }}},
       {"grid.layout",
@@ -112,7 +114,8 @@ const std::map<std::string, KeyDef>& chip_keys() {
        {"memory requests in flight per AGCU",
         [](Arch& a, const Ctx& c) { a.agcu_outstanding = int(as_int(c, 1, 1 << 16)); }}},
       {"mesh.link_bytes",
-       {"bytes per cycle per mesh link", [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, 1, 1 << 16)); }}},
+       {"bytes per cycle per mesh link",
+        [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, 1, 1 << 16)); }}},
       {"mesh.hop_cycles",
        {"cycles per switch hop", [](Arch& a, const Ctx& c) { a.hop_cycles = int(as_int(c, 0, 1 << 16)); }}},
       {"config.load_cycles",
@@ -130,15 +133,19 @@ const std::map<std::string, MemKeyDef>& memory_keys() {
       {"channels",
        {"independent channels", [](Memory& m, const Ctx& c) { m.channels = int(as_int(c, 1, 4096)); }}},
       {"channel_gbs",
-       {"pin bandwidth per channel, GB/s", [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c, 0.001, 1e5); }}},
+       {"pin bandwidth per channel, GB/s",
+        [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c, 0.001, 1e5); }}},
       {"latency_ns",
        {"unloaded access latency, ns", [](Memory& m, const Ctx& c) { m.latency_ns = as_real(c, 0, 1e6); }}},
       {"burst_bytes",
-       {"bytes per request (burst)", [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, 1, 1 << 20)); }}},
-      {"capacity_gb", {"capacity, GB", [](Memory& m, const Ctx& c) { m.capacity_gb = as_real(c, 0, 1e7, true); }}},
+       {"bytes per request (burst)",
+        [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, 1, 1 << 20)); }}},
+      {"capacity_gb",
+       {"capacity, GB", [](Memory& m, const Ctx& c) { m.capacity_gb = as_real(c, 0, 1e7, true); }}},
       {"banks", {"banks per channel", [](Memory& m, const Ctx& c) { m.banks = int(as_int(c, 1, 1024)); }}},
       {"row_bytes",
-       {"row (page) bytes per bank", [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, 1, 1 << 24)); }}},
+       {"row (page) bytes per bank",
+        [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, 1, 1 << 24)); }}},
       {"row_miss_ns",
        {"precharge + activate on a row miss, ns",
         [](Memory& m, const Ctx& c) { m.row_miss_ns = as_real(c, 0, 1e6); }}},
@@ -148,7 +155,8 @@ const std::map<std::string, MemKeyDef>& memory_keys() {
       {"refresh_ns",
        {"refresh duration tRFC, ns", [](Memory& m, const Ctx& c) { m.refresh_ns = as_real(c, 0, 1e6); }}},
       {"turnaround_ns",
-       {"read/write bus turnaround, ns", [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real(c, 0, 1e6); }}},
+       {"read/write bus turnaround, ns",
+        [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real(c, 0, 1e6); }}},
       {"interleave_bytes",
        {"channel interleaving granularity, bytes",
         [](Memory& m, const Ctx& c) { m.interleave_bytes = int(as_int(c, 1, 1 << 30)); }}},

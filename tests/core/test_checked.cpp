@@ -1,7 +1,7 @@
 // core/checked.h: overflow-safe products and sums, and the --max-work / --max-memory syntax.
-#include "core/checked.h"
-
 #include <gtest/gtest.h>
+
+#include "core/checked.h"
 
 namespace {
 

@@ -24,8 +24,11 @@ void set_one(std::string_view text) {
   static const mp::examples::ProgramSpec synthetic = [] {
     mp::examples::ProgramSpec s;
     s.name = "synthetic";
-    s.params = {{"M", "256", "rows"}, {"eps", "1e-5", "epsilon", 1e-30, 1}, {"p", "0.1", "probability"},
-                {"theta", "10000", "base", 2, 1e9}, {"dtype", "f32", "type"}};
+    s.params = {{"M", "256", "rows"},
+                {"eps", "1e-5", "epsilon", 1e-30, 1},
+                {"p", "0.1", "probability"},
+                {"theta", "10000", "base", 2, 1e9},
+                {"dtype", "f32", "type"}};
     return s;
   }();
   std::vector<const mp::examples::ProgramSpec*> specs = mp::examples::programs();

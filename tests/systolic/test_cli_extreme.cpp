@@ -93,34 +93,39 @@ TEST(SystolicExtreme, GemmTopologyOfTwoToThe24OnEveryAxis) {
 
 TEST(SystolicExtreme, ConvLayers) {
   Tmp t;
-  const std::string dp = t.write(
-      "dp.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
-                "DP1, 8, 8, 3, 3, 16777216, 1, 1,\n");
+  const std::string dp =
+      t.write("dp.csv",
+              "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+              "DP1, 8, 8, 3, 3, 16777216, 1, 1,\n");
   expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + dp, 1,
                "dp.csv:2: depthwise layer 'DP1' has 16777216 channels and would expand to one layer per "
                "channel; a topology holds at most 65536 layers");
   // a 2^24 x 2^24 IFMAP fits the products but not the work limit
-  const std::string ifmap = t.write(
-      "ifmap.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
-                   "c1, 16777216, 16777216, 3, 3, 3, 8, 1,\n");
+  const std::string ifmap =
+      t.write("ifmap.csv",
+              "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+              "c1, 16777216, 16777216, 3, 3, 3, 8, 1,\n");
   expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + ifmap, 1,
                "layer 'c1' (M x K x N = 281474909601796 x 27 x 8 on a 6x4 array, ws) needs about 2.81e+16 "
                "memory-model steps, above the limit 2e+10");
-  const std::string deep = t.write(
-      "deep.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
-                  "c2, 16777216, 16777216, 1, 1, 16777216, 8, 1,\n");
+  const std::string deep =
+      t.write("deep.csv",
+              "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+              "c2, 16777216, 16777216, 1, 1, 16777216, 8, 1,\n");
   expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + deep, 1,
                "deep.csv:2: layer 'c2' is too large: IFMAP height x width x channels exceeds 2^56");
-  const std::string filter = t.write(
-      "filter.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
-                    "c4, 16777216, 16777216, 16777216, 16777216, 16777216, 8, 1,\n");
+  const std::string filter =
+      t.write("filter.csv",
+              "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+              "c4, 16777216, 16777216, 16777216, 16777216, 16777216, 8, 1,\n");
   expect_error(t, "-c " + kData + "/conv_6x4_ws.cfg -t " + filter, 1,
                "filter.csv:2: layer 'c4' is too large: filter height x width x channels (K) exceeds 2^56");
   // within the work limit on a 1x1 array (one output pixel, a 2^31-word window), but its address tables
   // and buffer stamps would not fit the memory limit
-  const std::string window = t.write(
-      "window.csv", "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
-                    "c3, 32768, 32768, 32768, 32768, 2, 1, 1,\n");
+  const std::string window =
+      t.write("window.csv",
+              "Layer, IFMAP H, IFMAP W, Filter H, Filter W, Channels, Num Filter, Stride,\n"
+              "c3, 32768, 32768, 32768, 32768, 2, 1, 1,\n");
   expect_error(t, "-c " + t.write("one.cfg", config(1, 1)) + " -t " + window, 1,
                "layer 'c3' (M x K x N = 1 x 2147483648 x 1 on a 1x1 array, ws) needs about 48.0 GiB of "
                "memory, above the limit 8.0 GiB; shrink the layer, or raise --max-memory");
@@ -131,8 +136,9 @@ TEST(SystolicExtreme, ConfigRangesAndDuplicates) {
   const std::string topo = " -t " + kData + "/gemm64.csv -i gemm";
   expect_error(t, "-c " + t.write("a.cfg", config(65537, 8)) + topo, 1,
                "a.cfg:4: ArrayHeight must be in [1, 65536], got 65537");
-  expect_error(t, "-c " + t.write("b.cfg", config(8, 8, "IfmapOffset: 9223372036854775807\n")) + topo, 1,
-               "b.cfg:13: key IfmapOffset in [architecture_presets] is given twice (first on line 9); keep one");
+  expect_error(
+      t, "-c " + t.write("b.cfg", config(8, 8, "IfmapOffset: 9223372036854775807\n")) + topo, 1,
+      "b.cfg:13: key IfmapOffset in [architecture_presets] is given twice (first on line 9); keep one");
   std::string c = config(8, 8);
   c.replace(c.find("IfmapSramSzkB: 64"), 17, "IfmapSramSzkB: 9223372036854775807");
   expect_error(t, "-c " + t.write("c.cfg", c) + topo, 1,

@@ -153,9 +153,9 @@ TEST(ConfigErrors, NameFileLineKeyAndExpectation) {
   const std::string user = edited("InterfaceBandwidth: CALC", "InterfaceBandwidth: USER");
   EXPECT_EQ(msg(user), "(no error)");
   EXPECT_EQ(msg(edited("Bandwidth : 10", "Bandwidth : 0")), "(no error)");  // CALC does not read it
-  EXPECT_EQ(
-      msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
-      "a.cfg:14: Bandwidth must be a comma-separated list of integers in [1, 1048576] (words per cycle), got 'x'");
+  EXPECT_EQ(msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
+            "a.cfg:14: Bandwidth must be a comma-separated list of integers in [1, 1048576] (words per "
+            "cycle), got 'x'");
   EXPECT_EQ(msg("[general]\nrun_name = r\nArrayHeight 8\n"),
             "a.cfg:3: expected 'key : value' or 'key = value', got 'ArrayHeight 8'");
   EXPECT_EQ(msg(edited("[run_presets]\nInterfaceBandwidth: CALC\n", "")),

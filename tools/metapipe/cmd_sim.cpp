@@ -39,7 +39,8 @@ struct Limits {
 };
 
 // Refuses, before the simulation starts, a graph whose estimated events exceed the limit.
-void check_work(const rdu::Arch& arch, const rdu::Graph& g, const examples::ProgramSpec& spec, int64_t limit) {
+void check_work(const rdu::Arch& arch, const rdu::Graph& g, const examples::ProgramSpec& spec,
+                int64_t limit) {
   const int64_t events = rdu::estimate_events(arch, g);
   if (events > limit)
     throw user_error("program '" + spec.name + "' with these parameters needs about " + short_count(events) +

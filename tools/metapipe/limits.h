@@ -17,7 +17,8 @@ inline std::int64_t limit_option(Args& a, const char* name, std::int64_t def) {
   if (!v) return def;
   auto x = parse_limit(*v);
   if (!x)
-    throw usage_error(std::string(name) + " expects a positive integer with an optional suffix (k, M, G, T, " +
+    throw usage_error(std::string(name) +
+                      " expects a positive integer with an optional suffix (k, M, G, T, " +
                       "Ki, Mi, Gi, Ti; e.g. 20G or 8GiB), got '" + *v + "'");
   return *x;
 }
@@ -26,10 +27,10 @@ inline std::int64_t limit_option(Args& a, const char* name, std::int64_t def) {
 inline void check_memory(const examples::ProgramSpec& spec, const examples::Params& params, int64_t limit) {
   const cpu::MemoryEstimate e = cpu::estimate_memory(examples::build(spec, params));
   if (e.bytes > limit)
-    throw user_error("program '" + spec.name + "' with these parameters needs about " + format_bytes(e.bytes) +
-                     " of host memory (largest tensor '" + e.largest + "': " + short_count(e.largest_elems) +
-                     " elements), above the limit " + format_bytes(limit) +
-                     "; make its sizes smaller (--set), or raise --max-memory");
+    throw user_error("program '" + spec.name + "' with these parameters needs about " +
+                     format_bytes(e.bytes) + " of host memory (largest tensor '" + e.largest +
+                     "': " + short_count(e.largest_elems) + " elements), above the limit " +
+                     format_bytes(limit) + "; make its sizes smaller (--set), or raise --max-memory");
 }
 
 }  // namespace mp::cli

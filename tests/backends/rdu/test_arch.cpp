@@ -115,9 +115,9 @@ TEST(RduArch, MinimalFileAndOverrides) {
 TEST(RduArch, BadFilesNameTheKeyAndWhatIsExpected) {
   std::string base = kMinimal;
   EXPECT_NE(error_of(base + "pcu.lanez = 4\n").find("unknown key 'pcu.lanez'"), std::string::npos);
-  EXPECT_NE(
-      error_of(base + "pcu.lanes = four\n").find("key 'pcu.lanes' expects an integer in [1, 4096], got 'four'"),
-      std::string::npos);
+  EXPECT_NE(error_of(base + "pcu.lanes = four\n")
+                .find("key 'pcu.lanes' expects an integer in [1, 4096], got 'four'"),
+            std::string::npos);
   EXPECT_NE(error_of(base + "pcu.lanes = -2\n").find("pcu.lanes"), std::string::npos);
   EXPECT_NE(error_of(base + "clock_ghz = 0\n").find("key 'clock_ghz' expects a number in [0.001, 100]"),
             std::string::npos);

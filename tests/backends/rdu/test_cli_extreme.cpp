@@ -36,20 +36,24 @@ const char* kMinimalArch = "memory.ddr.channels = 4\nmemory.ddr.channel_gbs = 12
 TEST(RduExtreme, ArchKeysOutOfRange) {
   expect_error("sim matmul --set grid.rows=3000000000", 1,
                "key 'grid.rows' expects an integer in [1, 1024], got '3000000000'");
-  const std::string grid = arch_file("grid", std::string(kMinimalArch) + "grid.rows = 100000\ngrid.cols = 100000\n");
-  expect_error("sim matmul --arch " + grid, 1, ":3: key 'grid.rows' expects an integer in [1, 1024], got '100000'");
+  const std::string grid =
+      arch_file("grid", std::string(kMinimalArch) + "grid.rows = 100000\ngrid.cols = 100000\n");
+  expect_error("sim matmul --arch " + grid, 1,
+               ":3: key 'grid.rows' expects an integer in [1, 1024], got '100000'");
   fs::remove(grid);
   expect_error("sim matmul --set pmu.bank_kb=9223372036854775807", 1,
                "key 'pmu.bank_kb' expects an integer in [1, 1048576], got '9223372036854775807'");
-  expect_error("sim matmul --set clock_ghz=1e-300", 1, "key 'clock_ghz' expects a number in [0.001, 100], got '1e-300'");
+  expect_error("sim matmul --set clock_ghz=1e-300", 1,
+               "key 'clock_ghz' expects a number in [0.001, 100], got '1e-300'");
   expect_error("sim matmul --set memory.ddr.latency_ns=1e300", 1,
                "key 'memory.ddr.latency_ns' expects a number in [0, 1e+06], got '1e300'");
   expect_error("sim matmul --set memory.ddr.channel_gbs=1e300", 1,
                "key 'memory.ddr.channel_gbs' expects a number in [0.001, 100000], got '1e300'");
   expect_error("sim matmul --set memory.ddr.channel_gbs=nan", 1,
                "key 'memory.ddr.channel_gbs' expects a number in [0.001, 100000], got 'nan'");
-  expect_error("sim matmul --set memory.ddr.refresh_ns=8000", 1,
-               "key 'memory.ddr.refresh_ns' (8000) must be shorter than memory.ddr.refresh_interval_ns (7800)");
+  expect_error(
+      "sim matmul --set memory.ddr.refresh_ns=8000", 1,
+      "key 'memory.ddr.refresh_ns' (8000) must be shorter than memory.ddr.refresh_interval_ns (7800)");
 }
 
 TEST(RduExtreme, DuplicateArchKeyNamesBothLines) {
@@ -90,10 +94,12 @@ TEST(RduExtreme, ProgramParametersOutOfRange) {
 
 TEST(RduExtreme, WorkAndMemoryLimits) {
   // within the parameter ranges, beyond what the engines are allowed to take by default
-  expect_error("sim dotproduct --set N=1073741824", 1,
-               "needs about 6.46e+08 simulation events (stage iterations and memory bursts), above the limit 5e+08");
-  expect_error("sim dotproduct --max-work 1k", 1, "above the limit 1000; make its sizes smaller (--set), or "
-                                                  "raise --max-work");
+  expect_error(
+      "sim dotproduct --set N=1073741824", 1,
+      "needs about 6.46e+08 simulation events (stage iterations and memory bursts), above the limit 5e+08");
+  expect_error("sim dotproduct --max-work 1k", 1,
+               "above the limit 1000; make its sizes smaller (--set), or "
+               "raise --max-work");
   expect_error("run matmul --set M=1048576 --set N=1048576", 1,
                "of host memory (largest tensor 'C': 1.1e+12 elements), above the limit 8.0 GiB");
   expect_error("sim matmul --functional --max-memory 1k", 1, "above the limit 1000 B");
