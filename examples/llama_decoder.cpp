@@ -233,8 +233,8 @@ ProgramSpec llama_spec() {
            {"TT", "8", "tokens per tile (QKV and MLP blocks)"},
            {"TQ", "8", "query tokens per attention tile"},
            {"TK", "16", "cache positions per attention tile"},
-           {"eps", "1e-5", "RMSNorm epsilon"},
-           {"theta", "10000", "RoPE base"}},
+           {"eps", "1e-5", "RMSNorm epsilon", 1e-30, 1},
+           {"theta", "10000", "RoPE base", 2, 1e9}},
           build_llama,
           reference_llama,
           prepare_llama};

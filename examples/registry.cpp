@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <sstream>
 
 namespace mp::examples {
 
@@ -35,12 +37,12 @@ const ProgramSpec& find_program(const std::string& name) {
 
 const std::vector<Param>& compile_params() {
   static const std::vector<Param> p = {
-      {"mask", "0", "1: allow tiles that do not divide their dimension (the last tile is masked)"},
-      {"depth", "2", "slots of each inserted buffer (2 = double buffering)"},
-      {"budget_kib", "8192", "on-chip memory budget in KiB"},
+      {"mask", "0", "1: allow tiles that do not divide their dimension (the last tile is masked)", 0, 1},
+      {"depth", "2", "slots of each inserted buffer (2 = double buffering)", 1, 64},
+      {"budget_kib", "8192", "on-chip memory budget in KiB", 1, double(1 << 30)},
       {"row_tile", "0", "rows per tile for whole-tensor programs (0: chosen by the tile pass)"},
-      {"fuse", "1", "1: run the fusion pass"},
-      {"lanes", "16", "SIMD lanes per compute unit (parallelize pass)"},
+      {"fuse", "1", "1: run the fusion pass", 0, 1},
+      {"lanes", "16", "SIMD lanes per compute unit (parallelize pass)", 1, 4096},
   };
   return p;
 }
@@ -88,17 +90,36 @@ Params resolve(const ProgramSpec& spec, const std::vector<std::string>& sets) {
     }
     p.values[name] = value;
   }
-  // Validate types early so a typo is reported by name.
+  // Validate types and ranges early so a typo or an extreme value is reported by name, before a size
+  // product can overflow (M = INT64_MAX once became a negative trip count).
+  auto range = [](double lo, double hi, bool integer) {
+    std::ostringstream os;
+    if (integer)
+      os << "[" << int64_t(lo) << ", " << int64_t(hi) << "]";
+    else
+      os << "[" << lo << ", " << hi << "]";
+    return os.str();
+  };
+  auto check_int = [&](const Param& q) {
+    const int64_t x = p.i(q.name);
+    const double lo = std::max(q.min, 0.0), hi = std::min(q.max, double(kMaxIntParam));
+    MP_USER_CHECK(double(x) >= lo && double(x) <= hi, "parameter ", q.name, "=", p.s(q.name),
+                  " is out of range: it must be an integer in ", range(lo, hi, true));
+  };
   for (auto& q : spec.params) {
     const std::string& d = q.def;
     bool is_int = !d.empty() && d.find_first_not_of("-0123456789") == std::string::npos;
     bool is_num = !d.empty() && d.find_first_not_of("-0123456789.e") == std::string::npos;
-    if (is_int)
-      (void)p.i(q.name);
-    else if (is_num)
-      (void)p.f(q.name);
+    if (is_int) {
+      check_int(q);
+    } else if (is_num) {
+      const double x = p.f(q.name);
+      MP_USER_CHECK(std::isfinite(x), "parameter ", q.name, "=", p.s(q.name), " must be a finite number");
+      MP_USER_CHECK(x >= q.min && x <= q.max, "parameter ", q.name, "=", p.s(q.name),
+                    " is out of range: it must be in ", range(q.min, q.max, false));
+    }
   }
-  for (auto& q : compile_params()) (void)p.i(q.name);
+  for (auto& q : compile_params()) check_int(q);
   return p;
 }
 

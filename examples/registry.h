@@ -15,11 +15,15 @@
 
 namespace mp::examples {
 
+// A parameter's value is checked when --set gives it (resolve): an integer parameter (integer default)
+// must lie in [0, 2^31 - 1] and in [min, max]; a numeric one must be finite and in [min, max].
 struct Param {
   std::string name;
   std::string def;  // default value, as text ("256", "0.1", "f32")
   std::string help;
+  double min = -1e308, max = 1e308;
 };
+inline constexpr int64_t kMaxIntParam = 2147483647;
 
 // Resolved parameter values (program parameters and the compile parameters shared by all programs).
 class Params {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "systolic/scalesim.h"
 
@@ -53,6 +54,7 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
   std::string current;
   std::istringstream in{std::string(text)};
   std::string raw;
+  std::map<std::string, int> section_line;
   int lineno = 0;
   while (std::getline(in, raw)) {
     ++lineno;
@@ -62,6 +64,13 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
       MP_USER_CHECK(l.back() == ']', file, ":", lineno, ": malformed section header '", l,
                     "' (expected [name])");
       current = trim(std::string_view(l).substr(1, l.size() - 2));
+      // configparser (strict, its default) rejects a section or key given twice; so do we, naming both
+      // lines, rather than silently keeping one of the values.
+      auto first = section_line.find(current);
+      MP_USER_CHECK(first == section_line.end(), file, ":", lineno, ": section [", current,
+                    "] is given twice (first on line ", first == section_line.end() ? 0 : first->second,
+                    "); merge the two");
+      section_line[current] = lineno;
       sections[current];
       continue;
     }
@@ -71,7 +80,11 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     MP_USER_CHECK(!current.empty(), file, ":", lineno, ": key '", trim(l.substr(0, eq)),
                   "' appears before any [section] header");
     std::string key = trim(l.substr(0, eq));
-    sections[current][lower(key)] = Entry{trim(l.substr(eq + 1)), lineno, key};
+    auto& sec = sections[current];
+    if (auto old = sec.find(lower(key)); old != sec.end())
+      fail_user(file, ":", lineno, ": key ", key, " in [", current, "] is given twice (first on line ",
+                old->second.line, "); keep one");
+    sec[lower(key)] = Entry{trim(l.substr(eq + 1)), lineno, key};
   }
 
   auto need = [&](const char* sec, const char* key) -> const Entry& {
@@ -81,16 +94,17 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     MP_USER_CHECK(e != s->second.end(), file, ": missing key ", key, " in [", sec, "]");
     return e->second;
   };
-  auto integer = [&](const char* sec, const char* key, bool positive) {
+  // Every integer key has a range (docs/systolic.md); a value outside it is rejected with its line.
+  auto integer = [&](const char* sec, const char* key, std::int64_t lo, std::int64_t hi) {
     const Entry& e = need(sec, key);
     auto v = to_int(e.value);
     MP_USER_CHECK(v.has_value(), file, ":", e.line, ": ", key, " must be an integer, got '", e.value, "'");
-    if (positive)
-      MP_USER_CHECK(*v > 0, file, ":", e.line, ": ", key, " must be a positive integer, got ", *v);
-    else
-      MP_USER_CHECK(*v >= 0, file, ":", e.line, ": ", key, " must be a non-negative integer, got ", *v);
+    MP_USER_CHECK(*v >= lo && *v <= hi, file, ":", e.line, ": ", key, " must be in [", lo, ", ", hi,
+                  "], got ", *v);
     return *v;
   };
+  constexpr std::int64_t kMaxArray = 65536, kMaxSramKb = std::int64_t{1} << 30,
+                         kMaxOffset = std::int64_t{1} << 48, kMaxBandwidth = std::int64_t{1} << 20;
 
   SimConfig c;
   c.run_name = need("general", "run_name").value;
@@ -110,16 +124,14 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
       fail_user(file, ":", e.line, ": InterfaceBandwidth must be CALC or USER, got '", e.value, "'");
   }
   const char* arch = "architecture_presets";
-  const std::int64_t rows = integer(arch, "ArrayHeight", true), cols = integer(arch, "ArrayWidth", true);
-  MP_USER_CHECK(rows <= 65536 && cols <= 65536, file, ": ArrayHeight and ArrayWidth must be at most 65536");
-  c.array.rows = static_cast<int>(rows);
-  c.array.cols = static_cast<int>(cols);
-  c.ifmap_sram_kb = integer(arch, "IfmapSramSzkB", true);
-  c.filter_sram_kb = integer(arch, "FilterSramSzkB", true);
-  c.ofmap_sram_kb = integer(arch, "OfmapSramSzkB", true);
-  c.ifmap_offset = integer(arch, "IfmapOffset", false);
-  c.filter_offset = integer(arch, "FilterOffset", false);
-  c.ofmap_offset = integer(arch, "OfmapOffset", false);
+  c.array.rows = static_cast<int>(integer(arch, "ArrayHeight", 1, kMaxArray));
+  c.array.cols = static_cast<int>(integer(arch, "ArrayWidth", 1, kMaxArray));
+  c.ifmap_sram_kb = integer(arch, "IfmapSramSzkB", 1, kMaxSramKb);
+  c.filter_sram_kb = integer(arch, "FilterSramSzkB", 1, kMaxSramKb);
+  c.ofmap_sram_kb = integer(arch, "OfmapSramSzkB", 1, kMaxSramKb);
+  c.ifmap_offset = integer(arch, "IfmapOffset", 0, kMaxOffset);
+  c.filter_offset = integer(arch, "FilterOffset", 0, kMaxOffset);
+  c.ofmap_offset = integer(arch, "OfmapOffset", 0, kMaxOffset);
   {
     const Entry& e = need(arch, "Dataflow");
     auto df = parse_dataflow(e.value);
@@ -132,10 +144,9 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
     std::string item;
     while (std::getline(ss, item, ',')) {
       auto v = to_int(trim(item));
-      MP_USER_CHECK(
-          v.has_value() && *v > 0, file, ":", e.line,
-          ": Bandwidth must be a comma-separated list of positive integers (words per cycle), got '", e.value,
-          "'");
+      MP_USER_CHECK(v.has_value() && *v > 0 && *v <= kMaxBandwidth, file, ":", e.line,
+                    ": Bandwidth must be a comma-separated list of integers in [1, ", kMaxBandwidth,
+                    "] (words per cycle), got '", e.value, "'");
       c.bandwidth.push_back(*v);
     }
     MP_USER_CHECK(!c.bandwidth.empty(), file, ":", e.line,
@@ -152,11 +163,6 @@ SimConfig parse_config(std::string_view text, const std::string& file) {
       c.topology_path = v;
     }
   }
-  // The memory model's sets are 1/100 of a buffer; SCALE-Sim needs at least one word per set.
-  for (auto [key, kb] :
-       {std::pair{"IfmapSramSzkB", c.ifmap_sram_kb}, std::pair{"FilterSramSzkB", c.filter_sram_kb},
-        std::pair{"OfmapSramSzkB", c.ofmap_sram_kb}})
-    MP_USER_CHECK(kb <= (std::int64_t{1} << 30), file, ": ", key, " is too large (", kb, " kB)");
   return c;
 }
 
@@ -170,6 +176,35 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
   std::string raw;
   int lineno = 0;
   bool header = true;
+  // Every column is at most 2^24; the products the models index with (image and filter sizes, M x K x N)
+  // are checked here, before anything is allocated, so no later arithmetic can overflow.
+  constexpr std::int64_t kMaxColumn = std::int64_t{1} << 24, kMaxProduct = std::int64_t{1} << 56,
+                         kMaxLayers = std::int64_t{1} << 16;
+  auto product = [&](int line, const std::string& name, const char* what,
+                     std::initializer_list<std::int64_t> factors) {
+    std::int64_t r = 1;
+    for (std::int64_t f : factors) {
+      auto next = checked_mul(r, f);
+      if (!next || *next > kMaxProduct)
+        fail_user(file, ":", line, ": layer '", name, "' is too large: ", what,
+                  " exceeds 2^56 (make the layer smaller or split it)");
+      r = *next;
+    }
+    return r;
+  };
+  auto add_layer = [&](int line, const Layer& L) {
+    // K first: gemm() multiplies filter height x width x channels, which must not overflow.
+    product(line, L.name, "filter height x width x channels (K)", {L.filter_h, L.filter_w, L.channels});
+    product(line, L.name, "IFMAP height x width x channels", {L.ifmap_h, L.ifmap_w, L.channels});
+    const GemmShape g = L.gemm();
+    product(line, L.name, "M x K (IFMAP operand)", {g.M, g.K});
+    product(line, L.name, "K x N (filter operand)", {g.K, g.N});
+    product(line, L.name, "M x N (OFMAP operand)", {g.M, g.N});
+    product(line, L.name, "M x K x N (multiply-accumulates)", {g.M, g.K, g.N});
+    MP_USER_CHECK(std::int64_t(layers.size()) < kMaxLayers, file, ":", line, ": more than ", kMaxLayers,
+                  " layers (a depthwise DP layer counts one layer per channel)");
+    layers.push_back(L);
+  };
   while (std::getline(in, raw)) {
     ++lineno;
     std::string l = trim(raw);
@@ -193,8 +228,8 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
                     ") must be an integer, got '", f[i], "'");
       MP_USER_CHECK(*v > 0, file, ":", lineno, ": column ", i + 1, " (", what,
                     ") must be a positive integer, got ", *v);
-      MP_USER_CHECK(*v <= (std::int64_t{1} << 24), file, ":", lineno, ": column ", i + 1, " (", what,
-                    ") is too large: ", *v);
+      MP_USER_CHECK(*v <= kMaxColumn, file, ":", lineno, ": column ", i + 1, " (", what,
+                    ") must be at most 2^24 = ", kMaxColumn, ", got ", *v);
       return *v;
     };
     MP_USER_CHECK(!f.empty() && !f[0].empty(), file, ":", lineno, ": column 1 (layer name) is empty");
@@ -204,7 +239,7 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
       const auto m = field(1, "M"), n = field(2, "N"), k = field(3, "K");
       L.ifmap_h = m, L.ifmap_w = k, L.filter_h = 1, L.filter_w = k, L.channels = 1, L.num_filters = n;
       L.stride_h = L.stride_w = 1;
-      layers.push_back(L);
+      add_layer(lineno, L);
       continue;
     }
     L.ifmap_h = field(1, "IFMAP height");
@@ -221,14 +256,19 @@ std::vector<Layer> parse_topology(std::string_view text, const std::string& file
                   " is larger than the IFMAP width ", L.ifmap_w);
     if (L.name.find("DP") != std::string::npos) {  // SCALE-Sim runs a depthwise layer channel by channel
       const auto ch = L.channels;
+      MP_USER_CHECK(std::int64_t(layers.size()) + ch <= kMaxLayers, file, ":", lineno, ": depthwise layer '",
+                    L.name, "' has ", ch,
+                    " channels and would expand to one layer per channel; a topology "
+                    "holds at most ",
+                    kMaxLayers, " layers");
       for (std::int64_t c = 0; c < ch; ++c) {
         Layer d = L;
         d.name = L.name + "Channel_" + std::to_string(c);
         d.channels = 1;
-        layers.push_back(d);
+        add_layer(lineno, d);
       }
     } else {
-      layers.push_back(L);
+      add_layer(lineno, L);
     }
   }
   MP_USER_CHECK(!layers.empty(), file, ": no layers (expected a header line and then one layer per line)");

@@ -1,6 +1,7 @@
 // Cycle-level mode for a topology layer: the PE array computes the layer's GEMM on random operands.
 #include <cmath>
 
+#include "core/checked.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "systolic/scalesim.h"
@@ -9,10 +10,12 @@ namespace mp::systolic {
 
 CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed) {
   const GemmShape g = layer.gemm();
-  constexpr std::int64_t kMaxMacs = std::int64_t{1} << 32;
-  if (g.M * g.K * g.N > kMaxMacs)
-    throw not_supported("cycle-level mode for layer '" + layer.name + "' with " +
-                        std::to_string(g.M * g.K * g.N) + " MACs (limit 2^32); use --mode analytical");
+  // The caller checks estimate_cost against its limits; this bound keeps direct callers from overflowing
+  // the operand sizes below.
+  constexpr std::int64_t kMaxMacs = std::int64_t{1} << 40;
+  const std::int64_t macs = mul_sat(mul_sat(g.M, g.K), g.N);
+  MP_USER_CHECK(macs <= kMaxMacs, "cycle-level mode for layer '", layer.name, "' with ", macs,
+                " multiply-accumulates (limit 2^40); use --mode analytical");
   const auto I = random_floats(static_cast<size_t>(g.M * g.K), seed);
   const auto W = random_floats(static_cast<size_t>(g.K * g.N), seed + 1);
   const CycleResult sim = simulate_gemm(g, cfg.array, I, W);

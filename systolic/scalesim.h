@@ -76,6 +76,18 @@ struct CycleCheck {
 };
 CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed);
 
+// What a layer costs before it runs, saturating at INT64_MAX so that no input overflows the estimate.
+// `work` counts the engine's inner steps: R + C operand words per demand line (array cycle) of the memory
+// model, plus R x C PE updates per cycle in cycle mode. `bytes` is what the models allocate (address tables,
+// buffer stamps, cycle-mode operands).
+struct LayerCost {
+  std::int64_t work = 0, bytes = 0;
+};
+LayerCost estimate_cost(const Layer& layer, const SimConfig& cfg, bool cycle_mode);
+// Default limits of `metapipe systolic` (--max-work, --max-memory): a few minutes of work at most.
+inline constexpr std::int64_t kDefaultMaxWork = std::int64_t{20} * 1000 * 1000 * 1000;
+inline constexpr std::int64_t kDefaultMaxMemory = std::int64_t{8} << 30;
+
 // The three report files, in SCALE-Sim's layout, under `dir` (which must exist).
 void write_reports(const std::filesystem::path& dir, const std::vector<LayerReport>& layers);
 std::string compute_report_csv(const std::vector<LayerReport>& layers);

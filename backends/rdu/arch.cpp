@@ -34,26 +34,30 @@ struct Ctx {
   fail_user(c.where, "key '", c.key, "' expects ", expected, ", got '", c.value, "'");
 }
 
-int64_t as_int(const Ctx& c, bool positive) {
+// Every numeric key has a range (docs/rdu.md): wide enough for any chip worth modelling, narrow enough
+// that the products the mapper and the simulator form (grid size, PMU bytes, cycles per burst) cannot
+// overflow and simulated time always advances.
+int64_t as_int(const Ctx& c, int64_t lo, int64_t hi) {
   int64_t x = 0;
   auto [p, ec] = std::from_chars(c.value.data(), c.value.data() + c.value.size(), x);
-  if (ec != std::errc() || p != c.value.data() + c.value.size())
-    bad(c, positive ? "a positive integer" : "an integer >= 0");
-  if (positive ? x <= 0 : x < 0) bad(c, positive ? "a positive integer" : "an integer >= 0");
+  const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (ec != std::errc() || p != c.value.data() + c.value.size() || x < lo || x > hi) bad(c, range);
   return x;
 }
-double as_real(const Ctx& c) {
-  char* end = nullptr;
-  double x = std::strtod(c.value.c_str(), &end);
-  if (c.value.empty() || end != c.value.c_str() + c.value.size() || !std::isfinite(x) || x <= 0)
-    bad(c, "a positive number");
-  return x;
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
 }
-double as_real0(const Ctx& c) {
+// A finite number in [lo, hi]; with lo == 0 and `positive`, in (0, hi].
+double as_real(const Ctx& c, double lo, double hi, bool positive = false) {
   char* end = nullptr;
   double x = std::strtod(c.value.c_str(), &end);
-  if (c.value.empty() || end != c.value.c_str() + c.value.size() || !std::isfinite(x) || x < 0)
-    bad(c, "a number >= 0");
+  const std::string range = positive && lo == 0 ? "a number in (0, " + num(hi) + "]"
+                                                : "a number in [" + num(lo) + ", " + num(hi) + "]";
+  if (c.value.empty() || end != c.value.c_str() + c.value.size() || !std::isfinite(x) || x < lo || x > hi ||
+      (positive && x <= 0))
+    bad(c, range);
   return x;
 }
 bool as_bool(const Ctx& c) {
@@ -74,46 +78,49 @@ struct MemKeyDef {
 const std::map<std::string, KeyDef>& chip_keys() {
   static const std::map<std::string, KeyDef> k = {
       {"name", {"preset name shown in reports", [](Arch& a, const Ctx& c) { a.name = c.value; }}},
-      {"clock_ghz", {"fabric clock in GHz", [](Arch& a, const Ctx& c) { a.clock_ghz = as_real(c); }}},
-      {"grid.rows", {"rows of the unit grid", [](Arch& a, const Ctx& c) { a.rows = int(as_int(c, true)); }}},
+      {"clock_ghz",
+       {"fabric clock in GHz", [](Arch& a, const Ctx& c) { a.clock_ghz = as_real(c, 0.001, 100); }}},
+      {"grid.rows",
+       {"rows of the unit grid", [](Arch& a, const Ctx& c) { a.rows = int(as_int(c, 1, 1024)); }}},
       {"grid.cols",
-       {"columns of the unit grid", [](Arch& a, const Ctx& c) { a.cols = int(as_int(c, true)); }}},
+       {"columns of the unit grid", [](Arch& a, const Ctx& c) { a.cols = int(as_int(c, 1, 1024)); }}},
       {"grid.layout",
        {"placement of PCUs and PMUs: checkerboard",
         [](Arch&, const Ctx& c) {
           if (c.value != "checkerboard") bad(c, "checkerboard (the only layout modelled)");
         }}},
       {"pcu.lanes",
-       {"SIMD lanes per PCU", [](Arch& a, const Ctx& c) { a.pcu_lanes = int(as_int(c, true)); }}},
+       {"SIMD lanes per PCU", [](Arch& a, const Ctx& c) { a.pcu_lanes = int(as_int(c, 1, 4096)); }}},
       {"pcu.stages",
-       {"pipeline stages per PCU", [](Arch& a, const Ctx& c) { a.pcu_stages = int(as_int(c, true)); }}},
+       {"pipeline stages per PCU", [](Arch& a, const Ctx& c) { a.pcu_stages = int(as_int(c, 1, 1024)); }}},
       {"pcu.systolic",
        {"PCUs also run as systolic arrays (true/false)",
         [](Arch& a, const Ctx& c) { a.pcu_systolic = as_bool(c); }}},
       {"pcu.systolic_rows",
-       {"systolic array rows", [](Arch& a, const Ctx& c) { a.systolic_rows = int(as_int(c, true)); }}},
+       {"systolic array rows", [](Arch& a, const Ctx& c) { a.systolic_rows = int(as_int(c, 1, 4096)); }}},
       {"pcu.systolic_cols",
-       {"systolic array columns", [](Arch& a, const Ctx& c) { a.systolic_cols = int(as_int(c, true)); }}},
+       {"systolic array columns", [](Arch& a, const Ctx& c) { a.systolic_cols = int(as_int(c, 1, 4096)); }}},
       {"pmu.banks",
-       {"scratchpad banks per PMU", [](Arch& a, const Ctx& c) { a.pmu_banks = int(as_int(c, true)); }}},
+       {"scratchpad banks per PMU", [](Arch& a, const Ctx& c) { a.pmu_banks = int(as_int(c, 1, 4096)); }}},
       {"pmu.bank_kb",
-       {"KiB per bank", [](Arch& a, const Ctx& c) { a.pmu_bank_bytes = as_int(c, true) * 1024; }}},
+       {"KiB per bank", [](Arch& a, const Ctx& c) { a.pmu_bank_bytes = as_int(c, 1, 1 << 20) * 1024; }}},
       {"pmu.max_nbuf",
        {"largest N of an N-buffer in one PMU",
-        [](Arch& a, const Ctx& c) { a.pmu_max_nbuf = int(as_int(c, true)); }}},
+        [](Arch& a, const Ctx& c) { a.pmu_max_nbuf = int(as_int(c, 1, 64)); }}},
       {"agcu.count",
        {"address generation and coalescing units",
-        [](Arch& a, const Ctx& c) { a.agcus = int(as_int(c, true)); }}},
+        [](Arch& a, const Ctx& c) { a.agcus = int(as_int(c, 1, 4096)); }}},
       {"agcu.outstanding",
        {"memory requests in flight per AGCU",
-        [](Arch& a, const Ctx& c) { a.agcu_outstanding = int(as_int(c, true)); }}},
+        [](Arch& a, const Ctx& c) { a.agcu_outstanding = int(as_int(c, 1, 1 << 16)); }}},
       {"mesh.link_bytes",
-       {"bytes per cycle per mesh link", [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, true)); }}},
+       {"bytes per cycle per mesh link",
+        [](Arch& a, const Ctx& c) { a.link_bytes = int(as_int(c, 1, 1 << 16)); }}},
       {"mesh.hop_cycles",
-       {"cycles per switch hop", [](Arch& a, const Ctx& c) { a.hop_cycles = int(as_int(c, false)); }}},
+       {"cycles per switch hop", [](Arch& a, const Ctx& c) { a.hop_cycles = int(as_int(c, 0, 1 << 16)); }}},
       {"config.load_cycles",
        {"cycles to load one configuration (kernel call)",
-        [](Arch& a, const Ctx& c) { a.config_cycles = as_int(c, false); }}},
+        [](Arch& a, const Ctx& c) { a.config_cycles = as_int(c, 0, int64_t{1} << 40); }}},
       {"program_memory",
        {"name of the memory that holds program tensors",
         [](Arch& a, const Ctx& c) { a.program_memory = c.value; }}},
@@ -124,30 +131,35 @@ const std::map<std::string, KeyDef>& chip_keys() {
 const std::map<std::string, MemKeyDef>& memory_keys() {
   static const std::map<std::string, MemKeyDef> k = {
       {"channels",
-       {"independent channels", [](Memory& m, const Ctx& c) { m.channels = int(as_int(c, true)); }}},
+       {"independent channels", [](Memory& m, const Ctx& c) { m.channels = int(as_int(c, 1, 4096)); }}},
       {"channel_gbs",
-       {"pin bandwidth per channel, GB/s", [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c); }}},
+       {"pin bandwidth per channel, GB/s",
+        [](Memory& m, const Ctx& c) { m.channel_gbs = as_real(c, 0.001, 1e5); }}},
       {"latency_ns",
-       {"unloaded access latency, ns", [](Memory& m, const Ctx& c) { m.latency_ns = as_real0(c); }}},
+       {"unloaded access latency, ns", [](Memory& m, const Ctx& c) { m.latency_ns = as_real(c, 0, 1e6); }}},
       {"burst_bytes",
-       {"bytes per request (burst)", [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, true)); }}},
-      {"capacity_gb", {"capacity, GB", [](Memory& m, const Ctx& c) { m.capacity_gb = as_real(c); }}},
-      {"banks", {"banks per channel", [](Memory& m, const Ctx& c) { m.banks = int(as_int(c, true)); }}},
+       {"bytes per request (burst)",
+        [](Memory& m, const Ctx& c) { m.burst_bytes = int(as_int(c, 1, 1 << 20)); }}},
+      {"capacity_gb",
+       {"capacity, GB", [](Memory& m, const Ctx& c) { m.capacity_gb = as_real(c, 0, 1e7, true); }}},
+      {"banks", {"banks per channel", [](Memory& m, const Ctx& c) { m.banks = int(as_int(c, 1, 1024)); }}},
       {"row_bytes",
-       {"row (page) bytes per bank", [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, true)); }}},
+       {"row (page) bytes per bank",
+        [](Memory& m, const Ctx& c) { m.row_bytes = int(as_int(c, 1, 1 << 24)); }}},
       {"row_miss_ns",
        {"precharge + activate on a row miss, ns",
-        [](Memory& m, const Ctx& c) { m.row_miss_ns = as_real0(c); }}},
+        [](Memory& m, const Ctx& c) { m.row_miss_ns = as_real(c, 0, 1e6); }}},
       {"refresh_interval_ns",
        {"refresh period tREFI, ns (0: none)",
-        [](Memory& m, const Ctx& c) { m.refresh_interval_ns = as_real0(c); }}},
+        [](Memory& m, const Ctx& c) { m.refresh_interval_ns = as_real(c, 0, 1e9); }}},
       {"refresh_ns",
-       {"refresh duration tRFC, ns", [](Memory& m, const Ctx& c) { m.refresh_ns = as_real0(c); }}},
+       {"refresh duration tRFC, ns", [](Memory& m, const Ctx& c) { m.refresh_ns = as_real(c, 0, 1e6); }}},
       {"turnaround_ns",
-       {"read/write bus turnaround, ns", [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real0(c); }}},
+       {"read/write bus turnaround, ns",
+        [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real(c, 0, 1e6); }}},
       {"interleave_bytes",
        {"channel interleaving granularity, bytes",
-        [](Memory& m, const Ctx& c) { m.interleave_bytes = int(as_int(c, true)); }}},
+        [](Memory& m, const Ctx& c) { m.interleave_bytes = int(as_int(c, 1, 1 << 30)); }}},
   };
   return k;
 }
@@ -201,6 +213,10 @@ void check(const Arch& a) {
   for (auto& m : a.memories) {
     MP_USER_CHECK(m.row_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".row_bytes' (", m.row_bytes,
                   ") must be a multiple of memory.", m.name, ".burst_bytes (", m.burst_bytes, ")");
+    MP_USER_CHECK(m.refresh_interval_ns == 0 || m.refresh_ns < m.refresh_interval_ns, w, "key 'memory.",
+                  m.name, ".refresh_ns' (", m.refresh_ns, ") must be shorter than memory.", m.name,
+                  ".refresh_interval_ns (", m.refresh_interval_ns,
+                  ") or the channel is never free (set refresh_interval_ns = 0 for no refresh)");
     MP_USER_CHECK(m.interleave_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".interleave_bytes' (",
                   m.interleave_bytes, ") must be a multiple of memory.", m.name, ".burst_bytes (",
                   m.burst_bytes, ")");
@@ -258,6 +274,7 @@ Arch parse_arch(const std::string& text, const std::string& origin) {
   std::istringstream is(text);
   std::string line;
   int n = 0;
+  std::map<std::string, int> seen;  // key -> line: a key given twice is an error, never "the last wins"
   while (std::getline(is, line)) {
     ++n;
     if (auto h = line.find('#'); h != std::string::npos) line = line.substr(0, h);
@@ -267,6 +284,9 @@ Arch parse_arch(const std::string& text, const std::string& origin) {
     auto eq = line.find('=');
     if (eq == std::string::npos) fail_user(where, "expected 'key = value', got '", line, "'");
     std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
+    if (auto [it, fresh] = seen.emplace(key, n); !fresh)
+      fail_user(where, "key '", key, "' is given twice (first on line ", it->second,
+                "); keep one (use --set ", key, "=VALUE to override a file's value)");
     set_key(a, key, value, where);
   }
   check(a);

@@ -7,6 +7,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "core/checked.h"
 #include "core/error.h"
 
 namespace mp::rdu {
@@ -152,7 +153,13 @@ class Sim {
 
   ConfigResult run() {
     for (size_t s = 0; s < g_.stages.size(); ++s) push(0, TRY, int(s), 0);
+    // No input may stall the loop: it stops, as metapipe's own error, well past the events the graph
+    // can need (estimate_events counts them from the stage iterations and bursts).
+    const int64_t cap = add_sat(mul_sat(estimate_events(a_, g_), 64), 1000000);
     while (!q_.empty()) {
+      if (res_.events >= cap)
+        fail_internal("simulation of '", g_.name, "' did not finish within ", cap,
+                      " events (estimated from its stages); the event loop is stuck");
       Ev e = q_.top();
       q_.pop();
       now_ = e.t;
@@ -385,6 +392,13 @@ class Sim {
     Req r = C.queue[pick];
     C.queue.erase(C.queue.begin() + long(pick));
     double t = std::max(now_, C.bus_free);
+    // Refreshes that fell in an idle stretch cannot block this request (refresh_ns < refresh_interval_ns,
+    // checked with the arch): count them at once instead of one by one, so a long gap costs no loop.
+    if (t >= C.next_refresh + 64 * refresh_int_) {
+      const double skipped = std::floor((t - C.next_refresh) / refresh_int_) - 1;
+      C.next_refresh += skipped * refresh_int_;
+      res_.refreshes += int64_t(skipped);
+    }
     while (t >= C.next_refresh) {  // all banks refresh: the channel is blocked, rows close
       t = std::max(t, C.next_refresh + refresh_);
       C.next_refresh += refresh_int_;
@@ -496,6 +510,22 @@ class Sim {
 };
 
 }  // namespace
+
+int64_t estimate_events(const Arch& a, const Graph& g) {
+  const int64_t bb = a.memory().burst_bytes;
+  int64_t total = 0;
+  for (const Stage& S : g.stages) {
+    // An iteration fires, releases its inputs and completes (a few events, one per consumer each); a load
+    // or store also issues, serves and finishes each of its bursts (a row may straddle one more burst).
+    int64_t per_iter = add_sat(8, mul_sat(4, int64_t(S.inputs.size() + S.outputs.size())));
+    if (S.kind != StageKind::Compute) {
+      const int64_t bursts = mul_sat(S.access.rows, add_sat(S.access.row_bytes / bb, 2));
+      per_iter = add_sat(per_iter, mul_sat(bursts, 4));
+    }
+    total = add_sat(total, mul_sat(S.iterations, per_iter));
+  }
+  return total;
+}
 
 ConfigResult simulate_config(const Arch& a, Config& cfg, const SimOptions& opt) {
   MP_INTERNAL_CHECK(cfg.stages.size() == cfg.graph.stages.size(), "mapping and graph disagree");

@@ -41,6 +41,11 @@ struct SimOptions {
   std::vector<int64_t> stage_extra_latency;  // per stage: route hops x hop cycles (from place & route)
 };
 
+// An upper estimate of the events simulating `g` takes (saturating at INT64_MAX): the work measure that
+// `metapipe sim --max-work` limits, and the bound of the simulator's event loop.
+int64_t estimate_events(const Arch& a, const Graph& g);
+inline constexpr int64_t kDefaultMaxEvents = int64_t{500} * 1000 * 1000;
+
 // Simulates one configuration; in functional mode the graph's tensors' host data are read and written.
 ConfigResult simulate_config(const Arch& a, Config& cfg, const SimOptions& opt);
 

@@ -143,9 +143,9 @@ TEST(ConfigErrors, NameFileLineKeyAndExpectation) {
   EXPECT_EQ(msg(edited("ArrayWidth: 8", "ArrayWidth: eight")),
             "a.cfg:6: ArrayWidth must be an integer, got 'eight'");
   EXPECT_EQ(msg(edited("ArrayHeight: 8", "ArrayHeight: 0")),
-            "a.cfg:5: ArrayHeight must be a positive integer, got 0");
+            "a.cfg:5: ArrayHeight must be in [1, 65536], got 0");
   EXPECT_EQ(msg(edited("IfmapSramSzkB: 64", "IfmapSramSzkB: -4")),
-            "a.cfg:7: IfmapSramSzkB must be a positive integer, got -4");
+            "a.cfg:7: IfmapSramSzkB must be in [1, 1073741824], got -4");
   EXPECT_EQ(msg(edited("Dataflow : ws", "Dataflow : rs")),
             "a.cfg:13: Dataflow must be ws, os or is, got 'rs'");
   EXPECT_EQ(msg(edited("InterfaceBandwidth: CALC", "InterfaceBandwidth: FAST")),
@@ -153,9 +153,9 @@ TEST(ConfigErrors, NameFileLineKeyAndExpectation) {
   const std::string user = edited("InterfaceBandwidth: CALC", "InterfaceBandwidth: USER");
   EXPECT_EQ(msg(user), "(no error)");
   EXPECT_EQ(msg(edited("Bandwidth : 10", "Bandwidth : 0")), "(no error)");  // CALC does not read it
-  EXPECT_EQ(
-      msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
-      "a.cfg:14: Bandwidth must be a comma-separated list of positive integers (words per cycle), got 'x'");
+  EXPECT_EQ(msg(std::string(user).replace(user.find("Bandwidth : 10"), 14, "Bandwidth : x")),
+            "a.cfg:14: Bandwidth must be a comma-separated list of integers in [1, 1048576] (words per "
+            "cycle), got 'x'");
   EXPECT_EQ(msg("[general]\nrun_name = r\nArrayHeight 8\n"),
             "a.cfg:3: expected 'key : value' or 'key = value', got 'ArrayHeight 8'");
   EXPECT_EQ(msg(edited("[run_presets]\nInterfaceBandwidth: CALC\n", "")),

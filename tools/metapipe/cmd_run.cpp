@@ -9,6 +9,7 @@
 #include "examples/run.h"
 #include "core/text.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/limits.h"
 
 namespace mp::cli {
 namespace {
@@ -25,6 +26,7 @@ int run_run(Args& a) {
   auto target = a.value({"--target"}).value_or("cpu");
   bool json = a.flag({"--json"});
   auto seed_opt = a.integer({"--seed"});
+  const int64_t max_memory = limit_option(a, "--max-memory", cpu::kDefaultMaxMemory);
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 1) throw usage_error("expected one program name (see metapipe list)");
@@ -42,6 +44,7 @@ int run_run(Args& a) {
         "simulated accelerator is metapipe sim)");
   const auto& spec = examples::find_program(pos[0]);
   auto params = examples::resolve(spec, sets);
+  check_memory(spec, params, max_memory);
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed() % 1000000;
   std::vector<examples::CpuRun> runs;
   for (auto m : modes) runs.push_back(examples::run_on_cpu(spec, params, m, seed));
@@ -117,6 +120,8 @@ MP_REGISTER_COMMAND(
     "  --target T        cpu (both, default), cpu:interp, cpu:metapipe\n"
     "  --set NAME=VALUE  a program or compile parameter (repeatable)\n"
     "  --seed N          input seed (default: fresh, printed)\n"
+    "  --max-memory B    refuse a program whose tensors need more than B bytes of host memory\n"
+    "                    (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti, optional B)\n"
     "  --json            machine-readable output\n",
     run_run);
 

@@ -14,6 +14,7 @@
 #include "examples/run.h"
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/limits.h"
 
 namespace mp::cli {
 namespace {
@@ -33,8 +34,22 @@ bool is_arch_key(const std::string& assignment) {
 // A registry program: build, compile (tile -> fuse -> parallelize -> metapipeline), lower, simulate; with
 // `functional`, the simulated stages evaluate the IR on tiles and the outputs are checked like `metapipe
 // run`.
+struct Limits {
+  int64_t work = rdu::kDefaultMaxEvents, memory = cpu::kDefaultMaxMemory;
+};
+
+// Refuses, before the simulation starts, a graph whose estimated events exceed the limit.
+void check_work(const rdu::Arch& arch, const rdu::Graph& g, const examples::ProgramSpec& spec,
+                int64_t limit) {
+  const int64_t events = rdu::estimate_events(arch, g);
+  if (events > limit)
+    throw user_error("program '" + spec.name + "' with these parameters needs about " + short_count(events) +
+                     " simulation events (stage iterations and memory bursts), above the limit " +
+                     short_count(limit) + "; make its sizes smaller (--set), or raise --max-work");
+}
+
 SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
-                  const std::vector<std::string>& sets, bool functional, uint64_t seed) {
+                  const std::vector<std::string>& sets, bool functional, uint64_t seed, const Limits& lim) {
   SimOutcome out;
   examples::Params params = examples::resolve(spec, sets);
   for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
@@ -42,9 +57,12 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   ir::Program c = passes::compile(p, examples::compile_options(params));
   if (!functional) {
     rdu::Graph g = rdu::lower(c);
+    check_work(arch, g, spec, lim.work);
     out.r = rdu::run(arch, g);
     return out;
   }
+  check_memory(spec, params, lim.memory);
+  check_work(arch, rdu::lower(c), spec, lim.work);
   examples::HostInputs in = examples::make_inputs(spec, params, p, seed);
   examples::HostOutputs ref = spec.reference(params, in);
   ir::Memory mem = ir::make_memory(c, in);
@@ -75,9 +93,9 @@ std::string program_names() {
 
 // NAME: a registry program, compiled and lowered (front end -> IR -> passes -> lowering -> simulation).
 SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::vector<std::string>& sets,
-                    bool functional, uint64_t seed) {
+                    bool functional, uint64_t seed, const Limits& lim) {
   for (auto* p : examples::programs())
-    if (p->name == name) return sim_ir(arch, *p, sets, functional, seed);
+    if (p->name == name) return sim_ir(arch, *p, sets, functional, seed, lim);
   throw usage_error("unknown program '" + name + "' for metapipe sim (programs: " + program_names() + ")");
 }
 
@@ -88,6 +106,9 @@ int run_sim(Args& a) {
   bool functional = a.flag({"--functional"});
   auto svg = a.value({"--svg"});
   auto seed_opt = a.integer({"--seed"});
+  Limits lim;
+  lim.work = limit_option(a, "--max-work", rdu::kDefaultMaxEvents);
+  lim.memory = limit_option(a, "--max-memory", cpu::kDefaultMaxMemory);
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 1)
@@ -102,7 +123,7 @@ int run_sim(Args& a) {
       prog_sets.push_back(s);
   }
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed();
-  SimOutcome o = simulate(arch, pos[0], prog_sets, functional, seed);
+  SimOutcome o = simulate(arch, pos[0], prog_sets, functional, seed, lim);
   const rdu::RunResult& r = o.r;
   if (svg) {
     std::ofstream f(*svg);
@@ -140,7 +161,11 @@ MP_REGISTER_COMMAND(
     "  --svg FILE        the placement with routes and per-unit utilization\n"
     "  --functional      the simulated units compute real values, checked against the program's\n"
     "                    naive C++ reference (exit 1 on mismatch)\n"
-    "  --seed N          seed of the random inputs\n",
+    "  --seed N          seed of the random inputs\n"
+    "  --max-work N      refuse a program whose estimated simulation events (stage iterations and\n"
+    "                    memory bursts) exceed N (default 500M; suffixes k, M, G, T)\n"
+    "  --max-memory B    with --functional, refuse a program whose tensors need more than B bytes\n"
+    "                    of host memory (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti)\n",
     run_sim);
 
 std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
@@ -151,7 +176,7 @@ std::vector<DemoRow> sim_rows(const DemoContext& ctx) {
     for (auto* spec : examples::programs()) {  // functional at the programs' default sizes
       try {
         const uint64_t seed = fresh_seed();
-        SimOutcome o = sim_ir(arch, *spec, {}, true, seed);
+        SimOutcome o = sim_ir(arch, *spec, {}, true, seed, Limits{});
         // a failure names its seed, so that `metapipe sim NAME --arch A --functional --seed N` repeats it
         if (!o.ok) o.check += " seed " + std::to_string(seed);
         rows.push_back(DemoRow{spec->name, std::string("rdu:") + an, o.check,

@@ -10,6 +10,8 @@
 #include "systolic/scalesim.h"
 #include "systolic/systolic.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/limits.h"
+#include "tools/metapipe/progress.h"
 
 namespace mp::cli {
 namespace {
@@ -31,6 +33,9 @@ int run_systolic(Args& a) {
   auto plot = a.value({"--plot"});
   auto mode = a.value({"--mode"}).value_or("analytical");
   auto df_opt = a.value({"--dataflow"});
+  const bool quiet = a.flag({"--quiet"});
+  const std::int64_t max_work = limit_option(a, "--max-work", kDefaultMaxWork);
+  const std::int64_t max_memory = limit_option(a, "--max-memory", kDefaultMaxMemory);
   a.positionals();
   a.finish();
 
@@ -59,6 +64,33 @@ int run_systolic(Args& a) {
     if (!parent.empty() && !fs::is_directory(parent))
       throw user_error(*plot + ": the folder for --plot does not exist");
   }
+  // Estimate every layer's cost (under every dataflow the plot needs) and refuse, before anything runs or
+  // is written, the input that would take too long or allocate too much.
+  std::vector<double> layer_work;  // under the config's dataflow, for the progress line
+  double total_work = 0;
+  for (Dataflow df : {Dataflow::WS, Dataflow::OS, Dataflow::IS}) {
+    if (df != cfg.array.dataflow && !plot) continue;
+    SimConfig c = cfg;
+    c.array.dataflow = df;
+    for (const auto& L : layers) {
+      const LayerCost cost = estimate_cost(L, c, mode == "cycle" && df == cfg.array.dataflow);
+      total_work += double(cost.work);
+      if (df == cfg.array.dataflow) layer_work.push_back(double(cost.work));
+      const GemmShape g = L.gemm();
+      const std::string what = "layer '" + L.name + "' (M x K x N = " + std::to_string(g.M) + " x " +
+                               std::to_string(g.K) + " x " + std::to_string(g.N) + " on a " +
+                               std::to_string(cfg.array.rows) + "x" + std::to_string(cfg.array.cols) +
+                               " array, " + std::string(dataflow_name(df)) + ")";
+      if (cost.work > max_work)
+        throw user_error(what + " needs about " + short_count(cost.work) +
+                         (mode == "cycle" ? " PE updates and memory-model steps" : " memory-model steps") +
+                         ", above the limit " + short_count(max_work) +
+                         "; shrink the layer or the array, or raise --max-work");
+      if (cost.bytes > max_memory)
+        throw user_error(what + " needs about " + format_bytes(cost.bytes) + " of memory, above the limit " +
+                         format_bytes(max_memory) + "; shrink the layer, or raise --max-memory");
+    }
+  }
   fs::path run_dir;
   if (outdir) {
     run_dir = fs::path(*outdir) / cfg.run_name;
@@ -68,13 +100,20 @@ int run_systolic(Args& a) {
 
   // Simulate (in memory; nothing is written if a layer fails).
   const auto t0 = std::chrono::steady_clock::now();
+  Progress progress("metapipe systolic", quiet);
+  double done = 0;
   std::vector<LayerReport> reports;
-  for (const auto& L : layers) reports.push_back(simulate_layer(L, cfg));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    reports.push_back(simulate_layer(layers[i], cfg));
+    progress.update(done += mode == "cycle" ? layer_work[i] / 2 : layer_work[i], total_work);
+  }
   std::vector<CycleCheck> checks;
   const uint64_t seed = fresh_seed();
   if (mode == "cycle") {
-    for (size_t i = 0; i < layers.size(); ++i)
+    for (size_t i = 0; i < layers.size(); ++i) {
       checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i));
+      progress.update(done += layer_work[i] / 2, total_work);
+    }
   }
   std::vector<PlotSeries> series;
   if (plot) {
@@ -82,14 +121,19 @@ int run_systolic(Args& a) {
       SimConfig c = cfg;
       c.array.dataflow = df;
       PlotSeries s{df, {}};
-      if (df == cfg.array.dataflow)
+      if (df == cfg.array.dataflow) {
         s.layers = reports;
-      else
-        for (const auto& L : layers) s.layers.push_back(simulate_layer(L, c));
+      } else {
+        for (const auto& L : layers) {
+          s.layers.push_back(simulate_layer(L, c));
+          progress.update(done += double(estimate_cost(L, c, false).work), total_work);
+        }
+      }
       series.push_back(std::move(s));
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress.finish();
 
   std::cout << "metapipe systolic: " << cfg.array.rows << "x" << cfg.array.cols << " array, "
             << dataflow_name(cfg.array.dataflow) << " dataflow, SRAM " << cfg.ifmap_sram_kb << "/"
@@ -149,7 +193,8 @@ int run_systolic(Args& a) {
 MP_REGISTER_COMMAND(
     "systolic", "systolic-array model (WS/OS/IS), SCALE-Sim v2 compatible config, topology and reports",
     "usage: metapipe systolic -c CONFIG.cfg [-t TOPOLOGY.csv] [-i conv|gemm] [-p OUTDIR]\n"
-    "                         [--mode analytical|cycle] [--dataflow ws|os|is] [--plot FILE.svg]\n\n"
+    "                         [--mode analytical|cycle] [--dataflow ws|os|is] [--plot FILE.svg]\n"
+    "                         [--max-work N] [--max-memory B] [--quiet]\n\n"
     "Runs every layer of a topology on the systolic array a SCALE-Sim v2 config describes and writes\n"
     "SCALE-Sim's reports (COMPUTE_REPORT.csv, BANDWIDTH_REPORT.csv, DETAILED_ACCESS_REPORT.csv) to\n"
     "OUTDIR/RUN_NAME/. With InterfaceBandwidth CALC the numbers equal SCALE-Sim v2's.\n\n"
@@ -161,7 +206,13 @@ MP_REGISTER_COMMAND(
     "  --mode M               analytical (default) or cycle: also run every layer's GEMM on the\n"
     "                         cycle-level PE array, check the product and that the cycles agree\n"
     "  --dataflow D           override the config's Dataflow (ws, os, is)\n"
-    "  --plot FILE.svg        chart per-layer utilization and cycles under all three dataflows\n\n"
+    "  --plot FILE.svg        chart per-layer utilization and cycles under all three dataflows\n"
+    "  --max-work N           refuse a layer whose estimated steps (array cycles x (R + C) operand\n"
+    "                         words for the memory model, + R x C PE updates per cycle in cycle mode)\n"
+    "                         exceed N (default 20G, about a minute; suffixes k, M, G, T)\n"
+    "  --max-memory B         refuse a layer that would allocate more than B bytes (default 8GiB;\n"
+    "                         suffixes k, M, G, T, Ki, Mi, Gi, Ti, optional B)\n"
+    "  --quiet                no progress line (shown on a terminal once a run takes 2 s)\n\n"
     "example: metapipe systolic -c tests/systolic/data/gemm_32x32_ws.cfg -t tests/systolic/data/gemm64.csv "
     "\\\n"
     "           -i gemm -p runs\n",

@@ -63,7 +63,7 @@ TEST(RduCli, ArchitectureFilesOverridesAndTheirErrors) {
   }
   auto b = sh("sim dotproduct --arch " + dir + "/bad.arch");
   EXPECT_EQ(b.status, 1);
-  EXPECT_NE(b.out.find("bad.arch:2: key 'pcu.lanes' expects a positive integer, got 'many'"),
+  EXPECT_NE(b.out.find("bad.arch:2: key 'pcu.lanes' expects an integer in [1, 4096], got 'many'"),
             std::string::npos)
       << b.out;
   auto s = sh("sim dotproduct --set pcu.lanez=3");
