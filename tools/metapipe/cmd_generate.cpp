@@ -77,7 +77,13 @@ double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+// The process's own peak resident memory: VmHWM of /proc/self/status. Not getrusage's ru_maxrss, which
+// Linux carries over from the parent across fork and exec (a large parent, such as a benchmark driver,
+// would set the figure); getrusage only where /proc is absent.
 long max_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return u.ru_maxrss;
