@@ -33,8 +33,9 @@ def last_logits(llm):
     return np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(llm.n_vocab(),))
 
 
-def run_llama_cpp(llm, prompt):
-    ids = llm.tokenize(prompt.encode(), add_bos=True, special=False)
+def run_llama_cpp(llm, ids):
+    """Prefill and greedy decode from the same prompt ids metapipe's tokenizer produced, so both models
+    start from one token sequence and their greedy continuations can be compared."""
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids)
@@ -60,7 +61,7 @@ def run_metapipe(exe, model, prompt, threads):
     if p.returncode != 0:
         sys.exit("bench_llama: metapipe generate failed: " + p.stderr.strip())
     j = json.loads(p.stdout.strip().splitlines()[-1])
-    return {"prompt_tokens": len(j["prompt_tokens"]), "prefill": j["prompt_tokens_per_s"],
+    return {"prompt_tokens": len(j["prompt_tokens"]), "ids": j["prompt_tokens"], "prefill": j["prompt_tokens_per_s"],
             "decode": j["decode_tokens_per_s"], "tokens": j["tokens"], "rss_kib": j["max_rss_kib"],
             "weights": j["weight_bytes"], "kv": j["kv_cache_bytes"], "isa": j["isa"]}
 
@@ -79,7 +80,7 @@ def main():
     ours, theirs = [], []
     for i in range(a.repeat):
         ours.append(run_metapipe(a.metapipe, a.model, prompt, a.threads))
-        theirs.append(run_llama_cpp(llm, prompt))
+        theirs.append(run_llama_cpp(llm, ours[-1]["ids"]))
         print("round %d: metapipe decode %.1f prefill %.1f | llama.cpp decode %.1f prefill %.1f tokens/s" %
               (i + 1, ours[-1]["decode"], ours[-1]["prefill"], theirs[-1]["decode"], theirs[-1]["prefill"]),
               flush=True)
