@@ -22,6 +22,8 @@ constexpr QTypeInfo kTypes[] = {
     {QType::BF16, "BF16", 1, 2},
 };
 
+}  // namespace
+
 // The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block: sub-blocks 0-3 keep theirs in the
 // low 6 bits of bytes j and j+4; 4-7 split theirs over the low/high nibble of byte j+4 and the top 2 bits
 // of bytes j-4 and j.
@@ -34,8 +36,6 @@ void q4k_scale_min(int j, const uint8_t* s, uint8_t& sc, uint8_t& m) {
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
-
-}  // namespace
 
 std::optional<QTypeInfo> qtype_info(uint32_t ggml_id) {
   for (const auto& t : kTypes)

@@ -66,6 +66,9 @@ struct BlockQ6_K {  // 16 sub-blocks of 16, int8 scales; q = 4 low bits (ql) | 2
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K super-block's `scales` field.
+void q4k_scale_min(int j, const uint8_t* scales, uint8_t& sc, uint8_t& m);
+
 float fp16_to_float(uint16_t h);
 uint16_t float_to_fp16(float f);  // round to nearest even
 float bf16_to_float(uint16_t h);

@@ -84,19 +84,6 @@ std::vector<int64_t> strides(const ir::Shape& s) {
   return st;
 }
 
-// Visit every multi-index of shape in row-major order: f(flat, idx).
-template <class F>
-void for_each_index(const ir::Shape& shape, F&& f) {
-  int64_t n = ir::num_elements(shape);
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t flat = 0; flat < n; ++flat) {
-    f(flat, idx);
-    for (int a = int(shape.size()) - 1; a >= 0; --a) {
-      if (++idx[a] < shape[a]) break;
-      idx[a] = 0;
-    }
-  }
-}
 
 // The part of a tile at `start` that lies inside `dims` (masked tiles are cut; unmasked ones must fit).
 ir::Shape clipped(const ir::Node& n, const ir::Shape& tile, const std::vector<int64_t>& start,

@@ -13,6 +13,20 @@
 
 namespace mp::ir {
 
+// Visit every multi-index of shape in row-major order: f(flat, idx).
+template <class F>
+void for_each_index(const ir::Shape& shape, F&& f) {
+  int64_t n = ir::num_elements(shape);
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t flat = 0; flat < n; ++flat) {
+    f(flat, idx);
+    for (int a = int(shape.size()) - 1; a >= 0; --a) {
+      if (++idx[a] < shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+}
+
 // An off-chip tensor's contents. Values are kept as float; bf16 / f16 tensors hold values rounded to
 // their precision (rounding happens on every store), i32 tensors hold integers.
 struct HostTensor {

@@ -113,18 +113,6 @@ std::vector<int64_t> bcast_strides(const ir::Shape& in, const ir::Shape& out) {
   return st;
 }
 
-template <class F>
-void for_each_index(const ir::Shape& shape, F&& f) {
-  int64_t n = ir::num_elements(shape);
-  std::vector<int64_t> idx(shape.size(), 0);
-  for (int64_t flat = 0; flat < n; ++flat) {
-    f(flat, idx);
-    for (int a = int(shape.size()) - 1; a >= 0; --a) {
-      if (++idx[a] < shape[a]) break;
-      idx[a] = 0;
-    }
-  }
-}
 
 bool uses_args(const ir::ExprNode& e) {
   if (e.op == ExprOp::Arg) return true;
@@ -531,14 +519,14 @@ struct Planner {
     std::vector<float> part(size_t(ir::num_elements(small)));
     auto org = const_origin(v);
     std::vector<int64_t> g(v->shape.size());
-    for_each_index(small, [&](int64_t flat, const std::vector<int64_t>& idx) {
+    ir::for_each_index(small, [&](int64_t flat, const std::vector<int64_t>& idx) {
       for (size_t a = 0; a < idx.size(); ++a) g[a] = org[a] + idx[a];
       part[size_t(flat)] = float(ev({}, g));
     });
     if (small == v->shape) return part;
     std::vector<float> out(size_t(elems(v)));
     auto st = bcast_strides(small, v->shape);
-    for_each_index(v->shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
+    ir::for_each_index(v->shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
       int64_t o = 0;
       for (size_t a = 0; a < idx.size(); ++a) o += idx[a] * st[a];
       out[size_t(flat)] = part[size_t(o)];
@@ -672,7 +660,7 @@ void Planner::elementwise(const ir::Node& n, const std::vector<Value>& ins, cons
     auto at = [&](int j) { return pl->scratch[size_t(j)].data(); };
     for (auto& x : expand) {
       float* d = at(x.dst);
-      for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
+      ir::for_each_index(shape, [&](int64_t flat, const std::vector<int64_t>& idx) {
         int64_t o = 0;
         for (size_t a = 0; a < idx.size(); ++a) o += idx[a] * x.strides[a];
         d[flat] = x.src[o];

@@ -77,17 +77,6 @@ float dot_q8_0(const void* w, const void* a, int64_t nb) {
   return acc;
 }
 
-// Sub-block j's 6-bit scale and min of a Q4_K super-block (the packing quant.h describes).
-void q4k_scale_min(int j, const uint8_t* s, int& sc, int& m) {
-  if (j < 4) {
-    sc = s[j] & 63;
-    m = s[j + 4] & 63;
-  } else {
-    sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
 float dot_q4_k(const void* w, const void* a, int64_t nb) {
   const auto* x = static_cast<const BlockQ4_K*>(w);
   const auto* y = static_cast<const BlockQ8K*>(a);
@@ -97,9 +86,9 @@ float dot_q4_k(const void* w, const void* a, int64_t nb) {
     const int8_t* p = y[b].qs;
     int sumq = 0, summ = 0;
     for (int j = 0; j < 8; j += 2, q += 32, p += 64) {
-      int sc0, m0, sc1, m1;
-      q4k_scale_min(j, x[b].scales, sc0, m0);
-      q4k_scale_min(j + 1, x[b].scales, sc1, m1);
+      uint8_t sc0, m0, sc1, m1;
+      quant::q4k_scale_min(j, x[b].scales, sc0, m0);
+      quant::q4k_scale_min(j + 1, x[b].scales, sc1, m1);
       int s0 = 0, s1 = 0;
       for (int l = 0; l < 32; ++l) {
         s0 += (q[l] & 0xF) * p[l];
