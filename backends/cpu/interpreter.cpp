@@ -33,6 +33,8 @@ void run_list(const std::vector<ir::NodeRef>& nodes, Env& env, Memory& mem) {
 
 }  // namespace
 
+void interpret_metapipe(const ir::MetaPipe& m, Env& env, Memory& mem) { run_metapipe(m, env, mem); }
+
 void interpret(const ir::Program& p, Memory& mem) {
   Env env;
   run_list(p.body, env, mem);

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "backends/cpu/interpreter.h"
 #include "core/quant.h"
 
 namespace mp::cpu {
@@ -364,32 +365,6 @@ std::optional<AttnMatch> match_attention(const ir::MetaPipe& m0) {
   return a;
 }
 
-// The generic evaluation of one top-level node (any kind, MetaPipe nests included), as the reference
-// interpreter does it.
-void run_generic_list(const std::vector<ir::NodeRef>& nodes, Env& env, Memory& mem);
-void run_generic_metapipe(const ir::MetaPipe& m, Env& env, Memory& mem) {
-  std::vector<TileRef> state;
-  for (auto& c : m.carried) state.push_back(env.get(c.init));
-  for (int64_t i = 0; i < m.trip(); ++i) {
-    Env body(&env);
-    body.set_loop(m.var, i);
-    for (size_t k = 0; k < m.carried.size(); ++k) body.set(m.carried[k].arg, state[k]);
-    for (auto& s : m.stages) run_generic_list(s.ops, body, mem);
-    for (size_t k = 0; k < m.carried.size(); ++k) state[k] = body.get(m.carried[k].next);
-  }
-  for (size_t k = 0; k < m.carried.size(); ++k) env.set(m.carried[k].result, state[k]);
-}
-void run_generic_list(const std::vector<ir::NodeRef>& nodes, Env& env, Memory& mem) {
-  for (auto& n : nodes) {
-    if (auto* m = n->as<ir::MetaPipe>()) {
-      run_generic_metapipe(*m, env, mem);
-      continue;
-    }
-    auto t = eval_node(*n, env, mem);
-    if (n->out) env.set(n->out, std::move(t));
-  }
-}
-
 // Tensors a node reads or writes, and the values it uses that are defined outside it.
 void node_tensors(const ir::NodeRef& n, std::set<std::string>& reads, std::set<std::string>& writes) {
   ir::walk({n}, [&](const ir::NodeRef& x, int) {
@@ -593,7 +568,7 @@ void Planner::generic(const ir::NodeRef& n) {
       env.set(v, std::move(t));
     }
     if (auto* m = node->as<ir::MetaPipe>()) {
-      run_generic_metapipe(*m, env, *mem);
+      interpret_metapipe(*m, env, *mem);
       return;
     }
     auto t = eval_node(*node, env, *mem);
