@@ -31,6 +31,9 @@ struct AttentionShape {
 constexpr int attention_dims[] = {64, 128, 256};
 // At most this many query rows for attention_decode.
 constexpr int attention_decode_max_rows = 16;
+// Query rows (query heads of a group times query rows) one decode block takes; a group with more is
+// split into row groups, each reading the KV slice again.
+constexpr int attention_decode_block_rows = 32;
 
 // One-line mp::user_error naming the argument when the shape cannot run: a dim other than 64, 128, 256;
 // heads not a multiple of kv_heads; a zero or negative size; sizes whose element counts overflow.

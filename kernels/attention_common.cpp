@@ -52,16 +52,17 @@ void check_attention_decode_shape(const AttentionShape& s) {
 
 double default_attention_scale(int dim) { return 1.0 / std::sqrt(double(dim)); }
 
-// Rows per decode block: query heads of a group times query rows, at most 64 (the block's score tile).
+// Decode blocks per KV slice of one KV head: the group's query heads times the query rows, in blocks of
+// attention_decode_block_rows.
 static int decode_row_groups(const AttentionShape& s) {
   const int rows = s.group() * s.seq_q;
-  return (rows + 63) / 64;
+  return (rows + attention_decode_block_rows - 1) / attention_decode_block_rows;
 }
 
 int attention_decode_splits(const AttentionShape& s, int sms) {
   check_attention_decode_shape(s);
   MP_USER_CHECK(sms > 0, "attention decode: the SM count must be positive, got ", sms);
-  // Two blocks per SM fill the GPU (a decode block holds about 100 KB of shared memory); each slice keeps
+  // Two blocks per SM fill the GPU (a decode block holds 40 to 80 KB of shared memory); each slice keeps
   // at least 256 keys so that the combine step stays small next to the cache reads, and at most 64
   // slices (the combine's workspace).
   const long long blocks = 1ll * s.batch * s.kv_heads * decode_row_groups(s);

@@ -1,10 +1,10 @@
 // Split-KV decode attention (1 to 16 query rows against a long cache) on CUDA cores: a block takes one
-// slice of one KV head's cache and all the query rows of that head's group (up to 64 rows: the group's
-// query heads times the query rows), so the slice is read from memory once for all of them. Keys go
-// through shared memory in chunks of 64 with 16-byte loads, the next chunk's loads in flight (registers)
-// while the current one is computed; each block writes its slice's O (normalized) and log2-sum-exp to a
-// workspace, and a combine kernel weighs the slices by their LSEs. Memory-bound at 1 to 4 rows per KV
-// head; with many rows per block the score and P V loops on CUDA cores become the limit.
+// slice of one KV head's cache and the query rows of that head's group (its query heads times the query
+// rows, attention_decode_block_rows at a time), so the slice is read from memory once for all of them.
+// Keys go through shared memory in chunks of 64 with 16-byte loads, the next chunk's loads in flight
+// (registers) while the current one is computed; each block writes its slice's O (normalized) and
+// log2-sum-exp to a workspace, and a combine kernel weighs the slices by their LSEs. Memory-bound at 1 to
+// 4 rows per KV head; with many rows per block the score and P V loops on CUDA cores become the limit.
 // Included once, by attention_sm90.cu.
 #pragma once
 #include <cuda_bf16.h>
@@ -44,7 +44,7 @@ void* attention_workspace(cudaStream_t stream, size_t bytes, int slot) {
 }
 
 // Two blocks per SM for D <= 128 (__launch_bounds__ below): a memory-bound kernel needs the warps in flight.
-constexpr int decode_chunk = 64, decode_threads = 256, decode_rows = 64;
+constexpr int decode_chunk = 64, decode_threads = 256, decode_rows = attention_decode_block_rows;
 
 struct decode_params {
   const __nv_bfloat16 *q, *k, *v;
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_
   const int t = threadIdx.x;
   const int total_rows = p.group * p.seq_q;
   const int rows = min(decode_rows, total_rows - rg * decode_rows);
-  // Row r of the block: query head hk * group + hq, query row i, with hq * seq_q + i = rg * 64 + r.
+  // Row r of the block: query head hk * group + hq, query row i, with hq * seq_q + i = rg * decode_rows + r.
   auto row_index = [&](int r) {  // flat (batch, head, i) index
     const int rr = rg * decode_rows + r;
     const int h = hk * p.group + rr / p.seq_q, i = rr % p.seq_q;
