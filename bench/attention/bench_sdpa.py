@@ -59,11 +59,11 @@ def make_fn(row, backend):
     k = torch.randn(b, hkv, nkv, d, device=dev, dtype=dt, requires_grad=train)
     v = torch.randn(b, hkv, nkv, d, device=dev, dtype=dt, requires_grad=train)
     causal = bool(row["causal"])
-    gqa = hkv != h
+    extra = {"enable_gqa": True} if hkv != h else {}  # (torch >= 2.5; MHA shapes do without it)
 
     def fwd():
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
 
     if not train:
         fwd()  # raises where the backend rejects the shape
