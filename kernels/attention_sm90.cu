@@ -5,8 +5,8 @@
 // the TMA ring; each of the two consumer warpgroups owns 64 query rows and per K/V tile computes
 // S = Q K^T (wgmma, A and B from shared), the online softmax in registers (row max and sum over each lane
 // quad, exp2 with the scale folded into log2 e), writes P as bf16 to its own shared tile and issues
-// O += P V (wgmma) asynchronously; the two warpgroups run independently, so one's softmax overlaps the
-// other's matmuls. The decode (split-KV, CUDA cores) and the backward (CUDA cores, fp32 atomics for dQ)
+// O += P V (wgmma) asynchronously; the two warpgroups take turns issuing S (named barriers), so that one's
+// softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward (CUDA cores, fp32 atomics for dQ)
 // are in attention_decode.cuh and attention_backward.cuh.
 #include <cuda_runtime.h>
 
@@ -61,6 +61,15 @@ struct attn_fwd_kernel {
   // Rolled K loop: the softmax between the two wgmma is long, and unrolling it by the ring depth would
   // only add code and live registers.
   static constexpr bool unroll_ring = false;
+  // The two consumers take turns issuing S = Q K^T (after FlashAttention-3's ping-pong): consumer 0's
+  // S of tile i waits until consumer 1 has issued its S of tile i - 1, and consumer 1's S of tile i until
+  // consumer 0 has issued its S of tile i, which keeps them half a step apart, one's softmax beside the
+  // other's wgmma. Two named barriers of both warpgroups carry the turn (ids 3 and 4; 1 and 2 are each
+  // consumer's own). The turn covers the S issue only: a turn held across the P V and the next tile's S
+  // (FlashAttention-3's) would wait for the next ring stage, which with two stages the other consumer frees
+  // only after its own P V, itself waiting for the turn. false: the consumers run unsynchronised.
+  static constexpr bool pingpong = true;
+  static constexpr int turn_threads = 2 * warpgroup_threads;
   using globals = attn_globals;
 
   struct state {
@@ -119,11 +128,19 @@ struct attn_fwd_kernel {
     const int lane = threadIdx.x % warp_threads;
     const int row0 = w.q0 + 64 * consumer + 16 * warpgroup::warpid() + lane / 4;  // the lane's first row
     // S = Q K^T; waiting for it also retires the previous tile's P V, whose O and P are touched below.
+    // The turn (pingpong): consumer c waits on barrier 3 + c and hands over by arriving on the other's.
+    // Per item, consumer 0 waits at steps 1.. (iters - 1 times) and consumer 1 arrives after each S but its
+    // last; consumer 1 waits at every step and consumer 0 arrives after each S: every wait has its arrival,
+    // and none is left over at the end.
+    if constexpr (pingpong)
+      if (consumer == 1 || it > 0) named_barrier_sync(3 + consumer, turn_threads);
     rt_fl<16, BN> sc;
     warpgroup::fence_accumulator(sc);
     warpgroup::mma_fence();
     warpgroup::mm_ABt(sc, f.q[consumer], s.k);
     warpgroup::mma_commit_group();
+    if constexpr (pingpong)
+      if (consumer == 0 || it + 1 < w.iters) named_barrier_arrive(4 - consumer, turn_threads);
     warpgroup::mma_async_wait<0>();
     warpgroup::fence_accumulator(sc);
     warpgroup::fence_accumulator(st.o);
