@@ -127,13 +127,13 @@ struct attn_fwd_kernel {
                                  int consumer) {
     const int lane = threadIdx.x % warp_threads;
     const int row0 = w.q0 + 64 * consumer + 16 * warpgroup::warpid() + lane / 4;  // the lane's first row
-    // S = Q K^T; waiting for it also retires the previous tile's P V, whose O and P are touched below.
     // The turn (pingpong): consumer c waits on barrier 3 + c and hands over by arriving on the other's.
     // Per item, consumer 0 waits at steps 1.. (iters - 1 times) and consumer 1 arrives after each S but its
     // last; consumer 1 waits at every step and consumer 0 arrives after each S: every wait has its arrival,
     // and none is left over at the end.
     if constexpr (pingpong)
       if (consumer == 1 || it > 0) named_barrier_sync(3 + consumer, turn_threads);
+    // S = Q K^T; waiting for it also retires the previous tile's P V, whose O and P are touched below.
     rt_fl<16, BN> sc;
     warpgroup::fence_accumulator(sc);
     warpgroup::mma_fence();
