@@ -48,21 +48,21 @@ double default_attention_scale(int dim);
 
 // O = softmax(scale * Q K^T (masked)) V and, when lse is not null, the row log-sum-exp of the masked
 // scaled scores (fp32, natural log).
-void attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                       float scale, bool causal, CUstream_st* stream);
+void attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                       float* lse, float scale, bool causal, CUstream_st* stream);
 
 // The same result for seq_q <= 16 (the decode step, a few speculative or grouped rows), computed by
 // splitting the cache into slices (count chosen from the SM count and the length), each block reading
 // one KV head's slice once for all the query heads of its group, then combining the slices through their
 // log-sum-exps. lse may be null.
-void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                      float scale, bool causal, CUstream_st* stream);
+void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                      float* lse, float scale, bool causal, CUstream_st* stream);
 
 // dQ, dK, dV (bf16, shaped as Q, K, V) from dO, the forward's O and LSE; dK and dV are summed over the
 // query heads of a group. fp32 accumulation.
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
-                        const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale, bool causal,
-                        CUstream_st* stream);
+                        const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale,
+                        bool causal, CUstream_st* stream);
 
 // The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI).
 int attention_decode_splits(const AttentionShape& s, int sms);
@@ -95,7 +95,7 @@ struct AttentionCheckResult {
   double max_err_o = 0;    // max |O - ref| / (max |ref| over the compared outputs), per output tensor
   double max_err_lse = 0;  // max |LSE - ref| (absolute; LSE is O(log seq) in size)
   double max_err_dq = 0, max_err_dk = 0, max_err_dv = 0;  // backward: as max_err_o
-  double tolerance = 0;    // the relative bound each output was held to
+  double tolerance = 0;                                   // the relative bound each output was held to
   std::size_t unwritten = 0;  // output elements still holding the NaN poison (all of them are counted)
   std::size_t checked_rows = 0;
   bool ok = false;

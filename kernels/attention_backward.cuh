@@ -47,12 +47,12 @@ __global__ void __launch_bounds__(bwd_threads) attn_bwd_kv(const bwd_params p) {
   constexpr int per_thread = bwd_keys * D / bwd_threads;  // dK and dV elements each thread owns
   constexpr int parts = bwd_threads / bwd_keys;           // threads per key in the dot products
   extern __shared__ __align__(16) float bwd_smem[];
-  float* kf = bwd_smem;                       // [bwd_keys][D + 1]
-  float* vf = kf + bwd_keys * (D + 1);        // [bwd_keys][D + 1]
-  float* qf = vf + bwd_keys * (D + 1);        // [D]
-  float* dof = qf + D;                        // [D]
-  float* ps = dof + D;                        // [bwd_keys]
-  float* dss = ps + bwd_keys;                 // [bwd_keys]
+  float* kf = bwd_smem;                 // [bwd_keys][D + 1]
+  float* vf = kf + bwd_keys * (D + 1);  // [bwd_keys][D + 1]
+  float* qf = vf + bwd_keys * (D + 1);  // [D]
+  float* dof = qf + D;                  // [D]
+  float* ps = dof + D;                  // [bwd_keys]
+  float* dss = ps + bwd_keys;           // [bwd_keys]
   const int t = threadIdx.x;
   const int j0 = blockIdx.x * bwd_keys, hk = blockIdx.y, b = blockIdx.z;
   const size_t kv_row0 = (size_t(b) * p.kv_heads + hk) * size_t(p.seq_kv);
@@ -127,9 +127,9 @@ __global__ void attn_bwd_dq_round(const float* acc, __nv_bfloat16* dq, size_t n)
     dq[i] = __float2bfloat16_rn(acc[i]);
 }
 
-cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
-                            const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale, bool causal,
-                            cudaStream_t stream) {
+cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                            const void* o, const float* lse, const void* d_o, void* dq, void* dk, void* dv,
+                            float scale, bool causal, cudaStream_t stream) {
   bwd_params p{};
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
@@ -145,7 +145,8 @@ cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* 
   const size_t rows = s.lse_elems();
   p.delta = static_cast<float*>(attention_workspace(stream, rows * sizeof(float), 2));
   p.dq_acc = static_cast<float*>(attention_workspace(stream, s.q_elems() * sizeof(float), 3));
-  if (cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, s.q_elems() * sizeof(float), stream); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, s.q_elems() * sizeof(float), stream); e != cudaSuccess)
+    return e;
   MP_USER_CHECK(s.kv_heads < 65536 && s.batch < 65536, "attention backward: ", s.str(),
                 " needs more blocks than a launch grid has (batch and kv_heads below 65536)");
   const dim3 grid(unsigned((s.seq_kv + bwd_keys - 1) / bwd_keys), unsigned(s.kv_heads), unsigned(s.batch));

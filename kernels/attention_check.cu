@@ -95,7 +95,8 @@ constexpr double lse_tolerance = 1e-3;
 
 }  // namespace
 
-AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pass, const AttentionCheckOptions& opt) {
+AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pass,
+                                     const AttentionCheckOptions& opt) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   AttentionCheckResult res;
   res.seed = opt.seed ? opt.seed : fresh_seed();
@@ -122,7 +123,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   const bool full = work <= opt.full_reference_limit;
   const std::vector<size_t> rows = full ? std::vector<size_t>{} : sample_rows(s, res.seed);
   std::vector<double> ro(nq, 0.0), rl(nl, 0.0);
-  attention_reference_forward(s, hq.data(), hk.data(), hv.data(), scale, opt.causal, ro.data(), rl.data(), rows);
+  attention_reference_forward(s, hq.data(), hk.data(), hv.data(), scale, opt.causal, ro.data(), rl.data(),
+                              rows);
   err_acc eo;
   double lse_err = 0;
   auto compare_row = [&](size_t r) {
@@ -150,8 +152,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   ck(cudaMemset(dk.p, 0xFF, nkv * 2), "poison dK");
   ck(cudaMemset(dv.p, 0xFF, nkv * 2), "poison dV");
   ck(cudaDeviceSynchronize(), "random dO");
-  attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o.p, dq.p, dk.p, dv.p, float(scale),
-                     opt.causal, nullptr);
+  attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o.p, dq.p, dk.p, dv.p,
+                     float(scale), opt.causal, nullptr);
   ck(cudaDeviceSynchronize(), "the attention backward");
   const auto hdo = download_bf16(d_o.p, nq), hdq = download_bf16(dq.p, nq), hdk = download_bf16(dk.p, nkv),
              hdv = download_bf16(dv.p, nkv);
@@ -217,16 +219,18 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
     }
   }
   res.max_err_dq = eq.rel(), res.max_err_dk = ek.rel(), res.max_err_dv = ev.rel();
-  res.ok = res.ok && res.unwritten == 0 && res.max_err_dq <= rel_tolerance && res.max_err_dk <= rel_tolerance &&
-           res.max_err_dv <= rel_tolerance;
+  res.ok = res.ok && res.unwritten == 0 && res.max_err_dq <= rel_tolerance &&
+           res.max_err_dk <= rel_tolerance && res.max_err_dv <= rel_tolerance;
   return res;
 }
 
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples,
                                double batch_ms) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
-  MP_USER_CHECK(samples >= 1 && samples <= 10000, "attention timing: samples must be 1 to 10000, got ", samples);
-  MP_USER_CHECK(batch_ms > 0 && batch_ms <= 5000, "attention timing: batch_ms must be in (0, 5000], got ", batch_ms);
+  MP_USER_CHECK(samples >= 1 && samples <= 10000, "attention timing: samples must be 1 to 10000, got ",
+                samples);
+  MP_USER_CHECK(batch_ms > 0 && batch_ms <= 5000, "attention timing: batch_ms must be in (0, 5000], got ",
+                batch_ms);
   const size_t nq = s.q_elems(), nkv = s.kv_elems(), nl = s.lse_elems();
   const float scale = float(default_attention_scale(s.dim));
   dbuf q(nq * 2), k(nkv * 2), v(nkv * 2), o(nq * 2), lse(nl * 4);
@@ -246,8 +250,8 @@ AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, boo
     else if (pass == attention_pass::forward)
       attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
     else
-      attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o->p, dq->p, dk->p, dv->p, scale,
-                         causal, nullptr);
+      attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o->p, dq->p, dk->p, dv->p,
+                         scale, causal, nullptr);
   };
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "event");

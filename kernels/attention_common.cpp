@@ -29,8 +29,9 @@ void check_attention_shape(const AttentionShape& s) {
   positive("dim", s.dim);
   MP_USER_CHECK(s.dim == 64 || s.dim == 128 || s.dim == 256, "attention: dim=", s.dim,
                 " is not supported (the kernels are compiled for head dims 64, 128 and 256)");
-  MP_USER_CHECK(s.heads % s.kv_heads == 0, "attention: heads=", s.heads, " is not a multiple of kv_heads=",
-                s.kv_heads, " (each KV head serves heads / kv_heads query heads)");
+  MP_USER_CHECK(s.heads % s.kv_heads == 0, "attention: heads=", s.heads,
+                " is not a multiple of kv_heads=", s.kv_heads,
+                " (each KV head serves heads / kv_heads query heads)");
   // Element counts (and TMA's 32-bit coordinates) must fit: batch * heads * seq * dim below 2^31 elements per
   // tensor keeps every index of the kernels in int range after the row offset.
   auto elems = [](long long b, long long h, long long n, long long d) {
@@ -88,8 +89,8 @@ int visible_keys(const AttentionShape& s, int i, bool causal) {
 }
 // The scaled scores of row (b, h, i) and their softmax; returns the number of visible keys, p holds the
 // probabilities, lse the log-sum-exp.
-int row_softmax(const AttentionShape& s, const float* q, const float* k, double scale, bool causal, int b, int h,
-                int i, std::vector<double>& p, double& lse) {
+int row_softmax(const AttentionShape& s, const float* q, const float* k, double scale, bool causal, int b,
+                int h, int i, std::vector<double>& p, double& lse) {
   const int d = s.dim, hk = h / s.group();
   const float* qi = q + ((std::size_t(b) * s.heads + h) * s.seq_q + i) * d;
   const float* kb = k + (std::size_t(b) * s.kv_heads + hk) * s.seq_kv * std::size_t(d);
@@ -184,13 +185,14 @@ void attention_reference_backward(const AttentionShape& s, const float* q, const
 std::string AttentionCheckResult::summary() const {
   char buf[320];
   if (ok)
-    std::snprintf(buf, sizeof buf, "ok (O err %.1e, LSE err %.1e, dQ/dK/dV err %.1e/%.1e/%.1e, %zu rows)", max_err_o,
-                  max_err_lse, max_err_dq, max_err_dk, max_err_dv, checked_rows);
+    std::snprintf(buf, sizeof buf, "ok (O err %.1e, LSE err %.1e, dQ/dK/dV err %.1e/%.1e/%.1e, %zu rows)",
+                  max_err_o, max_err_lse, max_err_dq, max_err_dk, max_err_dv, checked_rows);
   else
-    std::snprintf(buf, sizeof buf,
-                  "FAIL: O err %.1e, LSE err %.1e, dQ/dK/dV err %.1e/%.1e/%.1e (tolerance %.1e), %zu unwritten, "
-                  "%zu rows",
-                  max_err_o, max_err_lse, max_err_dq, max_err_dk, max_err_dv, tolerance, unwritten, checked_rows);
+    std::snprintf(
+        buf, sizeof buf,
+        "FAIL: O err %.1e, LSE err %.1e, dQ/dK/dV err %.1e/%.1e/%.1e (tolerance %.1e), %zu unwritten, "
+        "%zu rows",
+        max_err_o, max_err_lse, max_err_dq, max_err_dk, max_err_dv, tolerance, unwritten, checked_rows);
   return buf;
 }
 

@@ -57,12 +57,12 @@ struct decode_params {
 
 template <int D>
 constexpr int decode_smem_bytes =
-    2 * (decode_rows + 2 * decode_chunk) * (D + 8) + decode_rows * (decode_chunk + 1) * 4 + 3 * decode_rows * 4;
+    2 * (decode_rows + 2 * decode_chunk) * (D + 8) + decode_rows*(decode_chunk + 1) * 4 + 3 * decode_rows * 4;
 
 template <int D>
 __global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_split(const decode_params p) {
-  constexpr int P = D + 8;  // padded row (bf16): rows 16 bytes apart modulo 128, so 16-byte reads of 8
-                            // consecutive rows hit different banks
+  constexpr int P = D + 8;    // padded row (bf16): rows 16 bytes apart modulo 128, so 16-byte reads of 8
+                              // consecutive rows hit different banks
   constexpr int V16 = D / 8;  // 16-byte vectors per row
   constexpr int vec_per_thread = decode_chunk * V16 / decode_threads;
   constexpr int pairs_per_thread = decode_rows * (D / 2) / decode_threads;
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_
   __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(decode_smem);
   __nv_bfloat16* ks = qs + decode_rows * P;
   __nv_bfloat16* vs = ks + decode_chunk * P;
-  auto ss = reinterpret_cast<float (*)[decode_chunk + 1]>(vs + decode_chunk * P);
+  auto ss = reinterpret_cast<float(*)[decode_chunk + 1]>(vs + decode_chunk * P);
   float* ms = &ss[decode_rows][0];
   float* ls = ms + decode_rows;
   float* as = ls + decode_rows;
@@ -239,11 +239,12 @@ __global__ void __launch_bounds__(128) attn_decode_combine(const float* part_o, 
       for (int s = 0; s < splits; ++s) acc += exp2f(pl[s] - m) * part_o[(row * splits + s) * D + d];
     o[row * D + d] = __float2bfloat16_rn(total > 0.f ? acc / total : 0.f);
   }
-  if (lse && threadIdx.x == 0) lse[row] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
+  if (lse && threadIdx.x == 0)
+    lse[row] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
 }
 
-cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                          float scale, bool causal, int splits, cudaStream_t stream) {
+cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                          float* lse, float scale, bool causal, int splits, cudaStream_t stream) {
   decode_params p{};
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
@@ -265,8 +266,8 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
         attn_decode_split<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<D>);
     if (attr != cudaSuccess) return attr;
     attn_decode_split<D><<<grid, decode_threads, decode_smem_bytes<D>, stream>>>(p);
-    attn_decode_combine<D><<<unsigned(rows), 128, 0, stream>>>(p.part_o, p.part_lse, static_cast<__nv_bfloat16*>(o),
-                                                               lse, splits);
+    attn_decode_combine<D><<<unsigned(rows), 128, 0, stream>>>(p.part_o, p.part_lse,
+                                                               static_cast<__nv_bfloat16*>(o), lse, splits);
     return cudaGetLastError();
   };
   if (s.dim == 64) return go.template operator()<64>();

@@ -9,22 +9,23 @@ namespace {
 }
 }  // namespace
 
-void attention_forward(const AttentionShape& s, const void*, const void*, const void*, void*, float*, float, bool,
-                       CUstream_st*) {
+void attention_forward(const AttentionShape& s, const void*, const void*, const void*, void*, float*, float,
+                       bool, CUstream_st*) {
   check_attention_shape(s);
   no_cuda("the attention forward kernel");
 }
-void attention_decode(const AttentionShape& s, const void*, const void*, const void*, void*, float*, float, bool,
-                      CUstream_st*) {
+void attention_decode(const AttentionShape& s, const void*, const void*, const void*, void*, float*, float,
+                      bool, CUstream_st*) {
   check_attention_decode_shape(s);
   no_cuda("the attention decode kernel");
 }
-void attention_backward(const AttentionShape& s, const void*, const void*, const void*, const void*, const float*,
-                        const void*, void*, void*, void*, float, bool, CUstream_st*) {
+void attention_backward(const AttentionShape& s, const void*, const void*, const void*, const void*,
+                        const float*, const void*, void*, void*, void*, float, bool, CUstream_st*) {
   check_attention_shape(s);
   no_cuda("the attention backward kernel");
 }
-AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pass, const AttentionCheckOptions&) {
+AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pass,
+                                     const AttentionCheckOptions&) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   no_cuda("the attention check");
 }

@@ -6,8 +6,8 @@
 // S = Q K^T (wgmma, A and B from shared), the online softmax in registers (row max and sum over each lane
 // quad, exp2 with the scale folded into log2 e), writes P as bf16 to its own shared tile and issues
 // O += P V (wgmma) asynchronously; the two warpgroups take turns issuing S (named barriers), so that one's
-// softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward (CUDA cores, fp32 atomics for dQ)
-// are in attention_decode.cuh and attention_backward.cuh.
+// softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward (CUDA cores, fp32
+// atomics for dQ) are in attention_decode.cuh and attention_backward.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,8 +16,8 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
-#include "kernels/attention_decode.cuh"
 #include "kernels/attention_backward.cuh"
+#include "kernels/attention_decode.cuh"
 #include "tile/tile.cuh"
 #include "tile/tma_host.h"
 
@@ -55,7 +55,8 @@ struct attn_fwd_kernel {
     p_tile p[consumers];  // each consumer's P of the current K/V tile, the A operand of P V
   };
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
-  static constexpr int stages_fit = (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 8) / int(sizeof(stage));
+  static constexpr int stages_fit =
+      (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 8) / int(sizeof(stage));
   static constexpr int stages = stages_fit < 4 ? stages_fit : 4;
   static_assert(stages >= 2, "attention: the ring needs two stages so that loads overlap the math");
   // Rolled K loop: the softmax between the two wgmma is long, and unrolling it by the ring depth would
@@ -73,7 +74,7 @@ struct attn_fwd_kernel {
   using globals = attn_globals;
 
   struct state {
-    rt_fl<16, D> o;  // this warp's 16 rows of the consumer's 64 x D output accumulator
+    rt_fl<16, D> o;    // this warp's 16 rows of the consumer's 64 x D output accumulator
     float m[2], l[2];  // running max (log2 domain) and sum for the lane's two rows (lane / 4, + 8)
   };
   struct item {
@@ -102,7 +103,8 @@ struct attn_fwd_kernel {
     tma::prefetch_map(&g.v);
   }
 
-  __device__ static void load(stage& s, finish_smem& f, const globals& g, const item& w, int it, semaphore& full) {
+  __device__ static void load(stage& s, finish_smem& f, const globals& g, const item& w, int it,
+                              semaphore& full) {
     constexpr uint32_t kv_bytes = 2 * tma::bytes<kv_tile>();
     if (it == 0) {
       expect_bytes(full, kv_bytes + consumers * tma::bytes<q_tile>());
@@ -248,7 +250,8 @@ struct attn_fwd_kernel {
 
 template <class ST>
 CUtensorMap map_of(const void* p, int batch, int heads, int rows, int cols) {
-  return make_tma_map<ST>(gl<bf16, -1, -1, -1, -1>(static_cast<bf16*>(const_cast<void*>(p)), batch, heads, rows, cols));
+  return make_tma_map<ST>(
+      gl<bf16, -1, -1, -1, -1>(static_cast<bf16*>(const_cast<void*>(p)), batch, heads, rows, cols));
 }
 
 template <int D, bool Causal>
@@ -278,18 +281,19 @@ void check_pointers(std::initializer_list<std::pair<const void*, const char*>> p
                   " must be a 16-byte aligned device pointer");
 }
 void check_scale(float scale) {
-  MP_USER_CHECK(std::isfinite(scale) && scale > 0, "attention: the softmax scale must be a positive finite number, got ",
-                scale);
+  MP_USER_CHECK(std::isfinite(scale) && scale > 0,
+                "attention: the softmax scale must be a positive finite number, got ", scale);
 }
 
 }  // namespace
 
-void attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                       float scale, bool causal, CUstream_st* stream) {
+void attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                       float* lse, float scale, bool causal, CUstream_st* stream) {
   check_attention_shape(s);
   check_scale(scale);
   check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}});
-  MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0, "attention: LSE must be a 4-byte aligned device pointer");
+  MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
+                "attention: LSE must be a 4-byte aligned device pointer");
   auto go = [&]<int D>() {
     causal ? run_forward<D, true>(s, q, k, v, o, lse, scale, stream)
            : run_forward<D, false>(s, q, k, v, o, lse, scale, stream);
@@ -299,22 +303,31 @@ void attention_forward(const AttentionShape& s, const void* q, const void* k, co
   return go.template operator()<256>();
 }
 
-void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
-                      float scale, bool causal, CUstream_st* stream) {
+void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                      float* lse, float scale, bool causal, CUstream_st* stream) {
   check_attention_decode_shape(s);
   check_scale(scale);
   check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}});
-  MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0, "attention: LSE must be a 4-byte aligned device pointer");
+  MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
+                "attention: LSE must be a 4-byte aligned device pointer");
   const int splits = attention_decode_splits(s, pc::device_sm_count());
   check_cuda(launch_decode(s, q, k, v, o, lse, scale, causal, splits, stream), "the attention decode launch");
 }
 
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
-                        const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale, bool causal,
-                        CUstream_st* stream) {
+                        const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale,
+                        bool causal, CUstream_st* stream) {
   check_attention_shape(s);
   check_scale(scale);
-  check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}, {lse, "LSE"}, {d_o, "dO"}, {dq, "dQ"}, {dk, "dK"}, {dv, "dV"}});
+  check_pointers({{q, "Q"},
+                  {k, "K"},
+                  {v, "V"},
+                  {o, "O"},
+                  {lse, "LSE"},
+                  {d_o, "dO"},
+                  {dq, "dQ"},
+                  {dk, "dK"},
+                  {dv, "dV"}});
   check_cuda(launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, stream),
              "the attention backward launch");
 }

@@ -67,8 +67,9 @@ constexpr bool unroll_ring_of() {
 // Whether K keeps per-item operands in finish_smem (see "per-item shared data" above): its load() and
 // compute() then take the finish region too.
 template <class K>
-constexpr bool takes_item_smem = requires(typename K::state& st, typename K::stage& s, typename K::finish_smem& f,
-                                          const typename K::globals& g, const typename K::item& w, semaphore& sem) {
+constexpr bool takes_item_smem = requires(typename K::state& st, typename K::stage& s,
+                                          typename K::finish_smem& f, const typename K::globals& g,
+                                          const typename K::item& w, semaphore& sem) {
   K::load(s, f, g, w, 0, sem);
   K::compute(st, s, f, g, w, 0, 0);
 };

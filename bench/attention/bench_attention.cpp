@@ -30,7 +30,8 @@ AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
 void protocol(std::vector<Case>& v) {
   for (int d : {64, 128, 256})
     for (bool causal : {false, true})
-      for (int n : {512, 2048, 8192, 16384}) v.push_back({"fwd", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
+      for (int n : {512, 2048, 8192, 16384})
+        v.push_back({"fwd", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
 }
 // Llama-3.1-8B: prefill of 4k (32 query heads, 8 KV heads, d128) and decode of one row against 8k and 32k.
 void llama(std::vector<Case>& v) {
@@ -46,7 +47,10 @@ void backward(std::vector<Case>& v) {
   }
 }
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "bench_attention: %s\nusage: bench_attention [--set protocol|llama|backward|all] [--samples N] [--batch-ms T]\n", why);
+  std::fprintf(stderr,
+               "bench_attention: %s\nusage: bench_attention [--set protocol|llama|backward|all] [--samples "
+               "N] [--batch-ms T]\n",
+               why);
   std::exit(2);
 }
 }  // namespace
@@ -95,7 +99,8 @@ int main(int argc, char** argv) {
       status = "ERROR";
     }
     failed += status != "ok";
-    const double gbps = pass == attention_pass::decode && t.ms > 0 ? double(s.kv_elems()) * 4 / (t.ms * 1e-3) / 1e9 : 0;
+    const double gbps =
+        pass == attention_pass::decode && t.ms > 0 ? double(s.kv_elems()) * 4 / (t.ms * 1e-3) / 1e9 : 0;
     std::printf("%s,%d,%d,%d,%d,%d,%d,%d,%s,%.4f,%.1f,%.0f\n", c.pass, s.dim, int(c.causal), s.batch, s.heads,
                 s.kv_heads, s.seq_q, s.seq_kv, status.c_str(), t.ms, t.tflops, gbps);
     std::fflush(stdout);

@@ -76,21 +76,28 @@ void naive_forward(const AttentionShape& s, const std::vector<float>& q, const s
 }  // namespace
 
 TEST(Attention, ShapeErrorsNameTheArgument) {
-  EXPECT_NE(error_of([] { check_attention_shape(shape(1, 8, 8, 16, 16, 96)); }).find("dim=96 is not supported"),
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 8, 16, 16, 96)); }).find("dim=96 is not supported"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              check_attention_shape(shape(1, 6, 4, 16, 16, 64));
+            }).find("heads=6 is not a multiple of kv_heads=4"),
             std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_shape(shape(1, 6, 4, 16, 16, 64)); })
-                .find("heads=6 is not a multiple of kv_heads=4"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_shape(shape(0, 8, 8, 16, 16, 64)); }).find("batch=0 must be positive"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_shape(shape(1, 8, 8, 16, 0, 64)); }).find("seq_kv=0 must be positive"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_shape(shape(1, 8, 0, 16, 16, 64)); }).find("kv_heads=0 must be positive"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_shape(shape(1 << 20, 64, 64, 1 << 12, 16, 128)); }).find("2^31 elements"),
-            std::string::npos);
-  EXPECT_NE(error_of([] { check_attention_decode_shape(shape(1, 8, 2, 17, 4096, 128)); })
-                .find("seq_q=17 query rows; the decode kernel takes 1 to 16"),
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(0, 8, 8, 16, 16, 64)); }).find("batch=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 8, 16, 0, 64)); }).find("seq_kv=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 0, 16, 16, 64)); }).find("kv_heads=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1 << 20, 64, 64, 1 << 12, 16, 128)); }).find("2^31 elements"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              check_attention_decode_shape(shape(1, 8, 2, 17, 4096, 128));
+            }).find("seq_q=17 query rows; the decode kernel takes 1 to 16"),
             std::string::npos);
   EXPECT_EQ(error_of([] { check_attention_shape(shape(2, 32, 8, 1000, 4097, 256)); }), "");
   EXPECT_EQ(error_of([] { check_attention_decode_shape(shape(8, 32, 8, 16, 32768, 128)); }), "");
@@ -100,36 +107,42 @@ TEST(Attention, ShapeErrorsNameTheArgument) {
 // in a CUDA build bad pointers and scales, each a one-line user error naming the argument.
 TEST(Attention, EntryPointsRejectBadArguments) {
   float dummy = 0;
-  EXPECT_NE(error_of([&] { attention_forward(shape(1, 4, 4, 8, 8, 80), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f,
-                                             false, nullptr); })
-                .find("dim=80"),
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 80), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                                nullptr);
+            }).find("dim=80"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { attention_decode(shape(1, 4, 4, 20, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f,
-                                            false, nullptr); })
-                .find("seq_q=20"),
+  EXPECT_NE(error_of([&] {
+              attention_decode(shape(1, 4, 4, 20, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                               nullptr);
+            }).find("seq_q=20"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { attention_backward(shape(1, 3, 2, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, &dummy,
-                                              &dummy, &dummy, &dummy, &dummy, 1.f, false, nullptr); })
-                .find("heads=3"),
+  EXPECT_NE(error_of([&] {
+              attention_backward(shape(1, 3, 2, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
+                                 &dummy, &dummy, &dummy, 1.f, false, nullptr);
+            }).find("heads=3"),
             std::string::npos);
 #if MP_HAVE_CUDA
   alignas(16) static char buf[64];
-  EXPECT_NE(error_of([&] { attention_forward(shape(1, 4, 4, 8, 8, 64), nullptr, buf, buf, buf, nullptr, 1.f, false,
-                                             nullptr); })
-                .find("Q must be a 16-byte aligned device pointer"),
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), nullptr, buf, buf, buf, nullptr, 1.f, false,
+                                nullptr);
+            }).find("Q must be a 16-byte aligned device pointer"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf + 2, buf, buf, nullptr, 1.f, false,
-                                             nullptr); })
-                .find("K must be a 16-byte aligned"),
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf + 2, buf, buf, nullptr, 1.f, false,
+                                nullptr);
+            }).find("K must be a 16-byte aligned"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf, buf, buf, nullptr, -1.f, false,
-                                             nullptr); })
-                .find("scale must be a positive finite number"),
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf, buf, buf, nullptr, -1.f, false, nullptr);
+            }).find("scale must be a positive finite number"),
             std::string::npos);
 #else
-  EXPECT_NE(error_of([&] { attention_forward(shape(1, 4, 4, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f,
-                                             false, nullptr); })
-                .find("not supported yet"),
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                                nullptr);
+            }).find("not supported yet"),
             std::string::npos);
 #endif
 }
@@ -139,8 +152,8 @@ TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
     AttentionShape s;
     bool causal;
   };
-  const std::vector<Case> cases = {{shape(1, 2, 2, 5, 5, 64), false},  {shape(2, 4, 2, 7, 7, 64), true},
-                                   {shape(1, 4, 1, 3, 9, 64), true},   {shape(1, 2, 1, 9, 4, 128), true},
+  const std::vector<Case> cases = {{shape(1, 2, 2, 5, 5, 64), false},   {shape(2, 4, 2, 7, 7, 64), true},
+                                   {shape(1, 4, 1, 3, 9, 64), true},    {shape(1, 2, 1, 9, 4, 128), true},
                                    {shape(1, 8, 2, 17, 33, 64), false}, {shape(1, 1, 1, 1, 1, 256), true}};
   uint64_t seed = 1;
   for (const auto& [s, causal] : cases) {
@@ -165,17 +178,19 @@ TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
 TEST(Attention, CausalMaskIsAlignedToTheEnd) {
   const auto s = shape(1, 1, 1, 2, 4, 64);
   // V = one-hot of the key index in the first 4 columns: O's column j is then P(key j).
-  std::vector<float> q = random_values(s.q_elems(), 5), k = random_values(s.kv_elems(), 6), v(s.kv_elems(), 0.f);
+  std::vector<float> q = random_values(s.q_elems(), 5), k = random_values(s.kv_elems(), 6),
+                     v(s.kv_elems(), 0.f);
   for (int j = 0; j < 4; ++j) v[size_t(j) * 64 + j] = 1.f;
   std::vector<double> o(s.q_elems()), lse(s.lse_elems());
   attention_reference_forward(s, q.data(), k.data(), v.data(), 0.125, true, o.data(), lse.data());
-  EXPECT_GT(o[2], 0.0);     // row 0 sees key 2 = 0 + 4 - 2
-  EXPECT_EQ(o[3], 0.0);     // but not key 3
+  EXPECT_GT(o[2], 0.0);       // row 0 sees key 2 = 0 + 4 - 2
+  EXPECT_EQ(o[3], 0.0);       // but not key 3
   EXPECT_GT(o[64 + 3], 0.0);  // row 1 sees every key
   EXPECT_NEAR(o[0] + o[1] + o[2], 1.0, 1e-12);
 
   const auto t = shape(1, 1, 1, 5, 2, 64);
-  const auto q2 = random_values(t.q_elems(), 7), k2 = random_values(t.kv_elems(), 8), v2 = random_values(t.kv_elems(), 9);
+  const auto q2 = random_values(t.q_elems(), 7), k2 = random_values(t.kv_elems(), 8),
+             v2 = random_values(t.kv_elems(), 9);
   std::vector<double> o2(t.q_elems(), 42.0), lse2(t.lse_elems());
   attention_reference_forward(t, q2.data(), k2.data(), v2.data(), 0.125, true, o2.data(), lse2.data());
   for (int i = 0; i < 3; ++i) {  // rows 0..2 see keys j <= i - 3: none
@@ -188,7 +203,8 @@ TEST(Attention, CausalMaskIsAlignedToTheEnd) {
 // Only the asked-for rows are computed; the others keep what they held.
 TEST(Attention, ReferenceComputesTheRowsAskedFor) {
   const auto s = shape(2, 2, 1, 6, 6, 64);
-  const auto q = random_values(s.q_elems(), 1), k = random_values(s.kv_elems(), 2), v = random_values(s.kv_elems(), 3);
+  const auto q = random_values(s.q_elems(), 1), k = random_values(s.kv_elems(), 2),
+             v = random_values(s.kv_elems(), 3);
   std::vector<double> all(s.q_elems()), some(s.q_elems(), 7.0), la(s.lse_elems()), ls(s.lse_elems(), 7.0);
   attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, all.data(), la.data());
   attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, some.data(), ls.data(), {3, 20});
@@ -197,8 +213,9 @@ TEST(Attention, ReferenceComputesTheRowsAskedFor) {
     EXPECT_EQ(ls[r], asked ? la[r] : 7.0) << r;
     EXPECT_EQ(some[r * 64 + 5], asked ? all[r * 64 + 5] : 7.0) << r;
   }
-  EXPECT_THROW(attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, some.data(), ls.data(), {24}),
-               mp::user_error);
+  EXPECT_THROW(
+      attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, some.data(), ls.data(), {24}),
+      mp::user_error);
 }
 
 // The backward reference is the gradient of L = sum(dO * O): central differences of L in Q, K and V agree
@@ -206,12 +223,13 @@ TEST(Attention, ReferenceComputesTheRowsAskedFor) {
 TEST(Attention, ReferenceBackwardIsTheGradient) {
   for (bool causal : {false, true}) {
     const auto s = shape(1, 4, 2, 3, 5, 64);
-    auto q = random_values(s.q_elems(), 11), k = random_values(s.kv_elems(), 12), v = random_values(s.kv_elems(), 13);
+    auto q = random_values(s.q_elems(), 11), k = random_values(s.kv_elems(), 12),
+         v = random_values(s.kv_elems(), 13);
     const auto d_o = random_values(s.q_elems(), 14);
     const double scale = 0.3;
     std::vector<double> dq(s.q_elems()), dk(s.kv_elems()), dv(s.kv_elems());
-    attention_reference_backward(s, q.data(), k.data(), v.data(), d_o.data(), scale, causal, dq.data(), dk.data(),
-                                 dv.data());
+    attention_reference_backward(s, q.data(), k.data(), v.data(), d_o.data(), scale, causal, dq.data(),
+                                 dk.data(), dv.data());
     auto loss = [&] {
       std::vector<double> o(s.q_elems()), lse(s.lse_elems());
       attention_reference_forward(s, q.data(), k.data(), v.data(), scale, causal, o.data(), lse.data());
@@ -229,7 +247,8 @@ TEST(Attention, ReferenceBackwardIsTheGradient) {
         const double down = loss();
         x[i] = keep;
         const double numeric = (up - down) / (double(keep + h) - double(keep - h));
-        ASSERT_NEAR(grad[i], numeric, 1e-4 + 1e-3 * std::abs(numeric)) << name << "[" << i << "] causal " << causal;
+        ASSERT_NEAR(grad[i], numeric, 1e-4 + 1e-3 * std::abs(numeric))
+            << name << "[" << i << "] causal " << causal;
       }
     };
     check(q, dq, "dQ");
@@ -243,10 +262,10 @@ TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
   const int s132 = attention_decode_splits(one, 132);
   EXPECT_GT(s132, 1);
   EXPECT_LE(s132, 64);
-  EXPECT_GE(attention_decode_splits(one, 264), s132);            // more SMs: at least as many slices
+  EXPECT_GE(attention_decode_splits(one, 264), s132);  // more SMs: at least as many slices
   EXPECT_LE(attention_decode_splits(shape(8, 32, 8, 1, 32768, 128), 132), s132);  // more batch: fewer
-  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);      // a short cache: one slice
-  EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);     // >= 256 keys per slice
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);       // a short cache: one slice
+  EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);      // >= 256 keys per slice
   EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
 }
 
@@ -267,8 +286,10 @@ TEST(AttentionCli, HelpListsTheOptions) {
   auto r = cli("attention --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe attention", 0), 0u) << r.out;
-  for (const char* o : {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--decode", "--check-only"})
-    EXPECT_NE(r.out.find("\n  " + std::string(o) + " "), std::string::npos) << o << " not explained:\n" << r.out;
+  for (const char* o :
+       {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--decode", "--check-only"})
+    EXPECT_NE(r.out.find("\n  " + std::string(o) + " "), std::string::npos) << o << " not explained:\n"
+                                                                            << r.out;
 }
 
 TEST(AttentionCli, BadUsageIsOneLine) {
@@ -287,9 +308,10 @@ TEST(AttentionCli, BadUsageIsOneLine) {
 }
 
 TEST(AttentionCli, BadShapeIsAUserError) {
-  for (auto [args, says] : {std::pair<const char*, const char*>{"attention --seq 128 --dim 96", "dim=96 is not supported"},
-                            {"attention --seq 128 --heads 6:4", "heads=6 is not a multiple of kv_heads=4"},
-                            {"attention --seq 17:4096 --decode", "seq_q=17 query rows"}}) {
+  for (auto [args, says] :
+       {std::pair<const char*, const char*>{"attention --seq 128 --dim 96", "dim=96 is not supported"},
+        {"attention --seq 128 --heads 6:4", "heads=6 is not a multiple of kv_heads=4"},
+        {"attention --seq 17:4096 --decode", "seq_q=17 query rows"}}) {
     auto r = cli(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;

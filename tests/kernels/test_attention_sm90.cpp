@@ -4,7 +4,8 @@
 // gradients. Every run is check_attention: fresh random inputs, the outputs poisoned with NaN first, every
 // row against CPU fp64 for the small shapes and sampled rows for the large ones. Tolerance (stated in
 // kernels/attention_check.cu): max |err| <= 2e-2 * max |ref| per bf16 output tensor (bf16 rounds by 2^-9,
-// and the forward rounds P to bf16 too; a wrong mask, tile or head is an error of order 1), |LSE err| <= 1e-3.
+// and the forward rounds P to bf16 too; a wrong mask, tile or head is an error of order 1), |LSE err| <=
+// 1e-3.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -33,14 +34,17 @@ AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
 // then fails the suite in bounded time instead of hanging ctest.
 class Watchdog {
  public:
-  explicit Watchdog(int seconds) : thread_([this, seconds] {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
-      std::fprintf(stderr, "attention check not finished after %d s (a GPU kernel that never completes?)\n", seconds);
-      std::fflush(stderr);
-      std::_Exit(3);
-    }
-  }) {}
+  explicit Watchdog(int seconds)
+      : thread_([this, seconds] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+            std::fprintf(stderr,
+                         "attention check not finished after %d s (a GPU kernel that never completes?)\n",
+                         seconds);
+            std::fflush(stderr);
+            std::_Exit(3);
+          }
+        }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -78,17 +82,18 @@ TEST(SM90_AttentionForward, GqaMqaAndUnequalLengths) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (int d : attention_dims)
     for (bool causal : {false, true}) {
-      expect_ok(shape(1, 8, 2, 300, 300, d), attention_pass::forward, causal);   // GQA 8:2
-      expect_ok(shape(1, 4, 1, 129, 129, d), attention_pass::forward, causal);   // MQA 4:1
-      expect_ok(shape(1, 4, 2, 100, 777, d), attention_pass::forward, causal);   // a cache before the rows
-      expect_ok(shape(1, 4, 2, 500, 200, d), attention_pass::forward, causal);   // rows that see no key
+      expect_ok(shape(1, 8, 2, 300, 300, d), attention_pass::forward, causal);  // GQA 8:2
+      expect_ok(shape(1, 4, 1, 129, 129, d), attention_pass::forward, causal);  // MQA 4:1
+      expect_ok(shape(1, 4, 2, 100, 777, d), attention_pass::forward, causal);  // a cache before the rows
+      expect_ok(shape(1, 4, 2, 500, 200, d), attention_pass::forward, causal);  // rows that see no key
     }
 }
 
 TEST(SM90_AttentionForward, LongSequences) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   for (int d : attention_dims)
-    for (bool causal : {false, true}) expect_ok(shape(1, 2, 1, 4097, 4097, d), attention_pass::forward, causal);
+    for (bool causal : {false, true})
+      expect_ok(shape(1, 2, 1, 4097, 4097, d), attention_pass::forward, causal);
   expect_ok(shape(2, 32, 8, 2048, 2048, 128), attention_pass::forward, true);  // the Llama-3.1-8B layout
 }
 
@@ -100,7 +105,8 @@ TEST(SM90_AttentionDecode, RowsGroupsAndLongCaches) {
         expect_ok(shape(1, 4, 4, rows, 17, d), attention_pass::decode, causal);
         expect_ok(shape(1, 8, 2, rows, 1000, d), attention_pass::decode, causal);
       }
-      expect_ok(shape(2, 8, 2, rows, 8193, d), attention_pass::decode, rows == 4);  // long caches: many slices
+      expect_ok(shape(2, 8, 2, rows, 8193, d), attention_pass::decode,
+                rows == 4);  // long caches: many slices
     }
   expect_ok(shape(1, 32, 8, 1, 32768, 128), attention_pass::decode, false);  // Llama-3.1-8B, batch 1
   expect_ok(shape(8, 32, 8, 1, 8192, 128), attention_pass::decode, false);   // batch 8

@@ -44,7 +44,8 @@ int run_attention(Args& a) {
   const auto samples = a.integer({"--samples"});
   const auto seed = a.integer({"--seed"});
   a.finish();
-  if (backward && decode) throw usage_error("--backward and --decode exclude each other (the decode has no backward)");
+  if (backward && decode)
+    throw usage_error("--backward and --decode exclude each other (the decode has no backward)");
   if (!seq) throw usage_error("--seq N[:Nkv] is needed (query length, and the KV length if different)");
   if (samples && (*samples < 1 || *samples > 1000)) throw usage_error("--samples is 1 to 1000");
   if (batch && (*batch < 1 || *batch > (1ll << 30))) throw usage_error("--batch is a positive number");
@@ -56,7 +57,7 @@ int run_attention(Args& a) {
   const auto [nq, nkv] = pair_of("--seq", *seq);
   s.heads = int(h), s.kv_heads = int(hkv), s.seq_q = int(nq), s.seq_kv = int(nkv);
   s.dim = int(dim.value_or(128));
-  const auto pass = decode ? kernels::attention_pass::decode
+  const auto pass = decode     ? kernels::attention_pass::decode
                     : backward ? kernels::attention_pass::backward
                                : kernels::attention_pass::forward;
   decode ? kernels::check_attention_decode_shape(s) : kernels::check_attention_shape(s);
@@ -71,17 +72,20 @@ int run_attention(Args& a) {
   if (seed) opt.seed = uint64_t(*seed);
   const auto r = kernels::check_attention(s, pass, opt);
   const char* what = decode ? "split-KV decode" : backward ? "forward + backward" : "forward";
-  std::cout << "attention " << s.str() << (causal ? " causal" : "") << ", " << what << ", bf16, on " << gpu->name
-            << "\n";
+  std::cout << "attention " << s.str() << (causal ? " causal" : "") << ", " << what << ", bf16, on "
+            << gpu->name << "\n";
   if (decode)
-    std::cout << "plan:   " << kernels::attention_decode_splits(s, gpu->sm_count) << " KV slices per KV head\n";
+    std::cout << "plan:   " << kernels::attention_decode_splits(s, gpu->sm_count)
+              << " KV slices per KV head\n";
   std::cout << "check:  " << r.summary() << " against CPU fp64 (seed " << r.seed << ")\n";
   if (!check_only) {
     const auto t = kernels::time_attention(s, pass, causal, int(samples.value_or(10)));
     std::printf("ours:   %s  %.1f TFLOP/s", format_ms(t.ms).c_str(), t.tflops);
     if (decode) std::printf("  %.0f GB/s of K and V", double(s.kv_elems()) * 2 * 2 / (t.ms * 1e-3) / 1e9);
     std::printf(" (median of %d batches of %d launches)\n", int(samples.value_or(10)), t.batch_launches);
-    std::printf("reference: cuDNN and FlashAttention-2 (PyTorch SDPA) in the same run: bench/attention/device-attention.sh\n");
+    std::printf(
+        "reference: cuDNN and FlashAttention-2 (PyTorch SDPA) in the same run: "
+        "bench/attention/device-attention.sh\n");
   }
   return r.ok ? 0 : 1;
 }
