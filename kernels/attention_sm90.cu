@@ -4,10 +4,10 @@
 // once (on the first stage's semaphore, into the block's finish region) and streams K/V tiles through
 // the TMA ring; each of the two consumer warpgroups owns 64 query rows and per K/V tile computes
 // S = Q K^T (wgmma, A and B from shared), the online softmax in registers (row max and sum over each lane
-// quad, exp2 with the scale folded into log2 e), writes P as bf16 to its own shared tile and issues
-// O += P V (wgmma) asynchronously; the two warpgroups take turns issuing S (named barriers), so that one's
-// softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward (CUDA cores, fp32
-// atomics for dQ) are in attention_decode.cuh and attention_backward.cuh.
+// quad, exp2 with the scale folded into log2 e), converts P to bf16 in registers and issues O += P V
+// (RS-form wgmma, P from registers) asynchronously; the two warpgroups take turns issuing S (named barriers),
+// so that one's softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward
+// (CUDA cores, fp32 atomics for dQ) are in attention_decode.cuh and attention_backward.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -50,10 +50,18 @@ struct attn_fwd_kernel {
   struct stage {
     kv_tile k, v;
   };
-  struct finish_smem {
+  // P V with P from registers (RS-form wgmma) rather than through a shared tile (SS form, the first
+  // version measured on the H200). The shared tiles of P are then not needed, which leaves d128 a third
+  // ring stage. false: the shared-memory path.
+  static constexpr bool p_in_registers = true;
+  struct smem_q {
     q_tile q[consumers];  // the item's query rows, one 64-row tile per consumer
+  };
+  struct smem_qp {
+    q_tile q[consumers];
     p_tile p[consumers];  // each consumer's P of the current K/V tile, the A operand of P V
   };
+  using finish_smem = std::conditional_t<p_in_registers, smem_q, smem_qp>;
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
   static constexpr int stages_fit =
       (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 8) / int(sizeof(stage));
@@ -201,17 +209,24 @@ struct attn_fwd_kernel {
         st.o.tiles[0][j][f4].x *= alpha[f4 & 1];
         st.o.tiles[0][j][f4].y *= alpha[f4 & 1];
       }
-    // P as bf16 into this consumer's shared tile, visible to the async proxy (wgmma) for all 4 warps.
+    // P as bf16: the accumulator's layout is the A-fragment layout, so P feeds the RS-form wgmma from
+    // registers (p_in_registers); otherwise through this consumer's shared tile, made visible to the async
+    // proxy for all 4 warps first.
     rt_bf<16, BN> pb;
     warp::copy(pb, sc);
-    warpgroup::store(f.p[consumer], pb);
-    fence_async_shared();
-    named_barrier_sync(1 + consumer, warpgroup_threads);
+    if constexpr (!p_in_registers) {
+      warpgroup::store(f.p[consumer], pb);
+      fence_async_shared();
+      named_barrier_sync(1 + consumer, warpgroup_threads);
+    }
     // O += P V, left in flight: the template frees the previous stage meanwhile, and the next tile's
     // S = Q K^T queues behind it.
     warpgroup::fence_accumulator(st.o);
     warpgroup::mma_fence();
-    warpgroup::mma_AB(st.o, f.p[consumer], s.v);
+    if constexpr (p_in_registers)
+      warpgroup::mma_AB(st.o, pb, s.v, true);
+    else
+      warpgroup::mma_AB(st.o, f.p[consumer], s.v);
     warpgroup::mma_commit_group();
     warpgroup::fence_accumulator(st.o);
   }
