@@ -137,6 +137,7 @@ __global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_
       float acc[rsteps];
 #pragma unroll
       for (int u = 0; u < rsteps; ++u) acc[u] = 0.f;
+#pragma unroll 4
       for (int d8 = 0; d8 < V16; ++d8) {
         const uint4 kv = *reinterpret_cast<const uint4*>(&ks[c * P + 8 * d8]);
         const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
@@ -199,6 +200,8 @@ __global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_
       const float alpha = as[r];
       acc.x *= alpha;
       acc.y *= alpha;
+      // Unrolled so that the shared loads of later keys issue while earlier FMAs wait.
+#pragma unroll 16
       for (int c = 0; c < decode_chunk; ++c) {
         const float pc = ss[r][c];
         const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vs[c * P + 2 * d2]));
