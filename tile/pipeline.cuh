@@ -18,6 +18,12 @@
 //     __device__ static void prefetch(const globals&);      // optional, 1 thread first: see prefetch_of
 //   };
 //
+// Per-item shared data (optional): a kernel whose work item has operands that stay in shared memory for
+// all its K steps (attention's Q tile) declares load(stage&, finish_smem&, ...) and compute(state&,
+// stage&, finish_smem&, ...) instead, and its first load() brings them into finish_smem on the first
+// stage's semaphore. The producer runs ahead of the consumers, so such a kernel launches one block per
+// work item (launch() with max_blocks = work_count), never the persistent grid.
+//
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
 // K::globals may also carry a timeline trace (trace_mark below) for diagnostics.
@@ -57,6 +63,16 @@ constexpr bool unroll_ring_of() {
   else
     return true;
 }
+
+// Whether K keeps per-item operands in finish_smem (see "per-item shared data" above): its load() and
+// compute() then take the finish region too.
+template <class K>
+constexpr bool takes_item_smem = requires(typename K::state& st, typename K::stage& s,
+                                          typename K::finish_smem& f, const typename K::globals& g,
+                                          const typename K::item& w, semaphore& sem) {
+  K::load(s, f, g, w, 0, sem);
+  K::compute(st, s, f, g, w, 0, 0);
+};
 
 // Timeline diagnostics. When K::globals has `unsigned long long* trace` and `int trace_blocks` and trace is
 // set, thread 0 of each block b < trace_blocks writes the global timer (ns) at these points into
@@ -203,7 +219,10 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
     for (int it = 0; it < iters; ++it, p.advance()) {
       wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
       trace_step(tracing, g, it, 2);
-      K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
+      if constexpr (takes_item_smem<K>)
+        K::load(m.stages[p.stage], *m.fin, g, w, it, m.full[p.stage]);  // see "per-item shared data" above
+      else
+        K::load(m.stages[p.stage], g, w, it, m.full[p.stage]);
     }
   }
 }
@@ -267,7 +286,10 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
       wait(full[s], p.phase);
       if (tracing && it == 0) trace_mark(g, trace_first_full);
       trace_step(tracing, g, it, 0);
-      K::compute(st, stages[s], g, w, it, wg);
+      if constexpr (takes_item_smem<K>)
+        K::compute(st, stages[s], *fin, g, w, it, wg);
+      else
+        K::compute(st, stages[s], g, w, it, wg);
       // At most `pending` groups stay in flight; the step they were issued before is done: free it.
       warpgroup::mma_async_wait<pending>();
       trace_step(tracing, g, it, 1);

@@ -31,6 +31,16 @@ struct wgmma_ss_bf16 {
                 "wgmma_ss_bf16: this build provides N = 16, 32, 64, 128, 256 (see tile/detail/gen_wgmma.py)");
 };
 #include "tile/detail/wgmma_bf16.inl"
+// The same with A from registers (RS form): each warp gives its 16 rows of the 64 x 16 A slice as four
+// bf16x2 registers per lane, the mma A-fragment layout, which is the layout of a 16-row register tile's
+// 16 x 16 block (fragments 0-3: rows lane/4 and +8, columns 2 (lane%4) and +8).
+template <int N>
+struct wgmma_rs_bf16 {
+  static_assert(
+      N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
+      "wgmma_rs_bf16: this build provides N = 16, 32, 64, 128, 256 (see tile/detail/gen_wgmma_rs.py)");
+};
+#include "tile/detail/wgmma_rs_bf16.inl"
 
 // Orders this warpgroup's earlier register and shared-memory accesses before the wgmma that follow.
 __device__ inline void mma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -133,6 +143,24 @@ __device__ inline void mma_AB(rt_fl<16, N>& acc, const SA& a, const SB& b, bool 
 template <int N, class SA, class SB>
 __device__ inline void mma_ABt(rt_fl<16, N>& acc, const SA& a, const SB& b, bool accumulate) {
   detail::mma<N, major::k>(acc, a, b, accumulate);
+}
+
+// acc (+)= A * B with A from registers (this warp's 16 rows of the 64 x K operand, a bf16 register tile:
+// a softmax's P converted in place) and B K x N in shared memory, stored row-major (MN-major). The
+// registers of `a` must stay unchanged until the wgmma completes (mma_async_wait); ptxas keeps them.
+template <int N, int K, class SB>
+__device__ inline void mma_AB(rt_fl<16, N>& acc, const rt_bf<16, K>& a, const SB& b, bool accumulate) {
+  static_assert(std::is_same_v<typename SB::elem, bf16>, "warpgroup::mma_AB: this build has bf16 wgmma only");
+  static_assert(SB::cols == N, "warpgroup::mma_AB: B's columns (N) must equal the accumulator's columns");
+  static_assert(SB::rows == K, "warpgroup::mma_AB: B's rows (K) must equal A's columns");
+  float* d = reinterpret_cast<float*>(acc.tiles);
+  const uint64_t db0 = wgmma_operand_desc<typename SB::layout, major::mn>(b.smem_addr(), 0);
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    const uint64_t db = wgmma_desc_add(db0, wgmma_desc_step<typename SB::layout, major::mn>(ks));
+    wgmma_rs_bf16<N>::template mma<1>(d, reinterpret_cast<const uint32_t*>(a.tiles[0][ks]), db,
+                                      (accumulate || ks > 0) ? 1 : 0);
+  }
 }
 
 // ---- register tiles at warpgroup scope ----

@@ -1,0 +1,109 @@
+// Times the tile layer's attention kernels (kernels/attention.h) on a list of shapes and prints one CSV
+// row per shape: the time per launch is the median of settled batches of launches (time_attention: a
+// batch of about --batch-ms of work to let the clock settle, then --samples timed batches, CUDA events).
+// Each shape is checked first on fresh random inputs (sampled rows against CPU fp64); a shape that fails
+// its check is printed with status FAIL and no time.
+//   usage: bench_attention [--set protocol|llama|backward|all] [--samples N] [--batch-ms T]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/attention.h"
+
+using namespace mp::kernels;
+
+namespace {
+struct Case {
+  const char* pass;  // fwd, bwd, decode
+  AttentionShape s;
+  bool causal;
+};
+AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
+  AttentionShape s;
+  s.batch = b, s.heads = h, s.kv_heads = hkv, s.seq_q = nq, s.seq_kv = nkv, s.dim = d;
+  return s;
+}
+// FlashAttention-3's protocol: batch x seq = 16k tokens, 2048 hidden (d64: 32 heads, d128: 16, d256: 8).
+void protocol(std::vector<Case>& v) {
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true})
+      for (int n : {512, 2048, 8192, 16384})
+        v.push_back({"fwd", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
+}
+// Llama-3.1-8B: prefill of 4k (32 query heads, 8 KV heads, d128) and decode of one row against 8k and 32k.
+void llama(std::vector<Case>& v) {
+  for (bool causal : {false, true}) v.push_back({"fwd", shape(1, 32, 8, 4096, 4096, 128), causal});
+  for (int b : {1, 8})
+    for (int kv : {8192, 32768}) v.push_back({"decode", shape(b, 32, 8, 1, kv, 128), false});
+}
+// The backward (CUDA cores so far) at the protocol's 2k, d128, and the Llama prefill.
+void backward(std::vector<Case>& v) {
+  for (bool causal : {false, true}) {
+    v.push_back({"bwd", shape(8, 16, 16, 2048, 2048, 128), causal});
+    v.push_back({"bwd", shape(1, 32, 8, 4096, 4096, 128), causal});
+  }
+}
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "bench_attention: %s\nusage: bench_attention [--set protocol|llama|backward|all] [--samples "
+               "N] [--batch-ms T]\n",
+               why);
+  std::exit(2);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string set = "all";
+  int samples = 5;
+  double batch_ms = 100;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) usage("an option lacks its value");
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--set"))
+      set = next();
+    else if (!std::strcmp(argv[i], "--samples"))
+      samples = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--batch-ms"))
+      batch_ms = std::atof(next());
+    else
+      usage((std::string("unknown option ") + argv[i]).c_str());
+  }
+  std::vector<Case> cases;
+  if (set == "protocol" || set == "all") protocol(cases);
+  if (set == "llama" || set == "all") llama(cases);
+  if (set == "backward" || set == "all") backward(cases);
+  if (cases.empty()) usage("--set is protocol, llama, backward or all");
+  std::printf("pass,dim,causal,batch,heads,kv_heads,seq_q,seq_kv,status,ms,tflops,gbps\n");
+  int failed = 0;
+  for (const Case& c : cases) {
+    const auto pass = !std::strcmp(c.pass, "fwd")   ? attention_pass::forward
+                      : !std::strcmp(c.pass, "bwd") ? attention_pass::backward
+                                                    : attention_pass::decode;
+    const auto& s = c.s;
+    std::string status = "ok";
+    AttentionTiming t;
+    try {
+      AttentionCheckOptions opt;
+      opt.causal = c.causal;
+      opt.full_reference_limit = 0;  // sampled rows: the check must not take longer than the timing
+      const auto r = check_attention(s, pass, opt);
+      if (!r.ok) status = "FAIL";
+      if (r.ok) t = time_attention(s, pass, c.causal, samples, batch_ms);
+    } catch (const mp::user_error& e) {
+      std::fprintf(stderr, "%s %s: %s\n", c.pass, s.str().c_str(), e.what());
+      status = "ERROR";
+    }
+    failed += status != "ok";
+    const double gbps =
+        pass == attention_pass::decode && t.ms > 0 ? double(s.kv_elems()) * 4 / (t.ms * 1e-3) / 1e9 : 0;
+    std::printf("%s,%d,%d,%d,%d,%d,%d,%d,%s,%.4f,%.1f,%.0f\n", c.pass, s.dim, int(c.causal), s.batch, s.heads,
+                s.kv_heads, s.seq_q, s.seq_kv, status.c_str(), t.ms, t.tflops, gbps);
+    std::fflush(stdout);
+  }
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,122 @@
+// Attention on Hopper, written with the tile layer: the FlashAttention forward (online softmax over K/V
+// tiles streamed through the pipeline template's TMA ring), its backward (dQ, dK, dV), and a split-KV
+// decode for 1 to 16 query rows against a long cache; with the shape checks, the CPU fp64 references
+// and a check routine (fresh random inputs, poisoned outputs) that the CLI, the tests and the benchmark
+// share. Tensors are contiguous bf16 (batch, heads, seq, dim) on the device; the row log-sum-exp is fp32
+// (batch, heads, seq_q), natural log. This header needs no CUDA headers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct CUstream_st;
+
+namespace mp::kernels {
+
+// Q is (batch, heads, seq_q, dim), K and V (batch, kv_heads, seq_kv, dim), O like Q. Query head h reads
+// KV head h / (heads / kv_heads) (GQA; kv_heads == heads is plain multi-head, kv_heads == 1 MQA).
+// Causal masks are aligned to the end: query row i sees key j when j <= i + seq_kv - seq_q (prefill
+// after a cache); a row that sees no key gets O = 0 and LSE = -inf.
+struct AttentionShape {
+  int batch = 1, heads = 1, kv_heads = 1, seq_q = 1, seq_kv = 1, dim = 128;
+  std::size_t q_elems() const { return std::size_t(batch) * heads * seq_q * dim; }
+  std::size_t kv_elems() const { return std::size_t(batch) * kv_heads * seq_kv * dim; }
+  std::size_t lse_elems() const { return std::size_t(batch) * heads * seq_q; }
+  int group() const { return heads / kv_heads; }
+  std::string str() const;  // "B=2 H=8:2 N=1000:1000 D=128"
+};
+
+// The head dims the kernels are compiled for.
+constexpr int attention_dims[] = {64, 128, 256};
+// At most this many query rows for attention_decode.
+constexpr int attention_decode_max_rows = 16;
+// Query rows (query heads of a group times query rows) one decode block takes; a group with more is
+// split into row groups, each reading the KV slice again.
+constexpr int attention_decode_block_rows = 32;
+
+// One-line mp::user_error naming the argument when the shape cannot run: a dim other than 64, 128, 256;
+// heads not a multiple of kv_heads; a zero or negative size; sizes whose element counts overflow.
+void check_attention_shape(const AttentionShape& s);
+// The same, then decode's own limit (seq_q from 1 to attention_decode_max_rows).
+void check_attention_decode_shape(const AttentionShape& s);
+// 1 / sqrt(dim), the usual softmax scale.
+double default_attention_scale(int dim);
+
+// ---- the GPU entry points (device pointers, 16-byte aligned; asynchronous on `stream`) ----
+// Throw mp::user_error for bad shapes / pointers, mp::not_supported in a build without CUDA.
+
+// O = softmax(scale * Q K^T (masked)) V and, when lse is not null, the row log-sum-exp of the masked
+// scaled scores (fp32, natural log).
+void attention_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                       float* lse, float scale, bool causal, CUstream_st* stream);
+
+// The same result for seq_q <= 16 (the decode step, a few speculative or grouped rows), computed by
+// splitting the cache into slices (count chosen from the SM count and the length), each block reading
+// one KV head's slice once for all the query heads of its group, then combining the slices through their
+// log-sum-exps. lse may be null.
+void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
+                      float* lse, float scale, bool causal, CUstream_st* stream);
+
+// dQ, dK, dV (bf16, shaped as Q, K, V) from dO, the forward's O and LSE; dK and dV are summed over the
+// query heads of a group. fp32 accumulation.
+void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
+                        const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale,
+                        bool causal, CUstream_st* stream);
+
+// The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI).
+int attention_decode_splits(const AttentionShape& s, int sms);
+
+// ---- CPU fp64 references (inputs as float, already rounded to bf16 by the caller if wanted) ----
+// Rows: the query rows (b, h, i) to compute, as flat indices into (batch, heads, seq_q); empty = all.
+// o gets q_elems() values (rows not asked for are left as they were), lse lse_elems().
+void attention_reference_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                 double scale, bool causal, double* o, double* lse,
+                                 const std::vector<std::size_t>& rows = {});
+// dq (q_elems), dk and dv (kv_elems) from dO; O and LSE are recomputed in fp64.
+void attention_reference_backward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                                  const float* d_o, double scale, bool causal, double* dq, double* dk,
+                                  double* dv);
+
+// ---- the check routine ----
+enum class attention_pass { forward, decode, backward };
+
+struct AttentionCheckOptions {
+  uint64_t seed = 0;  // 0: a fresh seed (printed in the result)
+  // Forward / decode: every row against fp64 when batch * heads * seq_q * seq_kv * dim is at most this,
+  // else a sample of rows (all heads of a few batches, rows at the start, the end and spread between).
+  long long full_reference_limit = 1ll << 28;
+  double scale = 0;  // 0: 1 / sqrt(dim)
+  bool causal = false;
+};
+
+struct AttentionCheckResult {
+  uint64_t seed = 0;
+  double max_err_o = 0;    // max |O - ref| / (max |ref| over the compared outputs), per output tensor
+  double max_err_lse = 0;  // max |LSE - ref| (absolute; LSE is O(log seq) in size)
+  double max_err_dq = 0, max_err_dk = 0, max_err_dv = 0;  // backward: as max_err_o
+  double tolerance = 0;                                   // the relative bound each output was held to
+  std::size_t unwritten = 0;  // output elements still holding the NaN poison (all of them are counted)
+  std::size_t checked_rows = 0;
+  bool ok = false;
+  std::string summary() const;  // "ok (O err 3.1e-03, LSE err 1.2e-06, 1000 rows)" or "FAIL: ..."
+};
+
+// Runs the pass on fresh random inputs (uniform in [-1, 1), bf16) with the outputs poisoned with NaN
+// first, and compares with the fp64 reference. Throws mp::user_error for bad shapes, mp::not_supported
+// without CUDA.
+AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pass,
+                                     const AttentionCheckOptions& opt = {});
+
+// Times the pass on random inputs: `samples` batches of launches of about batch_ms each (after warm-up),
+// the median per launch in ms. FLOPs: 4 * B * H * Nq * Nkv * D forward (halved when causal), backward
+// 2.5x that (attention_flops).
+struct AttentionTiming {
+  double ms = 0, tflops = 0;
+  int batch_launches = 0;
+};
+AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples = 10,
+                               double batch_ms = 200);
+double attention_flops(const AttentionShape& s, attention_pass pass, bool causal);
+
+}  // namespace mp::kernels

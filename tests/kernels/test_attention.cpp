@@ -1,0 +1,329 @@
+// CPU tests of the attention layer: the shape checks and their messages, the fp64 references against a
+// naive matrix formulation (forward) and against finite differences (backward), the causal alignment
+// when seq_q != seq_kv, the decode's split count, and `metapipe attention` as a user runs it (errors, and
+// the exit without a GPU).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/attention.h"
+#include "tests/support/run_cli.h"
+
+using namespace mp::kernels;
+
+namespace {
+std::vector<float> random_values(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
+  AttentionShape s;
+  s.batch = b, s.heads = h, s.kv_heads = hkv, s.seq_q = nq, s.seq_kv = nkv, s.dim = d;
+  return s;
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const mp::user_error& e) {
+    return e.what();
+  }
+  return "";
+}
+bool one_line(const std::string& s) { return !s.empty() && s.find('\n') == s.size() - 1; }
+
+// The textbook formula, written as whole matrices per (batch, head): S = scale Q K^T, masked entries
+// removed, P = softmax(S) by rows, O = P V, LSE = log sum exp S.
+void naive_forward(const AttentionShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                   const std::vector<float>& v, double scale, bool causal, std::vector<double>& o,
+                   std::vector<double>& lse) {
+  const int d = s.dim;
+  o.assign(s.q_elems(), 0.0);
+  lse.assign(s.lse_elems(), 0.0);
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.heads; ++h) {
+      const int hk = h * s.kv_heads / s.heads;  // the same mapping as h / (heads / kv_heads)
+      std::vector<std::vector<double>> S(size_t(s.seq_q), std::vector<double>(size_t(s.seq_kv)));
+      for (int i = 0; i < s.seq_q; ++i)
+        for (int j = 0; j < s.seq_kv; ++j) {
+          double acc = 0;
+          for (int c = 0; c < d; ++c)
+            acc += double(q[((size_t(b) * s.heads + h) * s.seq_q + i) * d + c]) *
+                   double(k[((size_t(b) * s.kv_heads + hk) * s.seq_kv + j) * d + c]);
+          const bool masked = causal && (s.seq_kv - s.seq_q) + i < j;
+          S[size_t(i)][size_t(j)] = masked ? -INFINITY : acc * scale;
+        }
+      for (int i = 0; i < s.seq_q; ++i) {
+        const size_t row = (size_t(b) * s.heads + h) * s.seq_q + i;
+        double z = 0;
+        for (double x : S[size_t(i)]) z += std::exp(x);
+        lse[row] = std::log(z);  // log(0) = -inf for a row that sees nothing
+        for (int j = 0; j < s.seq_kv; ++j) {
+          const double p = z > 0 ? std::exp(S[size_t(i)][size_t(j)]) / z : 0.0;
+          for (int c = 0; c < d; ++c)
+            o[row * d + c] += p * double(v[((size_t(b) * s.kv_heads + hk) * s.seq_kv + j) * d + c]);
+        }
+      }
+    }
+}
+}  // namespace
+
+TEST(Attention, ShapeErrorsNameTheArgument) {
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 8, 16, 16, 96)); }).find("dim=96 is not supported"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              check_attention_shape(shape(1, 6, 4, 16, 16, 64));
+            }).find("heads=6 is not a multiple of kv_heads=4"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(0, 8, 8, 16, 16, 64)); }).find("batch=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 8, 16, 0, 64)); }).find("seq_kv=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1, 8, 0, 16, 16, 64)); }).find("kv_heads=0 must be positive"),
+      std::string::npos);
+  EXPECT_NE(
+      error_of([] { check_attention_shape(shape(1 << 20, 64, 64, 1 << 12, 16, 128)); }).find("2^31 elements"),
+      std::string::npos);
+  EXPECT_NE(error_of([] {
+              check_attention_decode_shape(shape(1, 8, 2, 17, 4096, 128));
+            }).find("seq_q=17 query rows; the decode kernel takes 1 to 16"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { check_attention_shape(shape(2, 32, 8, 1000, 4097, 256)); }), "");
+  EXPECT_EQ(error_of([] { check_attention_decode_shape(shape(8, 32, 8, 16, 32768, 128)); }), "");
+}
+
+// The entry points check their arguments before anything touches the GPU: bad shapes in every build, and
+// in a CUDA build bad pointers and scales, each a one-line user error naming the argument.
+TEST(Attention, EntryPointsRejectBadArguments) {
+  float dummy = 0;
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 80), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                                nullptr);
+            }).find("dim=80"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              attention_decode(shape(1, 4, 4, 20, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                               nullptr);
+            }).find("seq_q=20"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              attention_backward(shape(1, 3, 2, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, &dummy, &dummy,
+                                 &dummy, &dummy, &dummy, 1.f, false, nullptr);
+            }).find("heads=3"),
+            std::string::npos);
+#if MP_HAVE_CUDA
+  alignas(16) static char buf[64];
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), nullptr, buf, buf, buf, nullptr, 1.f, false,
+                                nullptr);
+            }).find("Q must be a 16-byte aligned device pointer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf + 2, buf, buf, nullptr, 1.f, false,
+                                nullptr);
+            }).find("K must be a 16-byte aligned"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf, buf, buf, nullptr, -1.f, false, nullptr);
+            }).find("scale must be a positive finite number"),
+            std::string::npos);
+#else
+  EXPECT_NE(error_of([&] {
+              attention_forward(shape(1, 4, 4, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
+                                nullptr);
+            }).find("not supported yet"),
+            std::string::npos);
+#endif
+}
+
+TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
+  struct Case {
+    AttentionShape s;
+    bool causal;
+  };
+  const std::vector<Case> cases = {{shape(1, 2, 2, 5, 5, 64), false},   {shape(2, 4, 2, 7, 7, 64), true},
+                                   {shape(1, 4, 1, 3, 9, 64), true},    {shape(1, 2, 1, 9, 4, 128), true},
+                                   {shape(1, 8, 2, 17, 33, 64), false}, {shape(1, 1, 1, 1, 1, 256), true}};
+  uint64_t seed = 1;
+  for (const auto& [s, causal] : cases) {
+    const auto q = random_values(s.q_elems(), seed++), k = random_values(s.kv_elems(), seed++),
+               v = random_values(s.kv_elems(), seed++);
+    const double scale = default_attention_scale(s.dim);
+    std::vector<double> o(s.q_elems()), lse(s.lse_elems()), no, nlse;
+    attention_reference_forward(s, q.data(), k.data(), v.data(), scale, causal, o.data(), lse.data());
+    naive_forward(s, q, k, v, scale, causal, no, nlse);
+    for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], no[i], 1e-12) << s.str() << " element " << i;
+    for (size_t r = 0; r < lse.size(); ++r) {
+      if (std::isinf(nlse[r]))
+        EXPECT_TRUE(std::isinf(lse[r]) && lse[r] < 0) << s.str() << " row " << r;
+      else
+        EXPECT_NEAR(lse[r], nlse[r], 1e-12) << s.str() << " row " << r;
+    }
+  }
+}
+
+// seq_q < seq_kv: query row i sees keys up to i + seq_kv - seq_q (the end-aligned diagonal); seq_q > seq_kv:
+// the first rows see no key at all, and get O = 0 and LSE = -inf.
+TEST(Attention, CausalMaskIsAlignedToTheEnd) {
+  const auto s = shape(1, 1, 1, 2, 4, 64);
+  // V = one-hot of the key index in the first 4 columns: O's column j is then P(key j).
+  std::vector<float> q = random_values(s.q_elems(), 5), k = random_values(s.kv_elems(), 6),
+                     v(s.kv_elems(), 0.f);
+  for (int j = 0; j < 4; ++j) v[size_t(j) * 64 + j] = 1.f;
+  std::vector<double> o(s.q_elems()), lse(s.lse_elems());
+  attention_reference_forward(s, q.data(), k.data(), v.data(), 0.125, true, o.data(), lse.data());
+  EXPECT_GT(o[2], 0.0);       // row 0 sees key 2 = 0 + 4 - 2
+  EXPECT_EQ(o[3], 0.0);       // but not key 3
+  EXPECT_GT(o[64 + 3], 0.0);  // row 1 sees every key
+  EXPECT_NEAR(o[0] + o[1] + o[2], 1.0, 1e-12);
+
+  const auto t = shape(1, 1, 1, 5, 2, 64);
+  const auto q2 = random_values(t.q_elems(), 7), k2 = random_values(t.kv_elems(), 8),
+             v2 = random_values(t.kv_elems(), 9);
+  std::vector<double> o2(t.q_elems(), 42.0), lse2(t.lse_elems());
+  attention_reference_forward(t, q2.data(), k2.data(), v2.data(), 0.125, true, o2.data(), lse2.data());
+  for (int i = 0; i < 3; ++i) {  // rows 0..2 see keys j <= i - 3: none
+    EXPECT_TRUE(std::isinf(lse2[size_t(i)]) && lse2[size_t(i)] < 0) << "row " << i;
+    for (int c = 0; c < 64; ++c) ASSERT_EQ(o2[size_t(i) * 64 + c], 0.0) << "row " << i;
+  }
+  EXPECT_FALSE(std::isinf(lse2[3]));
+}
+
+// Only the asked-for rows are computed; the others keep what they held.
+TEST(Attention, ReferenceComputesTheRowsAskedFor) {
+  const auto s = shape(2, 2, 1, 6, 6, 64);
+  const auto q = random_values(s.q_elems(), 1), k = random_values(s.kv_elems(), 2),
+             v = random_values(s.kv_elems(), 3);
+  std::vector<double> all(s.q_elems()), some(s.q_elems(), 7.0), la(s.lse_elems()), ls(s.lse_elems(), 7.0);
+  attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, all.data(), la.data());
+  attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, some.data(), ls.data(), {3, 20});
+  for (size_t r = 0; r < s.lse_elems(); ++r) {
+    const bool asked = r == 3 || r == 20;
+    EXPECT_EQ(ls[r], asked ? la[r] : 7.0) << r;
+    EXPECT_EQ(some[r * 64 + 5], asked ? all[r * 64 + 5] : 7.0) << r;
+  }
+  EXPECT_THROW(
+      attention_reference_forward(s, q.data(), k.data(), v.data(), 0.1, false, some.data(), ls.data(), {24}),
+      mp::user_error);
+}
+
+// The backward reference is the gradient of L = sum(dO * O): central differences of L in Q, K and V agree
+// with it on every element of a small GQA causal problem with seq_q != seq_kv.
+TEST(Attention, ReferenceBackwardIsTheGradient) {
+  for (bool causal : {false, true}) {
+    const auto s = shape(1, 4, 2, 3, 5, 64);
+    auto q = random_values(s.q_elems(), 11), k = random_values(s.kv_elems(), 12),
+         v = random_values(s.kv_elems(), 13);
+    const auto d_o = random_values(s.q_elems(), 14);
+    const double scale = 0.3;
+    std::vector<double> dq(s.q_elems()), dk(s.kv_elems()), dv(s.kv_elems());
+    attention_reference_backward(s, q.data(), k.data(), v.data(), d_o.data(), scale, causal, dq.data(),
+                                 dk.data(), dv.data());
+    auto loss = [&] {
+      std::vector<double> o(s.q_elems()), lse(s.lse_elems());
+      attention_reference_forward(s, q.data(), k.data(), v.data(), scale, causal, o.data(), lse.data());
+      double l = 0;
+      for (size_t i = 0; i < o.size(); ++i) l += o[i] * d_o[i];
+      return l;
+    };
+    auto check = [&](std::vector<float>& x, const std::vector<double>& grad, const char* name) {
+      for (size_t i = 0; i < x.size(); ++i) {
+        const float keep = x[i];
+        const float h = 1e-3f;
+        x[i] = keep + h;
+        const double up = loss();
+        x[i] = keep - h;
+        const double down = loss();
+        x[i] = keep;
+        const double numeric = (up - down) / (double(keep + h) - double(keep - h));
+        ASSERT_NEAR(grad[i], numeric, 1e-4 + 1e-3 * std::abs(numeric))
+            << name << "[" << i << "] causal " << causal;
+      }
+    };
+    check(q, dq, "dQ");
+    check(k, dk, "dK");
+    check(v, dv, "dV");
+  }
+}
+
+TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
+  const auto one = shape(1, 32, 8, 1, 32768, 128);
+  const int s132 = attention_decode_splits(one, 132);
+  EXPECT_GT(s132, 1);
+  EXPECT_LE(s132, 64);
+  EXPECT_GE(attention_decode_splits(one, 264), s132);  // more SMs: at least as many slices
+  EXPECT_LE(attention_decode_splits(shape(8, 32, 8, 1, 32768, 128), 132), s132);  // more batch: fewer
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);       // a short cache: one slice
+  EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);      // >= 256 keys per slice
+  EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
+}
+
+TEST(Attention, FlopsAsTheIssueCountsThem) {
+  const auto s = shape(2, 16, 4, 1024, 2048, 128);
+  const double f = 4.0 * 2 * 16 * 1024 * 2048 * 128;
+  EXPECT_DOUBLE_EQ(attention_flops(s, attention_pass::forward, false), f);
+  EXPECT_DOUBLE_EQ(attention_flops(s, attention_pass::forward, true), f / 2);
+  EXPECT_DOUBLE_EQ(attention_flops(s, attention_pass::backward, false), 2.5 * f);
+}
+
+// ---- the CLI ----
+namespace {
+mp::test::CliResult cli(const std::string& args) { return mp::test::run_cli(args); }
+}  // namespace
+
+TEST(AttentionCli, HelpListsTheOptions) {
+  auto r = cli("attention --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.rfind("usage: metapipe attention", 0), 0u) << r.out;
+  for (const char* o :
+       {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--decode", "--check-only"})
+    EXPECT_NE(r.out.find("\n  " + std::string(o) + " "), std::string::npos) << o << " not explained:\n"
+                                                                            << r.out;
+}
+
+TEST(AttentionCli, BadUsageIsOneLine) {
+  for (auto [args, says] : {std::pair<const char*, const char*>{"attention", "--seq N[:Nkv] is needed"},
+                            {"attention --seq 0", "--seq takes a positive number"},
+                            {"attention --seq 12:x", "--seq takes a positive number"},
+                            {"attention --seq 128 --heads 8:", "--heads takes a positive number"},
+                            {"attention --seq 128 --backward --decode", "exclude each other"},
+                            {"attention --seq 128 --samples 0", "--samples is 1 to 1000"},
+                            {"attention --seq 128 --window 4", "--window"}}) {
+    auto r = cli(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;
+    EXPECT_TRUE(one_line(r.out)) << args << ": " << r.out;
+  }
+}
+
+TEST(AttentionCli, BadShapeIsAUserError) {
+  for (auto [args, says] :
+       {std::pair<const char*, const char*>{"attention --seq 128 --dim 96", "dim=96 is not supported"},
+        {"attention --seq 128 --heads 6:4", "heads=6 is not a multiple of kv_heads=4"},
+        {"attention --seq 17:4096 --decode", "seq_q=17 query rows"}}) {
+    auto r = cli(args);
+    EXPECT_EQ(r.status, 1) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;
+    EXPECT_TRUE(one_line(r.out)) << args << ": " << r.out;
+  }
+}
+
+TEST(AttentionCli, WithoutAGpuItSaysSo) {
+  auto g = mp::query_gpu();
+  if (g && mp::gpu_is_hopper(*g)) GTEST_SKIP() << "a Hopper GPU is present: the SM90 suites run the command";
+  auto r = cli("attention --batch 2 --heads 8:2 --seq 1000 --dim 128 --causal");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("needs a Hopper GPU"), std::string::npos) << r.out;
+  EXPECT_TRUE(one_line(r.out)) << r.out;
+}

@@ -1,0 +1,125 @@
+// GPU tests of the attention kernels on Hopper: the forward over head dims 64 / 128 / 256, causal and not,
+// GQA and MQA, lengths 1, 17, 1000 and 4097 (partial 64-, 128-row and K/V tiles), seq_q != seq_kv both
+// ways; the split-KV decode with 1, 4 and 16 rows and long caches; the backward against the fp64
+// gradients. Every run is check_attention: fresh random inputs, the outputs poisoned with NaN first, every
+// row against CPU fp64 for the small shapes and sampled rows for the large ones. Tolerance (stated in
+// kernels/attention_check.cu): max |err| <= 2e-2 * max |ref| per bf16 output tensor (bf16 rounds by 2^-9,
+// and the forward rounds P to bf16 too; a wrong mask, tile or head is an error of order 1), |LSE err| <=
+// 1e-3.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+
+#include "core/device.h"
+#include "kernels/attention.h"
+
+using namespace mp::kernels;
+
+namespace {
+bool have_hopper() {
+  auto g = mp::query_gpu();
+  return g && mp::gpu_is_hopper(*g);
+}
+AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
+  AttentionShape s;
+  s.batch = b, s.heads = h, s.kv_heads = hkv, s.seq_q = nq, s.seq_kv = nkv, s.dim = d;
+  return s;
+}
+// Ends the process if a check takes longer than `seconds`: a kernel whose semaphore wait never completes
+// then fails the suite in bounded time instead of hanging ctest.
+class Watchdog {
+ public:
+  explicit Watchdog(int seconds)
+      : thread_([this, seconds] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
+            std::fprintf(stderr,
+                         "attention check not finished after %d s (a GPU kernel that never completes?)\n",
+                         seconds);
+            std::fflush(stderr);
+            std::_Exit(3);
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+void expect_ok(const AttentionShape& s, attention_pass pass, bool causal) {
+  Watchdog dog(60);
+  AttentionCheckOptions opt;
+  opt.causal = causal;
+  opt.full_reference_limit = 1ll << 25;  // every row up to about 0.1 s of CPU reference, sampled rows above
+  const auto r = check_attention(s, pass, opt);
+  EXPECT_TRUE(r.ok) << s.str() << (causal ? " causal" : "") << " seed " << r.seed << ": " << r.summary();
+}
+}  // namespace
+
+TEST(SM90_AttentionForward, DimsMasksAndOddLengths) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims)
+    for (bool causal : {false, true})
+      for (int n : {1, 17, 1000}) expect_ok(shape(2, 4, 4, n, n, d), attention_pass::forward, causal);
+}
+
+TEST(SM90_AttentionForward, GqaMqaAndUnequalLengths) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims)
+    for (bool causal : {false, true}) {
+      expect_ok(shape(1, 8, 2, 300, 300, d), attention_pass::forward, causal);  // GQA 8:2
+      expect_ok(shape(1, 4, 1, 129, 129, d), attention_pass::forward, causal);  // MQA 4:1
+      expect_ok(shape(1, 4, 2, 100, 777, d), attention_pass::forward, causal);  // a cache before the rows
+      expect_ok(shape(1, 4, 2, 500, 200, d), attention_pass::forward, causal);  // rows that see no key
+    }
+}
+
+TEST(SM90_AttentionForward, LongSequences) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims)
+    for (bool causal : {false, true})
+      expect_ok(shape(1, 2, 1, 4097, 4097, d), attention_pass::forward, causal);
+  expect_ok(shape(2, 32, 8, 2048, 2048, 128), attention_pass::forward, true);  // the Llama-3.1-8B layout
+}
+
+TEST(SM90_AttentionDecode, RowsGroupsAndLongCaches) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims)
+    for (int rows : {1, 4, 16}) {
+      for (bool causal : {false, true}) {
+        expect_ok(shape(1, 4, 4, rows, 17, d), attention_pass::decode, causal);
+        expect_ok(shape(1, 8, 2, rows, 1000, d), attention_pass::decode, causal);
+      }
+      expect_ok(shape(2, 8, 2, rows, 8193, d), attention_pass::decode,
+                rows == 4);  // long caches: many slices
+    }
+  expect_ok(shape(1, 32, 8, 1, 32768, 128), attention_pass::decode, false);  // Llama-3.1-8B, batch 1
+  expect_ok(shape(8, 32, 8, 1, 8192, 128), attention_pass::decode, false);   // batch 8
+  expect_ok(shape(1, 32, 1, 16, 1000, 64), attention_pass::decode, true);    // MQA: 512 rows, 16 row groups
+}
+
+TEST(SM90_AttentionBackward, GradientsAgainstFp64) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims)
+    for (bool causal : {false, true}) {
+      expect_ok(shape(1, 4, 2, 130, 130, d), attention_pass::backward, causal);
+      expect_ok(shape(1, 2, 1, 33, 70, d), attention_pass::backward, causal);
+    }
+  expect_ok(shape(1, 4, 1, 1, 1, 64), attention_pass::backward, true);
+  expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true);  // sampled rows and keys
+}
