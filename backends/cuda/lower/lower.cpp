@@ -648,7 +648,7 @@ class Gen {
           if (ext.empty()) {
             ext = e(in, a);
             org = o(in, a);
-          } else {
+          } else if (ext.find(e(in, a)) == std::string::npos) {
             ext = "(" + ext + " < " + e(in, a) + " ? " + ext + " : " + e(in, a) + ")";
           }
         }
@@ -818,14 +818,15 @@ class Gen {
   void matmul(const ir::MatMul& mm) {
     const auto &a = mm.a, &b = mm.b, &out = mm.out;
     size_t am = mm.transpose_a ? 1 : 0, ak = 1 - am, bn = mm.transpose_b ? 0 : 1, bk = 1 - bn;
-    line("if (" + e(a, ak) + " != " + e(b, bk) + " && threadIdx.x == 0) mp_fail(mp_err, 3, " + std::to_string(mm.id) +
-         ", 0);");
+    const std::string ka = e(a, ak), kb = e(b, bk);
+    if (ka != kb)
+      line("if (" + ka + " != " + kb + " && threadIdx.x == 0) mp_fail(mp_err, 3, " + std::to_string(mm.id) + ", 0);");
     line(e(out, 0) + " = " + e(a, am) + "; " + o(out, 0) + " = " + o(a, am) + ";");
     line(e(out, 1) + " = " + e(b, bn) + "; " + o(out, 1) + " = " + o(b, bn) + ";");
     auto sa = strides(a->shape), sb = strides(b->shape);
     open_elements(out);
     line("    double acc_ = 0.0;");
-    line("    const long long K_ = " + e(a, ak) + " < " + e(b, bk) + " ? " + e(a, ak) + " : " + e(b, bk) + ";");
+    line("    const long long K_ = " + (ka == kb ? ka : ka + " < " + kb + " ? " + ka + " : " + kb) + ";");
     line("    for (long long k_ = 0; k_ < K_; ++k_)");
     line("      acc_ += (double)" + v(a->id) + "[x0 * " + ll(sa[am]) + " + k_ * " + ll(sa[ak]) + "] * (double)" +
          v(b->id) + "[k_ * " + ll(sb[bk]) + " + x1 * " + ll(sb[bn]) + "];");
