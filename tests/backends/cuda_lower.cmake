@@ -20,6 +20,9 @@ if(MP_HAVE_CUDA)
            COMMAND bash ${MP_CUDA_LOWER_TEST_DIR}/cuda_lower_nvcc.sh $<TARGET_FILE:metapipe>
                    ${CMAKE_CUDA_COMPILER} ${PROJECT_SOURCE_DIR})
   set_tests_properties(CudaLowerNvcc.EveryProgramCompilesForSm90a PROPERTIES LABELS cpu TIMEOUT 600)
+  # NVRTC, the run time's compiler, accepts every program's unit too (no GPU needed).
+  mp_add_gtest(test_cuda_lower_nvrtc SOURCES ${MP_CUDA_LOWER_TEST_DIR}/test_cuda_lower_nvrtc.cpp
+               LIBS mp_examples mp_cuda_lower)
   # Every program on the GPU against the reference interpreter.
   mp_add_gtest(test_cuda_lower_sm90 SOURCES ${MP_CUDA_LOWER_TEST_DIR}/test_cuda_lower_sm90.cpp
                LIBS mp_examples mp_backend_cpu mp_cuda_lower GPU)

@@ -8,6 +8,14 @@
 
 namespace mp::cuda_test {
 
+// Every registered program (a test checks this list against the registry).
+inline const std::vector<std::string>& program_names() {
+  static const std::vector<std::string> n = {"blackscholes", "dotproduct",    "flash_attention", "gda",
+                                             "gemm",         "kmeans",        "llama_decoder",   "matmul",
+                                             "outerproduct", "softmax",       "tpchq6"};
+  return n;
+}
+
 inline const std::map<std::string, std::vector<std::string>>& small_sets() {
   static const std::map<std::string, std::vector<std::string>> s = {
       {"softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}},

@@ -35,10 +35,10 @@ int main(int argc, char** argv) {
         continue;
       }
       std::string ns = "mp_lowered_" + spec->name;
-      os << "\nnamespace " << ns << " {\n" << low.source << "\nfloat4 mp_smem4[mp_host::kSmemFloat4];\n}  // namespace "
+      os << "\nnamespace " << ns << " {\n" << low.source << "\nalignas(16) float mp_smem[mp_host::kSmemFloats];\n}  // namespace "
          << ns << "\n";
       os << "static const mp_host::Registrar " << ns << "_registrar(\"" << spec->name << "\", " << ns
-         << "::mp_smem4, {";
+         << "::mp_smem, {";
       for (size_t i = 0; i < low.kernels.size(); ++i)
         os << (i ? ", " : "") << "{\"" << low.kernels[i].entry << "\", &" << ns << "::" << low.kernels[i].entry << "}";
       os << "});\n";

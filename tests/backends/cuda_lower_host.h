@@ -19,9 +19,6 @@
 #include "backends/cuda/lower/runtime.h"
 #include "ir/eval.h"
 
-struct float4 {
-  float x, y, z, w;
-};
 struct mp_host_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
@@ -38,13 +35,13 @@ inline thread_local Block* block = nullptr;
 inline mp_host_dim3 bid, bdim, gdim;  // written only between blocks, while no thread runs
 inline std::mutex atomics;
 
-inline constexpr size_t kSmemFloat4 = 16384;  // 256 KiB: more than any sm_90 block may opt into
+inline constexpr size_t kSmemFloats = 65536;  // 256 KiB: more than any sm_90 block may opt into
 
 using Kernel = void (*)(void* const*, float*, long long*, float*, long long, int*);
 
 struct Program {
   std::string name;
-  float4* smem = nullptr;
+  float* smem = nullptr;
   std::map<std::string, Kernel> kernels;
 };
 inline std::vector<Program>& programs() {
@@ -52,7 +49,7 @@ inline std::vector<Program>& programs() {
   return p;
 }
 struct Registrar {
-  Registrar(std::string name, float4* smem, std::map<std::string, Kernel> k) {
+  Registrar(std::string name, float* smem, std::map<std::string, Kernel> k) {
     programs().push_back({std::move(name), smem, std::move(k)});
   }
 };
@@ -124,7 +121,7 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
     bdim.x = unsigned(low.threads);
     for (int b = 0; b < grid; ++b) {
       bid.x = unsigned(b);
-      std::memset(prog.smem, 0xff, kSmemFloat4 * sizeof(float4));
+      std::memset(prog.smem, 0xff, kSmemFloats * sizeof(float));
       Block blk;
       blk.all = std::make_unique<std::barrier<>>(low.threads);
       for (int w = 0; w < low.threads / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));

@@ -9,6 +9,7 @@
 #include "backends/cpu/interpreter.h"
 #include "backends/cuda/lower/lower.h"
 #include "backends/cuda/lower/runtime.h"
+#include "core/random.h"
 #include "examples/run.h"
 #include "front/front.h"
 #include "tests/backends/cuda_lower_cases.h"
@@ -58,36 +59,43 @@ TEST(CudaLower, EveryProgramLowersToOneSelfContainedUnit) {
   }
 }
 
-TEST(CudaLower, GeneratedCodeMatchesTheInterpreterOnTheHost) {
-  ASSERT_FALSE(mp_host::programs().empty());
-  uint64_t seed = 20240611;
-  for (auto* spec : examples::programs()) {
-    SCOPED_TRACE(spec->name);
-    const mp_host::Program* hp = nullptr;
-    for (auto& h : mp_host::programs())
-      if (h.name == spec->name) hp = &h;
-    ASSERT_NE(hp, nullptr) << "program not lowered by cuda_lower_emit (not supported?)";
-    auto params = examples::resolve(*spec, sets_of(spec->name));
-    ir::Program p = examples::build(*spec, params);
-    ir::Program c = passes::compile(p, examples::compile_options(params));
-    cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
-    auto in = examples::make_inputs(*spec, params, p, seed++);
-    ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
-    cpu::interpret(c, want);
-    ASSERT_EQ(mp_host::run(*hp, low, got, 3), 0) << "device error raised";
-    double rtol = examples::output_tolerance(p);
-    auto mags = examples::magnitudes_of(*spec, params, in);
-    int checked = 0;
-    for (auto& t : c.tensors) {
-      if (t->role != ir::TensorRole::Output && t->role != ir::TensorRole::InOut) continue;
-      std::vector<double> w(want.at(t->name).data.begin(), want.at(t->name).data.end());
-      auto cmp = compare(got.at(t->name).data, w, rtol, examples::check_atol(t->name, w, mags, rtol));
-      EXPECT_TRUE(cmp.ok) << t->name << ": " << cmp.summary();
-      ++checked;
-    }
-    EXPECT_GT(checked, 0);
-  }
+TEST(CudaLower, TestListNamesEveryProgram) {
+  std::vector<std::string> registered;
+  for (auto* spec : examples::programs()) registered.push_back(spec->name);
+  EXPECT_EQ(registered, cuda_test::program_names()) << "update tests/backends/cuda_lower_cases.h";
 }
+
+// One test per program, so ctest runs them side by side.
+class CudaLowerHost : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaLowerHost, GeneratedCodeMatchesTheInterpreter) {
+  auto& spec = examples::find_program(GetParam());
+  const mp_host::Program* hp = nullptr;
+  for (auto& h : mp_host::programs())
+    if (h.name == spec.name) hp = &h;
+  ASSERT_NE(hp, nullptr) << "program not lowered by cuda_lower_emit (not supported?)";
+  auto params = examples::resolve(spec, sets_of(spec.name));
+  ir::Program p = examples::build(spec, params);
+  ir::Program c = passes::compile(p, examples::compile_options(params));
+  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  auto in = examples::make_inputs(spec, params, p, fresh_seed() % 1000000);
+  ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
+  cpu::interpret(c, want);
+  ASSERT_EQ(mp_host::run(*hp, low, got, 3), 0) << "device error raised";
+  double rtol = examples::output_tolerance(p);
+  auto mags = examples::magnitudes_of(spec, params, in);
+  int checked = 0;
+  for (auto& t : c.tensors) {
+    if (t->role != ir::TensorRole::Output && t->role != ir::TensorRole::InOut) continue;
+    std::vector<double> w(want.at(t->name).data.begin(), want.at(t->name).data.end());
+    auto cmp = compare(got.at(t->name).data, w, rtol, examples::check_atol(t->name, w, mags, rtol));
+    EXPECT_TRUE(cmp.ok) << t->name << ": " << cmp.summary();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+INSTANTIATE_TEST_SUITE_P(EveryProgram, CudaLowerHost, testing::ValuesIn(cuda_test::program_names()),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {
   // The host test's 8 KiB budget sends matmul's default 64 x 128 and 128 x 64 f32 tiles past shared memory.

@@ -32,7 +32,7 @@ const char* kPrelude = R"(// Every value gets run-time extent and origin variabl
 // are never read, which is fine.
 #pragma nv_diag_suppress 177, 550
 typedef unsigned long long mp_u64;
-extern __shared__ float4 mp_smem4[];  // the dynamic shared memory of every kernel below
+extern __shared__ float mp_smem[];  // the dynamic shared memory of every kernel below (16-byte slots)
 
 __device__ __forceinline__ float mp_round(float x, int dt) {  // 0 f32, 1 bf16, 2 f16, 3 i32
   unsigned u = __float_as_uint(x);
@@ -474,7 +474,6 @@ class Gen {
          << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
             "int* mp_err) {\n";
     ind_ = "  ";
-    line("float* mp_smem = (float*)mp_smem4;");
     line("float* mp_bs = mp_scratch + (long long)blockIdx.x * mp_scratch_per_block;");
     // Tensors this statement touches.
     std::set<int> tens;

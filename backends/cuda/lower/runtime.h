@@ -38,6 +38,10 @@ std::string default_cache_dir();
 // 64-bit FNV-1a, hex: the name of a cached binary.
 std::string source_hash(const std::string& text);
 
+// NVRTC's sm_90a binary of a lowered unit (needs the CUDA toolkit, not a GPU); the NVRTC log is in the
+// internal_error when it does not compile. Built without CUDA: a user_error.
+std::string compile_sm90a(const std::string& source);
+
 // A host tensor in the device storage of its dtype (device_bytes_of) and back; an integer tensor's NaN
 // poison becomes INT32_MIN.
 std::vector<unsigned char> to_device_bytes(const ir::HostTensor& h);

@@ -87,24 +87,9 @@ std::string nvrtc_version() {
   return std::to_string(ma) + "." + std::to_string(mi);
 }
 
-// The cubin for `src`, from the cache or compiled now.
-std::string cubin_for(const std::string& src, const std::string& dir, RunReport& rep) {
-  std::string key = src + "\n// nvrtc " + nvrtc_version();
-  for (const char* o : kNvrtcOptions) key += std::string(" ") + o;
-  std::filesystem::path file = std::filesystem::path(dir) / (source_hash(key) + ".cubin");
-  rep.cache_file = file.string();
-  {
-    std::ifstream in(file, std::ios::binary);
-    if (in) {
-      std::ostringstream os;
-      os << in.rdbuf();
-      if (!os.str().empty()) {
-        rep.cache_hit = true;
-        return os.str();
-      }
-    }
-  }
-  auto t0 = std::chrono::steady_clock::now();
+}  // namespace
+
+std::string compile_sm90a(const std::string& src) {
   nvrtcProgram prog;
   MP_INTERNAL_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "metapipe_lowered.cu", 0, nullptr, nullptr) ==
                         NVRTC_SUCCESS,
@@ -123,6 +108,30 @@ std::string cubin_for(const std::string& src, const std::string& dir, RunReport&
   std::string bin(n, '\0');
   nvrtcGetCUBIN(prog, bin.data());
   nvrtcDestroyProgram(&prog);
+  return bin;
+}
+
+namespace {
+
+// The cubin for `src`, from the cache or compiled now.
+std::string cubin_for(const std::string& src, const std::string& dir, RunReport& rep) {
+  std::string key = src + "\n// nvrtc " + nvrtc_version();
+  for (const char* o : kNvrtcOptions) key += std::string(" ") + o;
+  std::filesystem::path file = std::filesystem::path(dir) / (source_hash(key) + ".cubin");
+  rep.cache_file = file.string();
+  {
+    std::ifstream in(file, std::ios::binary);
+    if (in) {
+      std::ostringstream os;
+      os << in.rdbuf();
+      if (!os.str().empty()) {
+        rep.cache_hit = true;
+        return os.str();
+      }
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  std::string bin = compile_sm90a(src);
   rep.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // Written beside, then renamed: a concurrent run never reads half a file.
   std::error_code ec;

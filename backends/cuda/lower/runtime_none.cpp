@@ -8,6 +8,10 @@ bool available(std::string* why) {
   return false;
 }
 
+std::string compile_sm90a(const std::string&) {
+  fail_user("no CUDA toolkit: metapipe was built without CUDA, so NVRTC is not available");
+}
+
 RunReport run(const ir::Program&, ir::Memory&, const RunOptions&) {
   fail_user("no CUDA GPU: metapipe was built without CUDA; rebuild with the CUDA toolkit (cmake --preset default) "
             "on a machine with an sm_90 GPU, or use --target cpu");
