@@ -14,6 +14,11 @@ set_source_files_properties(${MP_CUDA_LOWER_HOST_TU} PROPERTIES COMPILE_OPTIONS
 mp_add_gtest(test_cuda_lower SOURCES ${MP_CUDA_LOWER_TEST_DIR}/test_cuda_lower.cpp ${MP_CUDA_LOWER_HOST_TU}
              LIBS mp_examples mp_backend_cpu mp_cuda_lower)
 
+# The CLI: --emit cuda, --target cuda, the demo's cuda rows.
+mp_add_gtest(test_cuda_lower_cli SOURCES ${MP_CUDA_LOWER_TEST_DIR}/test_cuda_lower_cli.cpp LIBS mp_cuda_lower)
+target_compile_definitions(test_cuda_lower_cli PRIVATE MP_CLI_PATH="$<TARGET_FILE:metapipe>")
+add_dependencies(test_cuda_lower_cli metapipe)
+
 if(MP_HAVE_CUDA)
   # nvcc compiles the emitted unit of every program for sm_90a (one nvcc call for all of them).
   add_test(NAME CudaLowerNvcc.EveryProgramCompilesForSm90a

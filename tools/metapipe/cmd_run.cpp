@@ -34,7 +34,7 @@ CudaRun run_on_cuda(const examples::ProgramSpec& spec, const examples::Params& p
   ir::Program compiled = passes::compile(p, examples::compile_options(params));
   (void)cuda::lower(compiled);  // a node the lowering cannot handle is reported before the GPU is asked for
   std::string why;
-  MP_USER_CHECK(cuda::available(&why), "no CUDA GPU: ", why, " (--target cpu runs everywhere)");
+  MP_USER_CHECK(cuda::available(&why), "no CUDA GPU: ", why, "; --target cpu runs everywhere");
   auto in = examples::make_inputs(spec, params, p, seed);
   auto ref = spec.reference(params, in);
   auto mags = examples::magnitudes_of(spec, params, in);

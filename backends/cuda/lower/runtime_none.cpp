@@ -4,7 +4,7 @@
 namespace mp::cuda {
 
 bool available(std::string* why) {
-  if (why) *why = "metapipe was built without CUDA (no nvcc found at configure time)";
+  if (why) *why = "metapipe was built without CUDA (configured without nvcc or with MP_ENABLE_CUDA=OFF)";
   return false;
 }
 
