@@ -2,7 +2,10 @@
 // the hash of source and options), the driver API loads it, copies the tensors in, launches each
 // statement's kernel (persistent blocks sized from the device's SM count and occupancy), copies the
 // results back and turns a device-side error flag into the IR-level message.
+// The driver API is reached through the CUDA runtime's entry-point query rather than by linking
+// libcuda: the binary then starts on machines without a driver (CI), where run() says "no CUDA GPU".
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <nvrtc.h>
 #include <unistd.h>
 
@@ -19,9 +22,54 @@
 namespace mp::cuda {
 namespace {
 
+// The driver functions used here, looked up once by name for this toolkit's ABI (CUDA_VERSION).
+// clang-format off
+#define MP_CU_FUNCTIONS(X) \
+  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetCount)         \
+  X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuEventCreate) X(cuEventDestroy) X(cuEventElapsedTime)   \
+  X(cuEventRecord) X(cuFuncSetAttribute) X(cuGetErrorString) X(cuInit) X(cuLaunchKernel) X(cuMemAlloc)      \
+  X(cuMemFree) X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuMemsetD8) X(cuModuleGetFunction) X(cuModuleLoadData)    \
+  X(cuModuleUnload) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+// clang-format on
+struct Driver {
+  bool ok = false;
+  std::string why;
+#define MP_CU_MEMBER(f) decltype(&::f) f = nullptr;
+  MP_CU_FUNCTIONS(MP_CU_MEMBER)
+#undef MP_CU_MEMBER
+};
+
+const Driver& drv() {
+  static const Driver d = [] {
+    Driver r;
+#define MP_CU_LOAD(f)                                                                                      \
+  {                                                                                                        \
+    void* p = nullptr;                                                                                     \
+    cudaDriverEntryPointQueryResult q{};                                                                   \
+    cudaError_t e = cudaGetDriverEntryPointByVersion(#f, &p, CUDA_VERSION, cudaEnableDefault, &q);        \
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) {                                      \
+      cudaGetLastError();                                                                                  \
+      r.why = std::string("the CUDA driver is not usable (") +                                             \
+              (e != cudaSuccess ? cudaGetErrorString(e) : "driver entry point " #f " not found") + ")";   \
+      return r;                                                                                            \
+    }                                                                                                      \
+    r.f = reinterpret_cast<decltype(r.f)>(p);                                                              \
+  }
+    MP_CU_FUNCTIONS(MP_CU_LOAD)
+#undef MP_CU_LOAD
+    r.ok = true;
+    return r;
+  }();
+  return d;
+}
+
+}  // namespace
+
+namespace {
+
 std::string cu_msg(CUresult r) {
   const char* s = nullptr;
-  cuGetErrorString(r, &s);
+  if (drv().ok) drv().cuGetErrorString(r, &s);
   return s ? s : "unknown CUDA error";
 }
 void check(CUresult r, const char* what) {
@@ -40,30 +88,34 @@ const Device& device() {
   static Device d;
   static std::once_flag once;
   std::call_once(once, [] {
-    CUresult r = cuInit(0);
+    if (!drv().ok) {
+      d.why = drv().why;
+      return;
+    }
+    CUresult r = drv().cuInit(0);
     if (r != CUDA_SUCCESS) {
       d.why = "the CUDA driver did not start (" + cu_msg(r) + ")";
       return;
     }
     int n = 0;
-    if (cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+    if (drv().cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
       d.why = "no CUDA device present";
       return;
     }
-    cuDeviceGet(&d.dev, 0);
+    drv().cuDeviceGet(&d.dev, 0);
     char name[256] = {};
-    cuDeviceGetName(name, sizeof name, d.dev);
+    drv().cuDeviceGetName(name, sizeof name, d.dev);
     d.name = name;
-    cuDeviceGetAttribute(&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.dev);
-    cuDeviceGetAttribute(&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.dev);
-    cuDeviceGetAttribute(&d.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d.dev);
-    cuDeviceGetAttribute(&d.smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.dev);
+    drv().cuDeviceGetAttribute(&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.dev);
+    drv().cuDeviceGetAttribute(&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.dev);
+    drv().cuDeviceGetAttribute(&d.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d.dev);
+    drv().cuDeviceGetAttribute(&d.smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, d.dev);
     if (d.major != 9 || d.minor != 0) {
       d.why = "device 0 (" + d.name + ") is compute capability " + std::to_string(d.major) + "." +
               std::to_string(d.minor) + "; the lowering targets sm_90a (H100 / H200)";
       return;
     }
-    if (cuDevicePrimaryCtxRetain(&d.ctx, d.dev) != CUDA_SUCCESS) {
+    if (drv().cuDevicePrimaryCtxRetain(&d.ctx, d.dev) != CUDA_SUCCESS) {
       d.why = "could not create a CUDA context on " + d.name;
       return;
     }
@@ -75,7 +127,7 @@ const Device& device() {
 const Device& usable() {
   const Device& d = device();
   MP_USER_CHECK(d.ok, "no CUDA GPU: ", d.why, " (use --target cpu)");
-  check(cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent");
+  check(drv().cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent");
   return d;
 }
 
@@ -156,14 +208,14 @@ struct DeviceBuffers {
   std::vector<CUevent> events;
   CUdeviceptr alloc(size_t bytes) {
     CUdeviceptr p = 0;
-    check(cuMemAlloc(&p, std::max<size_t>(bytes, 16)), "cuMemAlloc");
+    check(drv().cuMemAlloc(&p, std::max<size_t>(bytes, 16)), "cuMemAlloc");
     ptrs.push_back(p);
     return p;
   }
   ~DeviceBuffers() {
-    for (auto e : events) cuEventDestroy(e);
-    for (auto p : ptrs) cuMemFree(p);
-    if (mod) cuModuleUnload(mod);
+    for (auto e : events) drv().cuEventDestroy(e);
+    for (auto p : ptrs) drv().cuMemFree(p);
+    if (mod) drv().cuModuleUnload(mod);
   }
 };
 
@@ -198,25 +250,25 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
              << (rep.cache_hit ? "hit" : "compiled in " + std::to_string(int(rep.compile_ms)) + " ms") << ")\n";
 
   DeviceBuffers db;
-  check(cuModuleLoadData(&db.mod, bin.data()), "cuModuleLoadData");
+  check(drv().cuModuleLoadData(&db.mod, bin.data()), "cuModuleLoadData");
   // Tensors, in the order of the pointer table.
   std::vector<CUdeviceptr> tptr;
   for (auto& t : low.tensors) {
     auto& h = mem.at(t->name);
     auto bytes = to_device_bytes(h);
     CUdeviceptr p = db.alloc(bytes.size());
-    check(cuMemcpyHtoD(p, bytes.data(), bytes.size()), "cuMemcpyHtoD");
+    check(drv().cuMemcpyHtoD(p, bytes.data(), bytes.size()), "cuMemcpyHtoD");
     tptr.push_back(p);
   }
   CUdeviceptr d_t = db.alloc(tptr.size() * sizeof(CUdeviceptr));
-  if (!tptr.empty()) check(cuMemcpyHtoD(d_t, tptr.data(), tptr.size() * sizeof(CUdeviceptr)), "cuMemcpyHtoD");
+  if (!tptr.empty()) check(drv().cuMemcpyHtoD(d_t, tptr.data(), tptr.size() * sizeof(CUdeviceptr)), "cuMemcpyHtoD");
   // Values between statements and per-block scratch start as NaN bytes, so a read before a write shows.
   CUdeviceptr d_gv = db.alloc(size_t(low.global_floats) * 4);
-  check(cuMemsetD8(d_gv, 0xff, std::max<size_t>(size_t(low.global_floats) * 4, 16)), "cuMemsetD8");
+  check(drv().cuMemsetD8(d_gv, 0xff, std::max<size_t>(size_t(low.global_floats) * 4, 16)), "cuMemsetD8");
   CUdeviceptr d_gm = db.alloc(size_t(low.global_meta) * 8);
-  check(cuMemsetD8(d_gm, 0, std::max<size_t>(size_t(low.global_meta) * 8, 16)), "cuMemsetD8");
+  check(drv().cuMemsetD8(d_gm, 0, std::max<size_t>(size_t(low.global_meta) * 8, 16)), "cuMemsetD8");
   CUdeviceptr d_err = db.alloc(16);
-  check(cuMemsetD8(d_err, 0, 16), "cuMemsetD8");
+  check(drv().cuMemsetD8(d_err, 0, 16), "cuMemsetD8");
 
   struct Prepared {
     CUfunction f;
@@ -226,14 +278,14 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
   int64_t scratch_floats = 0;
   for (auto& k : low.kernels) {
     CUfunction f;
-    check(cuModuleGetFunction(&f, db.mod, k.entry.c_str()), "cuModuleGetFunction");
+    check(drv().cuModuleGetFunction(&f, db.mod, k.entry.c_str()), "cuModuleGetFunction");
     MP_INTERNAL_CHECK(k.smem_bytes <= d.smem_optin, k.entry, " needs ", k.smem_bytes, " bytes of shared memory");
-    check(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.smem_bytes)),
+    check(drv().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.smem_bytes)),
           "cuFuncSetAttribute");
     int grid = 1;
     if (k.distributed) {
       int per_sm = 0;
-      check(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, low.threads, size_t(k.smem_bytes)),
+      check(drv().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, low.threads, size_t(k.smem_bytes)),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
       grid = int(std::min<int64_t>(k.trip, int64_t(std::max(per_sm, 1)) * d.sms));
     }
@@ -241,27 +293,27 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     prep.push_back({f, grid});
   }
   CUdeviceptr d_scratch = db.alloc(size_t(scratch_floats) * 4);
-  check(cuMemsetD8(d_scratch, 0xff, std::max<size_t>(size_t(scratch_floats) * 4, 16)), "cuMemsetD8");
+  check(drv().cuMemsetD8(d_scratch, 0xff, std::max<size_t>(size_t(scratch_floats) * 4, 16)), "cuMemsetD8");
 
   for (size_t i = 0; i <= low.kernels.size(); ++i) {
     CUevent e;
-    check(cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(drv().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
     db.events.push_back(e);
   }
-  check(cuEventRecord(db.events[0], nullptr), "cuEventRecord");
+  check(drv().cuEventRecord(db.events[0], nullptr), "cuEventRecord");
   for (size_t i = 0; i < low.kernels.size(); ++i) {
     auto& k = low.kernels[i];
     long long per_block = k.scratch_floats;
     void* args[] = {&d_t, &d_gv, &d_gm, &d_scratch, &per_block, &d_err};
-    check(cuLaunchKernel(prep[i].f, unsigned(prep[i].grid), 1, 1, unsigned(low.threads), 1, 1,
+    check(drv().cuLaunchKernel(prep[i].f, unsigned(prep[i].grid), 1, 1, unsigned(low.threads), 1, 1,
                          unsigned(k.smem_bytes), nullptr, args, nullptr),
           "cuLaunchKernel");
-    check(cuEventRecord(db.events[i + 1], nullptr), "cuEventRecord");
+    check(drv().cuEventRecord(db.events[i + 1], nullptr), "cuEventRecord");
   }
-  check(cuCtxSynchronize(), "running the lowered kernels");
+  check(drv().cuCtxSynchronize(), "running the lowered kernels");
   for (size_t i = 0; i < low.kernels.size(); ++i) {
     float ms = 0;
-    check(cuEventElapsedTime(&ms, db.events[i], db.events[i + 1]), "cuEventElapsedTime");
+    check(drv().cuEventElapsedTime(&ms, db.events[i], db.events[i + 1]), "cuEventElapsedTime");
     auto& k = low.kernels[i];
     rep.kernels.push_back({k.entry, k.statement, prep[i].grid, k.smem_bytes, ms});
     rep.ms += ms;
@@ -272,7 +324,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
   }
 
   int32_t err[4];
-  check(cuMemcpyDtoH(err, d_err, 16), "cuMemcpyDtoH");
+  check(drv().cuMemcpyDtoH(err, d_err, 16), "cuMemcpyDtoH");
   if (err[0] != 0) {
     int64_t detail;
     std::memcpy(&detail, &err[2], 8);
@@ -296,7 +348,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     if (t->role == ir::TensorRole::Input) continue;
     auto& h = mem.at(t->name);
     std::vector<unsigned char> b(h.data.size() * size_t(device_bytes_of(h.dtype)));
-    check(cuMemcpyDtoH(b.data(), tptr[i], b.size()), "cuMemcpyDtoH");
+    check(drv().cuMemcpyDtoH(b.data(), tptr[i], b.size()), "cuMemcpyDtoH");
     from_device_bytes(b, h);
   }
   return rep;
