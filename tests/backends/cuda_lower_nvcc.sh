@@ -6,7 +6,8 @@ set -euo pipefail
 metapipe=$1 nvcc=$2 root=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-programs=$("$metapipe" list | awk 'NR > 1 && $1 ~ /^[a-z_0-9]+$/ { print $1 }')
+# A program's line is its name indented by two spaces; parameters are indented further.
+programs=$("$metapipe" list | awk '/^  [a-z_][a-z_0-9]*  / { print $1 }')
 [ -n "$programs" ] || { echo "no programs listed by metapipe list" >&2; exit 1; }
 units=()
 for p in $programs; do
