@@ -1,6 +1,7 @@
 // `metapipe compile`: build a program, run the pass pipeline and print the IR (after each pass on request).
 #include <iostream>
 
+#include "backends/cuda/lower/lower.h"
 #include "examples/registry.h"
 #include "ir/analysis.h"
 #include "ir/printer.h"
@@ -13,8 +14,13 @@ namespace {
 int run_compile(Args& a) {
   auto sets = a.values({"--set"});
   auto dump = a.value({"--dump-ir"});
+  auto emit = a.value({"--emit"}).value_or("ir");
   auto pos = a.positionals();
   a.finish();
+  if (emit != "ir" && emit != "cuda")
+    throw usage_error("unknown --emit '" + emit + "' (ir = the compiled IR and its summary, cuda = the CUDA C++ "
+                      "translation unit of the lowering)");
+  if (emit == "cuda" && dump) throw usage_error("--dump-ir prints IR: it does not combine with --emit cuda");
   if (pos.size() != 1) throw usage_error("expected one program name (see metapipe list)");
   const auto& spec = examples::find_program(pos[0]);
   auto params = examples::resolve(spec, sets);
@@ -23,6 +29,10 @@ int run_compile(Args& a) {
   opt.dump_to = &std::cout;
   std::vector<passes::PassRecord> log;
   ir::Program p = passes::compile(examples::build(spec, params), opt, &log);
+  if (emit == "cuda") {
+    std::cout << cuda::lower(p).source;
+    return 0;
+  }
   if (opt.dump == "none") std::cout << ir::print(p) << "\n";
   std::cout << "passes:";
   for (auto& r : log) std::cout << " " << r.name << " (" << format_ms(r.ms) << ")";
@@ -38,11 +48,13 @@ int run_compile(Args& a) {
 }
 
 MP_REGISTER_COMMAND("compile", "compile an example program and print its IR (after each pass on request)",
-                    "usage: metapipe compile PROGRAM [--set NAME=VALUE ...] [--dump-ir=WHEN]\n\n"
+                    "usage: metapipe compile PROGRAM [--set NAME=VALUE ...] [--dump-ir=WHEN] [--emit ir|cuda]\n\n"
                     "Builds PROGRAM (see metapipe list) with its parameters, runs the pass pipeline\n"
                     "tile -> fuse -> parallelize -> metapipeline (each followed by the verifier) and prints\n"
                     "the final IR with its stages, buffers and stage graph.\n\n"
                     "  --set NAME=VALUE   a program or compile parameter (repeatable)\n"
+                    "  --emit cuda        print the CUDA C++ translation unit the program lowers to (one\n"
+                    "                     kernel per top-level statement; nvcc -arch=sm_90a compiles it)\n"
                     "  --dump-ir=WHEN     none (default: the final IR only), after-all, after-tile,\n"
                     "                     after-fuse, after-parallelize or after-metapipeline\n",
                     run_compile);

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "backends/cuda/lower/runtime.h"
 #include "core/random.h"
 #include "core/table.h"
 #include "examples/run.h"
@@ -21,10 +22,44 @@ std::string jnum(double x) {
   return std::isfinite(x) ? os.str() : "null";
 }
 
+// One program lowered onto the GPU (backends/cuda/lower) and checked like the CPU runs: the same inputs
+// (same seed), the program's naive reference, the tolerance of its output dtype.
+struct CudaRun {
+  examples::CpuRun check;  // target "cuda", checks, device time
+  cuda::RunReport report;
+};
+CudaRun run_on_cuda(const examples::ProgramSpec& spec, const examples::Params& params, uint64_t seed,
+                    std::ostream* log) {
+  ir::Program p = examples::build(spec, params);
+  ir::Program compiled = passes::compile(p, examples::compile_options(params));
+  (void)cuda::lower(compiled);  // a node the lowering cannot handle is reported before the GPU is asked for
+  std::string why;
+  MP_USER_CHECK(cuda::available(&why), "no CUDA GPU: ", why, "; --target cpu runs everywhere");
+  auto in = examples::make_inputs(spec, params, p, seed);
+  auto ref = spec.reference(params, in);
+  auto mags = examples::magnitudes_of(spec, params, in);
+  ir::Memory mem = ir::make_memory(compiled, in);
+  CudaRun r;
+  cuda::RunOptions opt;
+  opt.log = log;
+  r.report = cuda::run(compiled, mem, opt);
+  r.check.target = "cuda";
+  r.check.rtol = examples::output_tolerance(p);
+  r.check.ms = r.report.ms;
+  r.check.ok = true;
+  for (auto& [name, want] : ref) {
+    auto cmp = compare(mem.at(name).data, want, r.check.rtol, examples::check_atol(name, want, mags, r.check.rtol));
+    r.check.ok = r.check.ok && cmp.ok;
+    r.check.checks.push_back({name, cmp});
+  }
+  return r;
+}
+
 int run_run(Args& a) {
   auto sets = a.values({"--set"});
   auto target = a.value({"--target"}).value_or("cpu");
   bool json = a.flag({"--json"});
+  bool verbose = a.flag({"--verbose"});
   auto seed_opt = a.integer({"--seed"});
   const int64_t max_memory = limit_option(a, "--max-memory", cpu::kDefaultMaxMemory);
   auto pos = a.positionals();
@@ -37,10 +72,10 @@ int run_run(Args& a) {
     modes = {examples::CpuMode::Interpreter};
   else if (target == "cpu:metapipe")
     modes = {examples::CpuMode::Executor};
-  else
+  else if (target != "cuda")
     throw usage_error(
         "unknown --target '" + target +
-        "' for run (cpu = interpreter and metapipelined executor, cpu:interp, cpu:metapipe; the "
+        "' for run (cpu = interpreter and metapipelined executor, cpu:interp, cpu:metapipe, cuda; the "
         "simulated accelerator is metapipe sim)");
   const auto& spec = examples::find_program(pos[0]);
   auto params = examples::resolve(spec, sets);
@@ -48,6 +83,12 @@ int run_run(Args& a) {
   uint64_t seed = seed_opt ? uint64_t(*seed_opt) : fresh_seed() % 1000000;
   std::vector<examples::CpuRun> runs;
   for (auto m : modes) runs.push_back(examples::run_on_cpu(spec, params, m, seed));
+  std::string device;
+  if (target == "cuda") {
+    auto r = run_on_cuda(spec, params, seed, verbose ? &std::cerr : nullptr);
+    device = r.report.device;
+    runs.push_back(std::move(r.check));
+  }
   bool ok = true;
   for (auto& r : runs) ok = ok && r.ok;
 
@@ -98,8 +139,10 @@ int run_run(Args& a) {
     std::cout << ") seed " << seed << "\n\n";
     Table t({"target", "check vs naive C++ reference", "time"});
     for (auto& r : runs)
-      t.add({r.target == "cpu" ? "cpu (interpreter)" : "cpu:metapipe (executor)", r.summary(),
-             format_ms(r.ms)});
+      t.add({r.target == "cpu"            ? "cpu (interpreter)"
+             : r.target == "cpu:metapipe" ? "cpu:metapipe (executor)"
+                                          : "cuda (" + device + ", lowered)",
+             r.summary(), format_ms(r.ms)});
     t.print(std::cout);
     for (auto& r : runs)
       if (r.report) std::cout << "\nper-stage report of the metapipelined executor:\n" << r.report->format();
@@ -110,14 +153,16 @@ int run_run(Args& a) {
 
 MP_REGISTER_COMMAND(
     "run", "run an example program on the CPU and check it against its reference",
-    "usage: metapipe run PROGRAM [--target cpu|cpu:interp|cpu:metapipe] [--set NAME=VALUE ...]\n"
-    "                    [--seed N] [--json]\n\n"
+    "usage: metapipe run PROGRAM [--target cpu|cpu:interp|cpu:metapipe|cuda] [--set NAME=VALUE ...]\n"
+    "                    [--seed N] [--json] [--verbose]\n\n"
     "Compiles PROGRAM (see metapipe list), runs it on fresh random inputs with the reference\n"
     "interpreter and the metapipelined executor (stages on threads over bounded N-buffers),\n"
     "checks every output against the program's naive C++ reference (fp32: 1e-5 relative,\n"
     "bf16: 1e-2) and prints the checks, timings and the executor's per-stage busy / stall\n"
     "report. Exits 0 only when every check passes.\n\n"
-    "  --target T        cpu (both, default), cpu:interp, cpu:metapipe\n"
+    "  --target T        cpu (both, default), cpu:interp, cpu:metapipe, cuda (the program lowered\n"
+    "                    to CUDA C++, compiled with NVRTC, run on the GPU; needs an sm_90 GPU)\n"
+    "  --verbose         cuda: print the device, the NVRTC cache file and each kernel's launch\n"
     "  --set NAME=VALUE  a program or compile parameter (repeatable)\n"
     "  --seed N          input seed (default: fresh, printed)\n"
     "  --max-memory B    refuse a program whose tensors need more than B bytes of host memory\n"
@@ -125,20 +170,26 @@ MP_REGISTER_COMMAND(
     "  --json            machine-readable output\n",
     run_run);
 
-// Demo rows: every example program through the interpreter and the executor (small sizes with --quick).
-std::vector<DemoRow> example_rows(const DemoContext& ctx) {
-  if (!ctx.wants("cpu")) return {};
-  struct Case {
-    const char* program;
-    std::vector<std::string> sets, quick_sets;
-  };
-  const std::vector<Case> cases = {
+// The demo sizes of the seed's programs (every other program runs at its defaults).
+struct Case {
+  const char* program;
+  std::vector<std::string> sets, quick_sets;
+};
+const std::vector<Case>& demo_cases() {
+  static const std::vector<Case> cases = {
       {"softmax", {"R=256", "C=128"}, {"R=64", "C=32"}},
       {"matmul", {"M=128", "N=128", "K=64", "MM=32", "NN=32"}, {"M=64", "N=64", "K=32", "MM=32", "NN=16"}},
       {"gda", {}, {"R=96", "C=8", "TR=32"}},
       {"flash_attention", {"S=128", "D=32", "BR=32", "BC=32"}, {"S=64", "D=16", "BR=16", "BC=16"}},
       {"llama_decoder", {}, {"T=8", "P0=8", "H=2", "HKV=1", "Dh=16", "F=64", "TT=4", "TQ=4", "TK=8"}},
   };
+  return cases;
+}
+
+// Demo rows: every example program through the interpreter and the executor (small sizes with --quick).
+std::vector<DemoRow> example_rows(const DemoContext& ctx) {
+  if (!ctx.wants("cpu")) return {};
+  const auto& cases = demo_cases();
   std::vector<DemoRow> rows;
   uint64_t seed = fresh_seed() % 1000000;
   for (auto& c : cases) {
@@ -166,6 +217,34 @@ std::vector<DemoRow> example_rows(const DemoContext& ctx) {
   return rows;
 }
 MP_REGISTER_DEMO("examples-cpu", 10, example_rows);
+
+// Demo rows: every example program lowered onto the GPU, at the CPU rows' sizes.
+std::vector<DemoRow> example_cuda_rows(const DemoContext& ctx) {
+  if (!ctx.wants("cuda")) return {};
+  std::string why;
+  bool gpu = ctx.gpu && cuda::available(&why);
+  uint64_t seed = fresh_seed() % 1000000;
+  std::vector<DemoRow> rows;
+  for (auto* spec : examples::programs()) {
+    std::vector<std::string> sets;
+    for (auto& c : demo_cases())
+      if (spec->name == c.program) sets = ctx.quick ? c.quick_sets : c.sets;
+    if (!gpu) {
+      rows.push_back({spec->name, "cuda", "skipped: no CUDA GPU", "-", true});
+      continue;
+    }
+    try {
+      auto r = run_on_cuda(*spec, examples::resolve(*spec, sets), seed, nullptr);
+      rows.push_back({spec->name, "cuda", r.check.summary(), format_ms(r.check.ms), r.check.ok});
+    } catch (const cuda::cuda_not_supported& e) {
+      rows.push_back({spec->name, "cuda", e.what(), "-", false});
+    } catch (const std::exception& e) {
+      rows.push_back({spec->name, "cuda", std::string("FAIL: ") + e.what(), "-", false});
+    }
+  }
+  return rows;
+}
+MP_REGISTER_DEMO("examples-cuda", 11, example_cuda_rows);
 
 }  // namespace
 }  // namespace mp::cli

@@ -1,0 +1,879 @@
+// The IR -> CUDA C++ code generator. Each top-level statement becomes one kernel; the statement's code
+// is the interpreter's walk written out: every node a block-cooperative loop over its elements followed
+// by a barrier, METAPIPE loops as C++ loops (the outermost one strided over persistent blocks when it
+// carries no value), run-time tile extents and origins tracked in scalar variables exactly as ir/eval.cpp
+// tracks them, element functions emitted as double-precision C++ expressions, tiles stored as float.
+//
+// Storage: a value lives in dynamic shared memory, in global scratch per block when the statement's
+// values do not all fit, or (a value that crosses top-level statements) in global memory that persists
+// between kernels, its run-time extents and origins beside it. Buffer results and loop results share the
+// storage of what they name.
+#include "backends/cuda/lower/lower.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "ir/printer.h"
+
+namespace mp::cuda {
+
+int64_t device_bytes_of(ir::DType dt) { return dt == ir::DType::bf16 ? 2 : 4; }
+
+namespace {
+
+// The device functions every translation unit starts with. mp_round matches ir::round_to, mp_random
+// ir::random_uniform, mp_max / mp_min std::max / std::min (NaN order included), mp_mod the Mod of ExprEval.
+const char* kPrelude = R"(// Every value gets run-time extent and origin variables, and every element loop its indices; many
+// are never read, which is fine.
+#pragma nv_diag_suppress 177, 550
+typedef unsigned long long mp_u64;
+extern __shared__ float mp_smem[];  // the dynamic shared memory of every kernel below (16-byte slots)
+
+__device__ __forceinline__ float mp_round(float x, int dt) {  // 0 f32, 1 bf16, 2 f16, 3 i32
+  unsigned u = __float_as_uint(x);
+  if (dt == 0 || (u & 0x7f800000u) == 0x7f800000u) return x;
+  if (dt == 3) return rintf(x);
+  int drop = dt == 1 ? 16 : 13;
+  unsigned half = 1u << (drop - 1), lsb = (u >> drop) & 1u;
+  u = (u + half - 1 + lsb) & ~((1u << drop) - 1);
+  return __uint_as_float(u);
+}
+__device__ __forceinline__ double mp_max(double a, double b) { return a < b ? b : a; }
+__device__ __forceinline__ double mp_min(double a, double b) { return b < a ? b : a; }
+__device__ __forceinline__ double mp_mod(double a, double b) { return a - b * floor(a / b); }
+__device__ __forceinline__ double mp_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
+__device__ __forceinline__ double mp_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
+__device__ __forceinline__ mp_u64 mp_mix(mp_u64 z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+__device__ double mp_random(mp_u64 seed, const long long* idx, int n) {
+  mp_u64 h = mp_mix(seed);
+  for (int i = 0; i < n; ++i) h = mp_mix(h ^ (mp_u64)idx[i]);
+  return (double)(h >> 11) * (1.0 / 9007199254740992.0);
+}
+// Tensor storage: f32 and f16 as float, bf16 as its 16 bits, i32 as int; stores round as the host does.
+__device__ __forceinline__ float mp_ld(const float* p, long long i) { return p[i]; }
+__device__ __forceinline__ float mp_ld(const unsigned short* p, long long i) {
+  return __uint_as_float(((unsigned)p[i]) << 16);
+}
+__device__ __forceinline__ float mp_ld(const int* p, long long i) { return (float)p[i]; }
+__device__ __forceinline__ void mp_st(float* p, long long i, float x, int dt) { p[i] = mp_round(x, dt); }
+__device__ __forceinline__ void mp_st(unsigned short* p, long long i, float x, int) {
+  p[i] = (unsigned short)(__float_as_uint(mp_round(x, 1)) >> 16);
+}
+__device__ __forceinline__ void mp_st(int* p, long long i, float x, int) { p[i] = (int)rintf(x); }
+// The first run-time error wins: code, node id, detail (see mp::cuda::DeviceError).
+__device__ void mp_fail(int* err, int code, int node, long long detail) {
+  if (atomicCAS(err, 0, code) == 0) {
+    err[1] = node;
+    ((long long*)err)[1] = detail;
+  }
+}
+__device__ __forceinline__ long long mp_clip(long long room, long long want) {
+  return room < want ? (room > 0 ? room : 0) : want;
+}
+)";
+
+std::string num(double v) {
+  if (std::isnan(v)) return "mp_nan()";
+  if (std::isinf(v)) return v > 0 ? "mp_inf()" : "(-mp_inf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string ll(int64_t v) { return std::to_string(v) + "LL"; }
+
+int dt_code(ir::DType dt) {
+  switch (dt) {
+    case ir::DType::f32:
+      return 0;
+    case ir::DType::bf16:
+      return 1;
+    case ir::DType::f16:
+      return 2;
+    case ir::DType::i32:
+      return 3;
+  }
+  return 0;
+}
+const char* dev_type(ir::DType dt) {
+  return dt == ir::DType::bf16 ? "unsigned short" : dt == ir::DType::i32 ? "int" : "float";
+}
+
+std::vector<int64_t> strides(const ir::Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int a = int(s.size()) - 2; a >= 0; --a) st[a] = st[a + 1] * s[a + 1];
+  return st;
+}
+
+std::string one_line(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  auto nl = s.find('\n');
+  if (nl != std::string::npos) s = s.substr(0, nl);
+  size_t b = s.find_first_not_of(' ');
+  return b == std::string::npos ? s : s.substr(b);
+}
+
+std::string affine(const ir::Affine& a) {
+  std::string s = ll(a.constant);
+  for (auto& [v, c] : a.terms) s += " + " + ll(c) + " * i" + std::to_string(v->id);
+  return "(" + s + ")";
+}
+
+// Union-find over value ids: a Buffer's result and a loop's result share their source's storage.
+struct Groups {
+  std::map<int, int> parent;
+  int find(int v) {
+    auto it = parent.find(v);
+    if (it == parent.end() || it->second == v) return v;
+    int r = find(it->second);
+    parent[v] = r;
+    return r;
+  }
+  void join(int a, int b) {
+    int ra = find(a), rb = find(b);
+    if (ra != rb) parent[rb] = ra;
+  }
+};
+
+enum class Where { Shared, Scratch, Global };
+struct Slot {
+  Where where = Where::Shared;
+  int64_t offset = 0;  // in floats
+};
+
+class Gen {
+ public:
+  Gen(const ir::Program& p, const LowerOptions& opt) : p_(p), opt_(opt) {}
+
+  Lowered run() {
+    MP_USER_CHECK(p_.metapipelined, "program '", p_.name,
+                  "' is not compiled: run the pass pipeline (passes::compile) before lowering it to cuda");
+    MP_USER_CHECK(opt_.threads >= 32 && opt_.threads <= 1024 && opt_.threads % 32 == 0,
+                  "cuda lowering: threads per block must be a multiple of 32 in [32, 1024], got ", opt_.threads);
+    out_.threads = opt_.threads;
+    out_.tensors = p_.tensors;
+    for (size_t i = 0; i < p_.tensors.size(); ++i) tensor_index_[p_.tensors[i]->id] = int(i);
+    collect();
+    src_ << "// metapipe program '" << p_.name << "' lowered to CUDA C++ for sm_90a: one kernel per top-level\n"
+         << "// statement, launched in order by the metapipe run time (backends/cuda/lower).\n"
+         << "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n";
+    if (!p_.params.empty()) {
+      src_ << "// parameters:";
+      for (auto& [k, v] : p_.params) src_ << " " << k << "=" << v;
+      src_ << "\n";
+    }
+    src_ << "// tensors (kernel argument mp_t[i]):\n";
+    for (size_t i = 0; i < p_.tensors.size(); ++i) {
+      auto& t = p_.tensors[i];
+      src_ << "//   mp_t[" << i << "] " << t->name << ": " << ir::to_string(t->dtype) << ir::to_string(t->shape)
+           << " " << ir::to_string(t->role) << " (stored as " << dev_type(t->dtype) << ")\n";
+    }
+    src_ << "\n" << kPrelude;
+    for (size_t s = 0; s < p_.body.size(); ++s) kernel(int(s));
+    out_.source = src_.str();
+    return std::move(out_);
+  }
+
+ private:
+  const ir::Program& p_;
+  LowerOptions opt_;
+  Lowered out_;
+  std::ostringstream src_;
+  std::map<int, int> tensor_index_;
+  std::map<int, ir::Value> values_;       // every value by id
+  std::map<int, int> stmt_of_;            // value id -> top-level statement defining it
+  std::set<int> toplevel_;                // values defined by top-level statements (cross kernels)
+  Groups groups_;
+  std::map<int, Slot> global_slot_;       // group root -> slot in mp_gv
+  std::map<int, int64_t> global_meta_;    // value id -> offset in mp_gm
+  // Per kernel.
+  std::map<int, Slot> slot_;              // group root -> slot
+  std::string ind_;
+
+  std::string where_of(const ir::Node& n) const { return n.where() + " in " + p_.name; }
+
+  void define(const ir::Value& v, int stmt) {
+    if (!v) return;
+    values_[v->id] = v;
+    stmt_of_[v->id] = stmt;
+  }
+
+  void collect() {
+    for (size_t s = 0; s < p_.body.size(); ++s) {
+      int stmt = int(s);
+      auto& top = p_.body[s];
+      if (top->out) toplevel_.insert(top->out->id);
+      if (auto* m = top->as<ir::MetaPipe>())
+        for (auto& c : m->carried) toplevel_.insert(c.result->id);
+      ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+        define(n->out, stmt);
+        if (auto* b = n->as<ir::Buffer>()) groups_.join(b->in->id, b->out->id);
+        if (auto* m = n->as<ir::MetaPipe>()) {
+          MP_USER_CHECK(m->scheduled, where_of(*n), " is not metapipelined: run passes::compile first");
+          for (auto& c : m->carried) {
+            define(c.arg, stmt);
+            define(c.result, stmt);
+            groups_.join(c.arg->id, c.result->id);
+            if (c.init->shape != c.arg->shape || c.next->shape != c.arg->shape)
+              throw cuda_not_supported(where_of(*n) + " (a carried value changes shape)");
+            // The copies next -> arg run one after another: a next that is another carried argument
+            // of the same loop would be overwritten before it is read.
+            for (auto& d : m->carried)
+              if (&d != &c && d.arg->id == c.next->id)
+                throw cuda_not_supported(where_of(*n) + " (carried values that swap)");
+          }
+        }
+        for (auto& v : n->operands()) values_.emplace(v->id, v);
+        check_supported(*n);
+      });
+    }
+    // Groups holding a value that crosses statements live in global memory, in program order.
+    int64_t off = 0;
+    for (auto& [id, v] : values_) {
+      if (!toplevel_.count(id)) continue;
+      int r = groups_.find(id);
+      if (!global_slot_.count(r)) {
+        global_slot_[r] = {Where::Global, off};
+        off += (ir::num_elements(values_.at(r)->shape) + 3) / 4 * 4;
+      }
+    }
+    // Every member of a global group (e.g. the loop-carried argument of a top-level loop) is global.
+    for (auto& [id, v] : values_) {
+      (void)v;
+      int r = groups_.find(id);
+      if (global_slot_.count(r) && !toplevel_.count(id)) toplevel_.insert(id);
+    }
+    int64_t meta = 0;
+    for (int id : toplevel_) {
+      global_meta_[id] = meta;
+      meta += 2 * int64_t(values_.at(id)->shape.size());
+    }
+    out_.global_floats = off;
+    out_.global_meta = meta;
+  }
+
+  void check_supported(const ir::Node& n) {
+    if (auto* g = n.as<ir::Gather>()) {
+      if (g->table->shape.size() != 2) throw cuda_not_supported(where_of(n) + " (a table of rank other than 2)");
+    }
+    if (auto* s = n.as<ir::Scatter>()) {
+      if (s->table->shape.size() != 2) throw cuda_not_supported(where_of(n) + " (a table of rank other than 2)");
+    }
+  }
+
+  // ---- names
+  static std::string v(int id) { return "v" + std::to_string(id); }
+  static std::string e(int id, size_t a) { return "e" + std::to_string(id) + "_" + std::to_string(a); }
+  static std::string o(int id, size_t a) { return "o" + std::to_string(id) + "_" + std::to_string(a); }
+  static std::string e(const ir::Value& x, size_t a) { return e(x->id, a); }
+  static std::string o(const ir::Value& x, size_t a) { return o(x->id, a); }
+  std::string T(const ir::Tensor& t) { return "T" + std::to_string(tensor_index_.at(t->id)); }
+
+  // Offset of element (x0, x1, ...) of value w in its storage (row-major over the IR shape; an axis of
+  // extent 1 broadcasts).
+  static std::string at(const ir::Value& w, const std::vector<std::string>& idx) {
+    auto st = strides(w->shape);
+    std::string s;
+    for (size_t a = 0; a < w->shape.size(); ++a) {
+      if (w->shape[a] == 1) continue;
+      s += (s.empty() ? "" : " + ") + idx[a] + (st[a] == 1 ? "" : " * " + ll(st[a]));
+    }
+    return s.empty() ? "0" : s;
+  }
+
+  // "for every element of value `x` (its run-time extents), threads of the block in turn": opens the
+  // loop and defines x0, x1, ... ; close() ends it and emits the barrier.
+  void open_elements(const ir::Value& x, const std::string& tag = "") {
+    size_t r = x->shape.size();
+    std::string n = "1LL";
+    for (size_t a = 0; a < r; ++a) n += " * " + e(x, a);
+    line("{");
+    line("  const long long n_ = " + n + ";");
+    line("  for (long long f_ = threadIdx.x; f_ < n_; f_ += blockDim.x) {" + tag);
+    if (r > 0) line("    long long r_ = f_;");
+    for (int a = int(r) - 1; a >= 0; --a) {
+      std::string xa = "x" + std::to_string(a);
+      if (a == 0)
+        line("    const long long " + xa + " = r_;");
+      else
+        line("    const long long " + xa + " = r_ % " + e(x, a) + "; r_ /= " + e(x, a) + ";");
+    }
+  }
+  void close_elements() {
+    line("  }");
+    line("}");
+    line("__syncthreads();");
+  }
+  static std::vector<std::string> xs(size_t r) {
+    std::vector<std::string> s;
+    for (size_t a = 0; a < r; ++a) s.push_back("x" + std::to_string(a));
+    return s;
+  }
+
+  void line(const std::string& s) { src_ << ind_ << s << "\n"; }
+
+  // ---- element functions
+  // args: C++ expressions of the inputs; gidx: name of a long long array of global indices (rank r).
+  std::string expr(const ir::ExprNode& n, const std::vector<std::string>& args, const std::string& gidx,
+                   size_t rank, const ir::Node& where) {
+    auto k = [&](int i) { return expr(*n.kids[size_t(i)], args, gidx, rank, where); };
+    switch (n.op) {
+      case ir::ExprOp::Const:
+        return num(n.value);
+      case ir::ExprOp::Arg:
+        MP_INTERNAL_CHECK(n.index >= 0 && size_t(n.index) < args.size(), where.where(), ": arg(", n.index,
+                          ") of an element function with ", args.size(), " inputs");
+        return args[size_t(n.index)];
+      case ir::ExprOp::Index:
+        return size_t(n.index) < rank ? "(double)" + gidx + "[" + std::to_string(n.index) + "]" : "0.0";
+      case ir::ExprOp::Random:
+        return "mp_random(" + std::to_string(n.seed) + "ull, " + gidx + ", " + std::to_string(rank) + ")";
+      case ir::ExprOp::Neg:
+        return "(-" + k(0) + ")";
+      case ir::ExprOp::Exp:
+        return "exp(" + k(0) + ")";
+      case ir::ExprOp::Log:
+        return "log(" + k(0) + ")";
+      case ir::ExprOp::Sqrt:
+        return "sqrt(" + k(0) + ")";
+      case ir::ExprOp::Rsqrt:
+        return "(1.0 / sqrt(" + k(0) + "))";
+      case ir::ExprOp::Recip:
+        return "(1.0 / " + k(0) + ")";
+      case ir::ExprOp::Abs:
+        return "fabs(" + k(0) + ")";
+      case ir::ExprOp::Tanh:
+        return "tanh(" + k(0) + ")";
+      case ir::ExprOp::Sigmoid:
+        return "(1.0 / (1.0 + exp(-" + k(0) + ")))";
+      case ir::ExprOp::Silu: {
+        std::string a = k(0);
+        return "(" + a + " / (1.0 + exp(-" + a + ")))";
+      }
+      case ir::ExprOp::Cos:
+        return "cos(" + k(0) + ")";
+      case ir::ExprOp::Sin:
+        return "sin(" + k(0) + ")";
+      case ir::ExprOp::Floor:
+        return "floor(" + k(0) + ")";
+      case ir::ExprOp::Add:
+        return "(" + k(0) + " + " + k(1) + ")";
+      case ir::ExprOp::Sub:
+        return "(" + k(0) + " - " + k(1) + ")";
+      case ir::ExprOp::Mul:
+        return "(" + k(0) + " * " + k(1) + ")";
+      case ir::ExprOp::Div:
+        return "(" + k(0) + " / " + k(1) + ")";
+      case ir::ExprOp::Max:
+        return "mp_max(" + k(0) + ", " + k(1) + ")";
+      case ir::ExprOp::Min:
+        return "mp_min(" + k(0) + ", " + k(1) + ")";
+      case ir::ExprOp::Pow:
+        return "pow(" + k(0) + ", " + k(1) + ")";
+      case ir::ExprOp::Mod:
+        return "mp_mod(" + k(0) + ", " + k(1) + ")";
+      case ir::ExprOp::Lt:
+        return "(" + k(0) + " < " + k(1) + " ? 1.0 : 0.0)";
+      case ir::ExprOp::Le:
+        return "(" + k(0) + " <= " + k(1) + " ? 1.0 : 0.0)";
+      case ir::ExprOp::Eq:
+        return "(" + k(0) + " == " + k(1) + " ? 1.0 : 0.0)";
+      case ir::ExprOp::And:
+        return "((" + k(0) + " != 0.0 && " + k(1) + " != 0.0) ? 1.0 : 0.0)";
+      case ir::ExprOp::Select:
+        return "(" + k(0) + " != 0.0 ? " + k(1) + " : " + k(2) + ")";
+    }
+    throw cuda_not_supported(where_of(where) + " (element function op " + ir::to_string(n.op) + ")");
+  }
+
+  // ---- storage of one kernel
+  void assign_storage(const ir::NodeRef& top, int stmt, int64_t& smem, int64_t& scratch) {
+    slot_.clear();
+    std::vector<int> roots;
+    for (auto& [id, val] : values_) {
+      (void)val;
+      if (stmt_of_.count(id) == 0 || stmt_of_.at(id) != stmt) continue;
+      int r = groups_.find(id);
+      if (global_slot_.count(r) || slot_.count(r)) continue;
+      slot_[r] = {};
+      roots.push_back(r);
+    }
+    (void)top;
+    // Shared memory in program order while it fits; the rest in global scratch per block.
+    smem = 0;
+    scratch = 0;
+    for (int r : roots) {
+      int64_t n = (ir::num_elements(values_.at(r)->shape) + 3) / 4 * 4;
+      if ((smem + n) * 4 <= opt_.smem_bytes) {
+        slot_[r] = {Where::Shared, smem};
+        smem += n;
+      } else {
+        slot_[r] = {Where::Scratch, scratch};
+        scratch += n;
+      }
+    }
+    smem *= 4;
+  }
+
+  std::string storage(int id) {
+    int r = groups_.find(id);
+    Slot s;
+    if (auto it = global_slot_.find(r); it != global_slot_.end())
+      s = it->second;
+    else if (auto jt = slot_.find(r); jt != slot_.end())
+      s = jt->second;
+    else
+      fail_internal("cuda lowering: value %", id, " has no storage in this kernel");
+    const char* base = s.where == Where::Shared ? "mp_smem" : s.where == Where::Scratch ? "mp_bs" : "mp_gv";
+    return std::string(base) + " + " + ll(s.offset);
+  }
+  std::string where_name(int id) {
+    int r = groups_.find(id);
+    if (global_slot_.count(r)) return "global, between statements";
+    return slot_.at(r).where == Where::Shared ? "shared" : "global scratch of this block";
+  }
+
+  // ---- one kernel per top-level statement
+  void kernel(int stmt) {
+    const ir::NodeRef& top = p_.body[size_t(stmt)];
+    KernelLaunch k;
+    k.entry = "mp_" + p_.name + "_s" + std::to_string(stmt);
+    for (auto& c : k.entry)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    k.statement = top->where();
+    auto* mp = top->as<ir::MetaPipe>();
+    k.distributed = mp && mp->carried.empty();
+    k.trip = k.distributed ? mp->trip() : 1;
+    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+
+    src_ << "\n// ---------------------------------------------------------------------------------------------\n";
+    src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
+    if (k.distributed)
+      src_ << "// its " << k.trip << " iterations carry no value: persistent blocks stride over them.\n";
+    else if (mp)
+      src_ << "// loop-carried values: one block runs the iterations in order.\n";
+    else
+      src_ << "// one block.\n";
+    if (k.scratch_floats > 0)
+      src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
+           << " bytes of shared memory: the rest (" << k.scratch_floats * 4
+           << " bytes per block) live in global scratch, mp_bs.\n";
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ") " << k.entry
+         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
+            "int* mp_err) {\n";
+    ind_ = "  ";
+    line("float* mp_bs = mp_scratch + (long long)blockIdx.x * mp_scratch_per_block;");
+    // Tensors this statement touches.
+    std::set<int> tens;
+    std::set<int> used;  // values read or defined here
+    ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+      if (auto* l = n->as<ir::LoadTile>()) tens.insert(l->src->id);
+      if (auto* s = n->as<ir::StoreTile>()) tens.insert(s->dst->id);
+      if (auto* g = n->as<ir::Gather>()) tens.insert(g->table->id);
+      if (auto* s = n->as<ir::Scatter>()) tens.insert(s->table->id);
+      if (n->out) used.insert(n->out->id);
+      for (auto& x : n->operands()) used.insert(x->id);
+      if (auto* m = n->as<ir::MetaPipe>())
+        for (auto& c : m->carried) used.insert({c.init->id, c.arg->id, c.next->id, c.result->id});
+    });
+    for (size_t i = 0; i < p_.tensors.size(); ++i) {
+      auto& t = p_.tensors[i];
+      if (!tens.count(t->id)) continue;
+      line(std::string(dev_type(t->dtype)) + "* T" + std::to_string(i) + " = (" + dev_type(t->dtype) + "*)mp_t[" +
+           std::to_string(i) + "];  // " + t->name);
+    }
+    for (int id : used) {
+      auto& val = values_.at(id);
+      std::string decl = "float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
+                         ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")";
+      line(decl);
+      std::string m = "long long";
+      for (size_t a = 0; a < val->shape.size(); ++a)
+        m += std::string(a ? "," : "") + " " + e(id, a) + " = 0, " + o(id, a) + " = 0";
+      if (!val->shape.empty()) line(m + ";");
+      line("(void)" + v(id) + ";");
+      // A value from an earlier statement: its run-time extents and origin come from mp_gm.
+      if (toplevel_.count(id) && stmt_of_.at(id) < stmt) {
+        int64_t mo = global_meta_.at(id);
+        for (size_t a = 0; a < val->shape.size(); ++a)
+          line(e(id, a) + " = mp_gm[" + std::to_string(mo + 2 * int64_t(a)) + "]; " + o(id, a) + " = mp_gm[" +
+               std::to_string(mo + 2 * int64_t(a) + 1) + "];");
+      }
+    }
+    if (k.distributed) {
+      auto& m = *mp;
+      std::string i = "i" + std::to_string(m.var->id);
+      line("// " + m.where() + ": iterations of " + i + " over the blocks");
+      line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
+      ind_ += "  ";
+      loop_body(m);
+      ind_.resize(ind_.size() - 2);
+      line("}");
+    } else {
+      node(*top);
+    }
+    // Publish the extents and origins of the values later statements read.
+    std::vector<int> publish;
+    for (int id : used)
+      if (toplevel_.count(id) && stmt_of_.at(id) == stmt) publish.push_back(id);
+    if (!publish.empty()) {
+      line("if (blockIdx.x == 0 && threadIdx.x == 0) {");
+      for (int id : publish) {
+        int64_t mo = global_meta_.at(id);
+        for (size_t a = 0; a < values_.at(id)->shape.size(); ++a)
+          line("  mp_gm[" + std::to_string(mo + 2 * int64_t(a)) + "] = " + e(id, a) + "; mp_gm[" +
+               std::to_string(mo + 2 * int64_t(a) + 1) + "] = " + o(id, a) + ";");
+      }
+      line("}");
+    }
+    ind_ = "";
+    src_ << "}\n";
+    out_.kernels.push_back(k);
+  }
+
+  void copy_meta(const ir::Value& dst, const ir::Value& src) {
+    for (size_t a = 0; a < dst->shape.size(); ++a) line(e(dst, a) + " = " + e(src, a) + "; " + o(dst, a) + " = " + o(src, a) + ";");
+  }
+
+  // Element copy between two values of one shape (loop-carried values).
+  void copy_value(const ir::Value& dst, const ir::Value& src) {
+    copy_meta(dst, src);
+    if (groups_.find(dst->id) == groups_.find(src->id)) return;
+    line("__syncthreads();");
+    open_elements(src);
+    line("    " + v(dst->id) + "[" + at(dst, xs(dst->shape.size())) + "] = " + v(src->id) + "[" +
+         at(src, xs(src->shape.size())) + "];");
+    close_elements();
+  }
+
+  void loop_body(const ir::MetaPipe& m) {
+    for (auto& c : m.carried) line("// carried " + ir::value_name(c.arg) + " = " + ir::value_name(c.init) + " at the start");
+    for (size_t s = 0; s < m.stages.size(); ++s) {
+      line("// stage " + m.stages[s].name);
+      for (auto& n : m.stages[s].ops) node(*n);
+    }
+    for (auto& c : m.carried) {
+      line("// carried " + ir::value_name(c.arg) + " <- " + ir::value_name(c.next));
+      copy_value(c.arg, c.next);
+    }
+  }
+
+  void metapipe(const ir::MetaPipe& m) {
+    std::string i = "i" + std::to_string(m.var->id);
+    for (auto& c : m.carried) copy_value(c.arg, c.init);
+    line("for (long long " + i + " = 0; " + i + " < " + ll(m.trip()) + "; ++" + i + ") {");
+    ind_ += "  ";
+    loop_body(m);
+    ind_.resize(ind_.size() - 2);
+    line("}");
+    for (auto& c : m.carried) copy_meta(c.result, c.arg);
+  }
+
+  void node(const ir::Node& n) {
+    line("// " + n.where() + ": " + one_line(ir::print(n)));
+    switch (n.kind) {
+      case ir::NodeKind::MetaPipe:
+        metapipe(n.cast<ir::MetaPipe>());
+        return;
+      case ir::NodeKind::Fill: {
+        auto& f = n.cast<ir::Fill>();
+        for (size_t a = 0; a < f.out->shape.size(); ++a) {
+          std::string org = a < f.out->origin.size() ? affine(f.out->origin[a]) : "0LL";
+          line(e(f.out, a) + " = " + ll(f.out->shape[a]) + "; " + o(f.out, a) + " = " + org + ";");
+        }
+        elementwise(n, {}, f.f);
+        return;
+      }
+      case ir::NodeKind::Map: {
+        auto& mm = n.cast<ir::Map>();
+        elementwise_meta(n, {mm.in});
+        elementwise(n, {mm.in}, mm.f);
+        return;
+      }
+      case ir::NodeKind::Zip: {
+        auto& z = n.cast<ir::Zip>();
+        elementwise_meta(n, z.ins);
+        elementwise(n, z.ins, z.f);
+        return;
+      }
+      case ir::NodeKind::LoadTile:
+        load(n.cast<ir::LoadTile>());
+        return;
+      case ir::NodeKind::StoreTile:
+        store(n.cast<ir::StoreTile>());
+        return;
+      case ir::NodeKind::Reduce:
+        reduce(n.cast<ir::Reduce>());
+        return;
+      case ir::NodeKind::MatMul:
+        matmul(n.cast<ir::MatMul>());
+        return;
+      case ir::NodeKind::Gather:
+        gather(n.cast<ir::Gather>());
+        return;
+      case ir::NodeKind::Scatter:
+        scatter(n.cast<ir::Scatter>());
+        return;
+      case ir::NodeKind::Buffer: {
+        auto& b = n.cast<ir::Buffer>();
+        line("// a stage boundary: " + ir::value_name(b.out) + " is " + ir::value_name(b.in) + "'s storage");
+        copy_meta(b.out, b.in);
+        return;
+      }
+    }
+    throw cuda_not_supported(where_of(n));
+  }
+
+  // Run-time extent / origin of an elementwise result, as ir/eval.cpp: per axis, the smallest extent
+  // among the operands that are not broadcast there, the origin of the first of them.
+  void elementwise_meta(const ir::Node& n, const std::vector<ir::Value>& ins) {
+    const auto& nom = n.out->shape;
+    for (size_t a = 0; a < nom.size(); ++a) {
+      std::string ext, org = "0LL";
+      for (auto& in : ins)
+        if (in->shape[a] == nom[a]) {
+          if (ext.empty()) {
+            ext = e(in, a);
+            org = o(in, a);
+          } else if (ext.find(e(in, a)) == std::string::npos) {
+            ext = "(" + ext + " < " + e(in, a) + " ? " + ext + " : " + e(in, a) + ")";
+          }
+        }
+      if (ext.empty()) ext = ll(nom[a]);
+      line(e(n.out, a) + " = " + ext + "; " + o(n.out, a) + " = " + org + ";");
+    }
+  }
+
+  void gidx_decl(const ir::Value& x, const std::string& name) {
+    size_t r = x->shape.size();
+    std::string s = "    const long long " + name + "[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
+    for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(x, a) + " + x" + std::to_string(a);
+    if (r == 0) s += "0";
+    line(s + "};");
+  }
+
+  void elementwise(const ir::Node& n, const std::vector<ir::Value>& ins, const ir::Expr& f) {
+    const ir::Value& out = n.out;
+    size_t r = out->shape.size();
+    open_elements(out);
+    std::vector<std::string> args;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      std::string a = "a" + std::to_string(i);
+      line("    const double " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
+      args.push_back(a);
+    }
+    gidx_decl(out, "g_");
+    line("    (void)g_;");
+    line("    " + v(out->id) + "[" + at(out, xs(r)) + "] = mp_round((float)" + expr(f.node(), args, "g_", r, n) +
+         ", " + std::to_string(dt_code(out->dtype)) + ");");
+    close_elements();
+  }
+
+  void load(const ir::LoadTile& l) {
+    const auto& t = l.src;
+    auto tst = strides(t->shape);
+    size_t r = t->shape.size();
+    MP_INTERNAL_CHECK(l.offset.size() == r && l.out->shape.size() == r, l.where(), ": offsets / rank differ");
+    for (size_t a = 0; a < r; ++a) {
+      std::string start = affine(l.offset[a]);
+      line(o(l.out, a) + " = " + start + ";");
+      line("{ const long long room_ = " + ll(t->shape[a]) + " - " + o(l.out, a) + ";");
+      // Out of bounds as ir/eval.cpp defines it: past the end unmasked, or a masked tile with nothing left.
+      line("  if (" + o(l.out, a) + " < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
+           ") { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(l.id) + ", " + std::to_string(a) + "); }");
+      line("  " + e(l.out, a) + " = " + o(l.out, a) + " < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
+    }
+    open_elements(l.out);
+    std::string g;
+    for (size_t a = 0; a < r; ++a)
+      g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
+           (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+    if (g.empty()) g = "0";
+    line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
+    close_elements();
+  }
+
+  void store(const ir::StoreTile& s) {
+    const auto& t = s.dst;
+    auto tst = strides(t->shape);
+    size_t r = t->shape.size();
+    MP_INTERNAL_CHECK(s.offset.size() == r && s.in->shape.size() == r, s.where(), ": offsets / rank differ");
+    line("{");
+    std::vector<std::string> start, ext;
+    for (size_t a = 0; a < r; ++a) {
+      std::string st = "s" + std::to_string(a) + "_", ex = "c" + std::to_string(a) + "_";
+      line("  const long long " + st + " = " + affine(s.offset[a]) + ";");
+      line("  const long long " + ex + "w = " + e(s.in, a) + ", " + ex + "r = " + ll(t->shape[a]) + " - " + st + ";");
+      line("  if (" + st + " < 0 || (" + ex + "r < " + ex + "w && " + (s.masked ? ex + "r <= 0" : std::string("true")) +
+           ")) { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(s.id) + ", " + std::to_string(a) + "); }");
+      line("  const long long " + ex + " = " + st + " < 0 ? 0 : mp_clip(" + ex + "r, " + ex + "w);");
+      start.push_back(st);
+      ext.push_back(ex);
+    }
+    std::string n = "1LL";
+    for (auto& x : ext) n += " * " + x;
+    line("  const long long n_ = " + n + ";");
+    line("  for (long long f_ = threadIdx.x; f_ < n_; f_ += blockDim.x) {");
+    if (r > 0) line("    long long r_ = f_;");
+    for (int a = int(r) - 1; a >= 0; --a) {
+      std::string xa = "x" + std::to_string(a);
+      line(a == 0 ? "    const long long " + xa + " = r_;"
+                  : "    const long long " + xa + " = r_ % " + ext[size_t(a)] + "; r_ /= " + ext[size_t(a)] + ";");
+    }
+    std::string g;
+    for (size_t a = 0; a < r; ++a)
+      g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + ")" +
+           (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+    if (g.empty()) g = "0";
+    line("    mp_st(" + T(t) + ", " + g + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
+         std::to_string(dt_code(t->dtype)) + ");");
+    line("  }");
+    line("}");
+    line("__syncthreads();");
+  }
+
+  // Warp per output element for the associative combiners (lanes stride over the axis, then a shuffle
+  // tree); a custom combiner runs in order on one lane, as the reference does.
+  void reduce(const ir::Reduce& rd) {
+    const auto& in = rd.in;
+    const auto& out = rd.out;
+    size_t r = in->shape.size();
+    for (size_t a = 0; a < r; ++a)
+      line(e(out, a) + " = " + (int(a) == rd.axis ? std::string("1LL") : e(in, a)) + "; " + o(out, a) + " = " +
+           (int(a) == rd.axis ? std::string("0LL") : o(in, a)) + ";");
+    std::string n = "1LL";
+    for (size_t a = 0; a < r; ++a) n += " * " + e(out, a);
+    auto comb = [&](const std::string& acc, const std::string& x) -> std::string {
+      switch (rd.combiner) {
+        case ir::Combiner::Add:
+          return acc + " + " + x;
+        case ir::Combiner::Mul:
+          return acc + " * " + x;
+        case ir::Combiner::Max:
+          return "mp_max(" + acc + ", " + x + ")";
+        case ir::Combiner::Min:
+          return "mp_min(" + acc + ", " + x + ")";
+        case ir::Combiner::Custom:
+          MP_INTERNAL_CHECK(rd.custom.has_value(), rd.where(), ": custom combiner without a function");
+          return expr(rd.custom->node(), {acc, x}, "g_", r, rd);
+      }
+      return acc;
+    };
+    bool custom = rd.combiner == ir::Combiner::Custom;
+    line("{");
+    line("  const long long n_ = " + n + ";");
+    line("  const int lane_ = threadIdx.x & 31, warps_ = blockDim.x >> 5;");
+    line("  for (long long w_ = threadIdx.x >> 5; w_ < n_; w_ += warps_) {");
+    line("    long long r_ = w_;");
+    for (int a = int(r) - 1; a >= 0; --a) {
+      std::string xa = "y" + std::to_string(a);
+      if (a == rd.axis) continue;
+      line("    const long long " + xa + " = r_ % " + e(out, size_t(a)) + "; r_ /= " + e(out, size_t(a)) + ";");
+    }
+    std::vector<std::string> ys;
+    for (size_t a = 0; a < r; ++a) ys.push_back(int(a) == rd.axis ? "k_" : "y" + std::to_string(a));
+    std::vector<std::string> ys_out = ys;
+    ys_out[size_t(rd.axis)] = "0";
+    line("    double acc_ = " + num(rd.identity) + ";");
+    std::string first = custom ? "0" : "lane_", step = custom ? "1" : "32";
+    if (custom) line("    if (lane_ == 0)");
+    line("    for (long long k_ = " + first + "; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + step + ") {");
+    line("      double x_ = " + v(in->id) + "[" + at(in, ys) + "];");
+    if (rd.pre || custom) {
+      std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
+      for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
+      if (r == 0) s += "0";
+      line(s + "};");
+      line("      (void)g_;");
+    }
+    if (rd.pre) line("      x_ = " + expr(rd.pre->node(), {"x_"}, "g_", r, rd) + ";");
+    line("      acc_ = " + comb("acc_", "x_") + ";");
+    line("    }");
+    if (!custom) {
+      line("    for (int d_ = 16; d_ > 0; d_ >>= 1) {");
+      line("      const double y_ = __shfl_down_sync(0xffffffffu, acc_, d_);");
+      line("      acc_ = " + comb("acc_", "y_") + ";");
+      line("    }");
+    }
+    line("    if (lane_ == 0) " + v(out->id) + "[" + at(out, ys_out) + "] = (float)acc_;");
+    line("  }");
+    line("}");
+    line("__syncthreads();");
+  }
+
+  // A block-cooperative loop: one thread per output element, fp64 accumulation like the reference.
+  void matmul(const ir::MatMul& mm) {
+    const auto &a = mm.a, &b = mm.b, &out = mm.out;
+    size_t am = mm.transpose_a ? 1 : 0, ak = 1 - am, bn = mm.transpose_b ? 0 : 1, bk = 1 - bn;
+    const std::string ka = e(a, ak), kb = e(b, bk);
+    if (ka != kb)
+      line("if (" + ka + " != " + kb + " && threadIdx.x == 0) mp_fail(mp_err, 3, " + std::to_string(mm.id) + ", 0);");
+    line(e(out, 0) + " = " + e(a, am) + "; " + o(out, 0) + " = " + o(a, am) + ";");
+    line(e(out, 1) + " = " + e(b, bn) + "; " + o(out, 1) + " = " + o(b, bn) + ";");
+    auto sa = strides(a->shape), sb = strides(b->shape);
+    open_elements(out);
+    line("    double acc_ = 0.0;");
+    line("    const long long K_ = " + (ka == kb ? ka : ka + " < " + kb + " ? " + ka + " : " + kb) + ";");
+    line("    for (long long k_ = 0; k_ < K_; ++k_)");
+    line("      acc_ += (double)" + v(a->id) + "[x0 * " + ll(sa[am]) + " + k_ * " + ll(sa[ak]) + "] * (double)" +
+         v(b->id) + "[k_ * " + ll(sb[bk]) + " + x1 * " + ll(sb[bn]) + "];");
+    line("    " + v(out->id) + "[" + at(out, xs(2)) + "] = (float)acc_;");
+    close_elements();
+  }
+
+  void index_check(const ir::Node& n, const ir::Tensor& table) {
+    line("    const long long row_ = (long long)fi_;");
+    line("    if ((float)row_ != fi_ || row_ < 0 || row_ >= " + ll(table->shape[0]) + ") { mp_fail(mp_err, 1, " +
+         std::to_string(n.id) + ", r); continue; }");
+  }
+
+  void gather(const ir::Gather& g) {
+    const auto& t = g.table;
+    int64_t C = t->shape[1];
+    line(e(g.out, 0) + " = " + e(g.index, 0) + "; " + o(g.out, 0) + " = " + o(g.index, 0) + ";");
+    line(e(g.out, 1) + " = " + ll(C) + "; " + o(g.out, 1) + " = 0LL;");
+    int64_t is = strides(g.index->shape)[0];
+    open_elements(g.out);
+    line("    const long long r = x0;");
+    line("    const float fi_ = " + v(g.index->id) + "[r * " + ll(is) + "];");
+    index_check(g, t);
+    line("    " + v(g.out->id) + "[" + at(g.out, xs(2)) + "] = mp_ld(" + T(t) + ", row_ * " + ll(C) + " + x1);");
+    close_elements();
+  }
+
+  // One thread per column, rows in order: a later row with the same index wins, as in the reference.
+  void scatter(const ir::Scatter& s) {
+    const auto& t = s.table;
+    int64_t C = t->shape[1];
+    int64_t is = strides(s.index->shape)[0];
+    line("if ((" + e(s.rows, 0) + " != " + e(s.index, 0) + " || " + e(s.rows, 1) + " != " + ll(C) +
+         ") && threadIdx.x == 0) mp_fail(mp_err, 3, " + std::to_string(s.id) + ", 0);");
+    line("for (long long x1 = threadIdx.x; x1 < " + ll(C) + "; x1 += blockDim.x)");
+    line("  for (long long r = 0; r < " + e(s.index, 0) + " && r < " + e(s.rows, 0) + "; ++r) {");
+    line("    const long long x0 = r;");
+    line("    const float fi_ = " + v(s.index->id) + "[r * " + ll(is) + "];");
+    index_check(s, t);
+    line("    mp_st(" + T(t) + ", row_ * " + ll(C) + " + x1, " + v(s.rows->id) + "[" + at(s.rows, xs(2)) + "], " +
+         std::to_string(dt_code(t->dtype)) + ");");
+    line("  }");
+    line("__syncthreads();");
+  }
+};
+
+}  // namespace
+
+Lowered lower(const ir::Program& p, const LowerOptions& opt) { return Gen(p, opt).run(); }
+
+}  // namespace mp::cuda

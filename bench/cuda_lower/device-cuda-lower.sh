@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every registered program through the CUDA lowering (metapipe run PROGRAM --target cuda) at sizes past
+# the H200's L2 where the CPU reference check stays affordable; prints the device time of the program's
+# kernels and, for the streaming programs, the bandwidth achieved (bytes the IR loads and stores, from
+# `metapipe compile`'s work summary, over the device time). Needs the default preset build (build/).
+#   usage: bench/cuda_lower/device-cuda-lower.sh [METAPIPE]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mp="${1:-./build/tools/metapipe/metapipe}"
+[ -x "$mp" ] || { echo "device-cuda-lower.sh: no $mp (build with cmake --preset default first)"; exit 2; }
+# program | --set arguments | streaming (1: report bandwidth)
+cases=(
+  "softmax|R=16384 C=1024 mask=1 row_tile=16|1"
+  "dotproduct|N=16777216 TS=8192|1"
+  "tpchq6|N=16777216 TS=8192|1"
+  "blackscholes|N=8388608 TS=4096|1"
+  "outerproduct|M=8192 N=8192 TM=64 TN=256|1"
+  "matmul|M=1024 N=1024 K=1024 MM=64 NN=64|0"
+  "matmul|M=1024 N=1024 K=1024 MM=64 NN=64 dtype=bf16|0"
+  "gemm|M=512 N=512 K=512 MM=64 NN=64 KK=64|0"
+  "flash_attention|S=2048 D=128 BR=64 BC=64|0"
+  "gda|R=65536 C=32 TR=512|0"
+  "kmeans|N=65536 PT=1024|0"
+  "llama_decoder||0"
+)
+printf "%-16s %-44s %-6s %12s %12s\n" program sets check "device ms" "GB/s"
+status=0
+for c in "${cases[@]}"; do
+  IFS='|' read -r prog sets stream <<<"$c"
+  args=()
+  for s in $sets; do args+=(--set "$s"); done
+  json=$("$mp" run "$prog" --target cuda --seed 1 --json "${args[@]}" 2>&1)
+  rc=$?
+  ms=$(sed -n 's/.*"target": "cuda", "ok": \(true\|false\), "ms": \([0-9.e+-]*\).*/\2/p' <<<"$json")
+  ok=$([ $rc -eq 0 ] && echo ok || echo FAIL)
+  [ $rc -eq 0 ] || status=1
+  bw="-"
+  if [ "$stream" = 1 ] && [ -n "$ms" ]; then
+    bytes=$("$mp" compile "$prog" "${args[@]}" | sed -n 's/.* \([0-9]*\) bytes loaded, \([0-9]*\) bytes stored.*/\1 \2/p')
+    bw=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { split(b, x, " "); printf "%.1f", (x[1] + x[2]) / (ms * 1e6) }')
+  fi
+  printf "%-16s %-44s %-6s %12s %12s\n" "$prog" "${sets:-defaults}" "$ok" "${ms:--}" "$bw"
+  [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
+done
+exit $status

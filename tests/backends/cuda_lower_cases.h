@@ -1,0 +1,36 @@
+// The sizes at which the CUDA lowering's host and GPU tests run each registered program: small enough
+// for the host emulation of the generated code (tests/backends/cuda_lower_host.h), non-dividing tiles
+// included so the masked paths run. A program not named here runs at its defaults.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mp::cuda_test {
+
+// Every registered program (a test checks this list against the registry).
+inline const std::vector<std::string>& program_names() {
+  static const std::vector<std::string> n = {"blackscholes", "dotproduct",    "flash_attention", "gda",
+                                             "gemm",         "kmeans",        "llama_decoder",   "matmul",
+                                             "outerproduct", "softmax",       "tpchq6"};
+  return n;
+}
+
+inline const std::map<std::string, std::vector<std::string>>& small_sets() {
+  static const std::map<std::string, std::vector<std::string>> s = {
+      {"softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}},
+      {"matmul", {"M=72", "N=40", "K=24", "MM=32", "NN=16", "mask=1"}},
+      {"gda", {"R=40", "C=8", "TR=16", "mask=1"}},
+      {"flash_attention", {"S=36", "D=8", "BR=16", "BC=16", "mask=1"}},
+      {"llama_decoder", {"T=4", "P0=4", "H=2", "HKV=1", "Dh=8", "F=32", "TT=4", "TQ=4", "TK=4"}},
+      {"blackscholes", {"N=1000", "TS=128", "mask=1"}},
+      {"dotproduct", {"N=1000", "TS=128", "mask=1"}},
+      {"gemm", {"M=32", "N=48", "K=64", "MM=16", "NN=16", "KK=16"}},
+      {"kmeans", {"iters=1", "N=128", "PT=64"}},
+      {"outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}},
+      {"tpchq6", {"N=1000", "TS=128", "mask=1"}},
+  };
+  return s;
+}
+
+}  // namespace mp::cuda_test

@@ -1,0 +1,145 @@
+// Runs the CUDA C++ that backends/cuda/lower emits on the host, so CI (no GPU) checks what the generated
+// code computes, not only that it compiles: each block's threads are std::threads, __syncthreads a
+// barrier of the block, a warp shuffle an exchange through memory between two barriers of the warp.
+// Blocks run one after another, so one array serves as every block's shared memory (NaN-poisoned before
+// each block). Only the few device built-ins the lowering uses are provided.
+#pragma once
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda/lower/lower.h"
+#include "backends/cuda/lower/runtime.h"
+#include "ir/eval.h"
+
+struct mp_host_dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+namespace mp_host {
+
+struct Block {
+  std::unique_ptr<std::barrier<>> all;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<double> exchange;
+};
+inline thread_local mp_host_dim3 tid;
+inline thread_local Block* block = nullptr;
+inline mp_host_dim3 bid, bdim, gdim;  // written only between blocks, while no thread runs
+inline std::mutex atomics;
+
+inline constexpr size_t kSmemFloats = 65536;  // 256 KiB: more than any sm_90 block may opt into
+
+using Kernel = void (*)(void* const*, float*, long long*, float*, long long, int*);
+
+struct Program {
+  std::string name;
+  float* smem = nullptr;
+  std::map<std::string, Kernel> kernels;
+};
+inline std::vector<Program>& programs() {
+  static std::vector<Program> p;
+  return p;
+}
+struct Registrar {
+  Registrar(std::string name, float* smem, std::map<std::string, Kernel> k) {
+    programs().push_back({std::move(name), smem, std::move(k)});
+  }
+};
+
+}  // namespace mp_host
+
+#define threadIdx (mp_host::tid)
+#define blockIdx (mp_host::bid)
+#define blockDim (mp_host::bdim)
+#define gridDim (mp_host::gdim)
+#define __global__
+#define __device__
+#define __shared__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+
+inline void __syncthreads() { mp_host::block->all->arrive_and_wait(); }
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline double __longlong_as_double(long long v) {
+  double d;
+  std::memcpy(&d, &v, 8);
+  return d;
+}
+inline int atomicCAS(int* p, int cmp, int val) {
+  std::lock_guard<std::mutex> g(mp_host::atomics);
+  int old = *p;
+  if (old == cmp) *p = val;
+  return old;
+}
+inline double __shfl_down_sync(unsigned, double v, int d) {
+  auto* b = mp_host::block;
+  unsigned t = mp_host::tid.x, lane = t & 31, w = t >> 5;
+  b->exchange[t] = v;
+  b->warps[w]->arrive_and_wait();
+  double r = lane + unsigned(d) < 32 ? b->exchange[t + unsigned(d)] : v;
+  b->warps[w]->arrive_and_wait();
+  return r;
+}
+
+namespace mp_host {
+
+// The launch sequence of runtime_cuda.cpp on the host: the same tensor table, values between statements,
+// scratch and error word; `max_grid` bounds the persistent blocks (a GPU would use its SM count).
+// Returns the device error word (0: none).
+inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory& mem, int max_grid) {
+  std::vector<std::vector<unsigned char>> tensors;
+  std::vector<void*> table;
+  for (auto& t : low.tensors) tensors.push_back(mp::cuda::to_device_bytes(mem.at(t->name)));
+  for (auto& b : tensors) table.push_back(b.data());
+  std::vector<float> gv(size_t(low.global_floats) + 4, std::nanf(""));
+  std::vector<long long> gm(size_t(low.global_meta) + 2, 0);
+  int64_t scratch_floats = 0;
+  for (auto& k : low.kernels) scratch_floats = std::max(scratch_floats, k.scratch_floats * max_grid);
+  std::vector<float> scratch(size_t(scratch_floats) + 4, std::nanf(""));
+  alignas(8) int err[4] = {0, 0, 0, 0};
+  for (auto& k : low.kernels) {
+    Kernel fn = prog.kernels.at(k.entry);
+    int grid = k.distributed ? int(std::min<int64_t>(k.trip, max_grid)) : 1;
+    gdim.x = unsigned(grid);
+    bdim.x = unsigned(low.threads);
+    for (int b = 0; b < grid; ++b) {
+      bid.x = unsigned(b);
+      std::memset(prog.smem, 0xff, kSmemFloats * sizeof(float));
+      Block blk;
+      blk.all = std::make_unique<std::barrier<>>(low.threads);
+      for (int w = 0; w < low.threads / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
+      blk.exchange.assign(size_t(low.threads), 0.0);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < low.threads; ++t)
+        threads.emplace_back([&, t] {
+          tid.x = unsigned(t);
+          block = &blk;
+          fn(table.data(), gv.data(), gm.data(), scratch.data(), k.scratch_floats, err);
+        });
+      for (auto& th : threads) th.join();
+    }
+  }
+  for (size_t i = 0; i < low.tensors.size(); ++i)
+    if (low.tensors[i]->role != mp::ir::TensorRole::Input)
+      mp::cuda::from_device_bytes(tensors[i], mem.at(low.tensors[i]->name));
+  return err[0];
+}
+
+}  // namespace mp_host

@@ -1,0 +1,15 @@
+// Lowering options of the host test: two warps per block (the warp reductions see more than one warp)
+// and a small shared-memory budget, so that values spill to global scratch in several programs too.
+#pragma once
+#include "backends/cuda/lower/lower.h"
+
+namespace mp::cuda_test {
+
+inline cuda::LowerOptions host_options() {
+  cuda::LowerOptions o;
+  o.threads = 64;
+  o.smem_bytes = 8 * 1024;
+  return o;
+}
+
+}  // namespace mp::cuda_test

@@ -1,0 +1,193 @@
+// The CUDA lowering on the CPU: the generated source of every registered program (self-contained, one
+// entry per statement, comments naming the IR nodes), that source run on the host emulation of CUDA
+// (cuda_lower_host.h) against the reference interpreter, and the lowering's errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "backends/cpu/interpreter.h"
+#include "backends/cuda/lower/lower.h"
+#include "backends/cuda/lower/runtime.h"
+#include "core/random.h"
+#include "examples/run.h"
+#include "front/front.h"
+#include "tests/backends/cuda_lower_cases.h"
+#include "tests/backends/cuda_lower_host.h"
+#include "tests/backends/cuda_lower_host_options.h"
+
+namespace mp {
+namespace {
+
+using namespace mp::front;
+
+std::vector<std::string> sets_of(const std::string& program) {
+  auto it = cuda_test::small_sets().find(program);
+  return it == cuda_test::small_sets().end() ? std::vector<std::string>{} : it->second;
+}
+
+ir::Program compiled(const examples::ProgramSpec& spec, const examples::Params& params) {
+  return passes::compile(examples::build(spec, params), examples::compile_options(params));
+}
+
+TEST(CudaLower, EveryProgramLowersToOneSelfContainedUnit) {
+  ASSERT_FALSE(examples::programs().empty());
+  for (auto* spec : examples::programs()) {
+    SCOPED_TRACE(spec->name);
+    auto params = examples::resolve(*spec, {});
+    ir::Program p = compiled(*spec, params);
+    cuda::Lowered low = cuda::lower(p);
+    ASSERT_EQ(low.kernels.size(), p.body.size()) << "one kernel per top-level statement";
+    EXPECT_EQ(low.source.find("#include"), std::string::npos) << "the unit must need no header";
+    std::set<std::string> entries;
+    for (size_t s = 0; s < low.kernels.size(); ++s) {
+      auto& k = low.kernels[s];
+      EXPECT_TRUE(entries.insert(k.entry).second) << "duplicate entry " << k.entry;
+      EXPECT_NE(low.source.find(") " + k.entry + "(void* const* mp_t"), std::string::npos) << k.entry;
+      EXPECT_EQ(k.statement, p.body[s]->where());
+      EXPECT_LE(k.smem_bytes, cuda::LowerOptions{}.smem_bytes);
+      auto* m = p.body[s]->as<ir::MetaPipe>();
+      EXPECT_EQ(k.distributed, m && m->carried.empty());
+    }
+    EXPECT_NE(low.source.find("extern \"C\" __global__"), std::string::npos);
+    // Every node's code is introduced by a comment naming it.
+    ir::walk(p.body, [&](const ir::NodeRef& n, int) {
+      EXPECT_NE(low.source.find("// " + n->where() + ": "), std::string::npos) << n->where();
+    });
+    // Lowering is a pure function of the program: the same text twice (what the NVRTC cache relies on).
+    EXPECT_EQ(cuda::lower(p).source, low.source);
+  }
+}
+
+TEST(CudaLower, TestListNamesEveryProgram) {
+  std::vector<std::string> registered;
+  for (auto* spec : examples::programs()) registered.push_back(spec->name);
+  EXPECT_EQ(registered, cuda_test::program_names()) << "update tests/backends/cuda_lower_cases.h";
+}
+
+// One test per program, so ctest runs them side by side.
+class CudaLowerHost : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaLowerHost, GeneratedCodeMatchesTheInterpreter) {
+  auto& spec = examples::find_program(GetParam());
+  const mp_host::Program* hp = nullptr;
+  for (auto& h : mp_host::programs())
+    if (h.name == spec.name) hp = &h;
+  ASSERT_NE(hp, nullptr) << "program not lowered by cuda_lower_emit (not supported?)";
+  auto params = examples::resolve(spec, sets_of(spec.name));
+  ir::Program p = examples::build(spec, params);
+  ir::Program c = passes::compile(p, examples::compile_options(params));
+  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  auto in = examples::make_inputs(spec, params, p, fresh_seed() % 1000000);
+  ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
+  cpu::interpret(c, want);
+  ASSERT_EQ(mp_host::run(*hp, low, got, 3), 0) << "device error raised";
+  double rtol = examples::output_tolerance(p);
+  auto mags = examples::magnitudes_of(spec, params, in);
+  int checked = 0;
+  for (auto& t : c.tensors) {
+    if (t->role != ir::TensorRole::Output && t->role != ir::TensorRole::InOut) continue;
+    std::vector<double> w(want.at(t->name).data.begin(), want.at(t->name).data.end());
+    auto cmp = compare(got.at(t->name).data, w, rtol, examples::check_atol(t->name, w, mags, rtol));
+    EXPECT_TRUE(cmp.ok) << t->name << ": " << cmp.summary();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+INSTANTIATE_TEST_SUITE_P(EveryProgram, CudaLowerHost, testing::ValuesIn(cuda_test::program_names()),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {
+  // The host test's 8 KiB budget sends matmul's default 64 x 128 and 128 x 64 f32 tiles past shared memory.
+  auto& spec = examples::find_program("matmul");
+  auto params = examples::resolve(spec, {});
+  cuda::Lowered low = cuda::lower(compiled(spec, params), cuda_test::host_options());
+  ASSERT_EQ(low.kernels.size(), 1u);
+  EXPECT_GT(low.kernels[0].scratch_floats, 0);
+  EXPECT_LE(low.kernels[0].smem_bytes, 8 * 1024);
+  EXPECT_NE(low.source.find("global scratch"), std::string::npos);
+}
+
+TEST(CudaLower, UncompiledProgramIsRejected) {
+  auto& spec = examples::find_program("matmul");
+  auto p = examples::build(spec, examples::resolve(spec, {}));
+  try {
+    cuda::lower(p);
+    FAIL() << "expected a user_error";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not compiled: run the pass pipeline"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaLower, UnsupportedLoopIsNamed) {
+  // Two carried values that swap every iteration: the in-order copies next -> arg cannot express it yet.
+  ProgramBuilder b("swap");
+  auto A = b.input("A", {16, 4});
+  auto out = b.output("out", {1, 4});
+  auto x = FILL({1, 4}, 1.0), y = FILL({1, 4}, 2.0);
+  auto r = METAPIPE_FOLD(4, {x, y}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
+    auto t = LOAD_TILE(A, {4, 4});
+    (void)t;
+    return {s[1], s[0]};
+  });
+  STORE_TILE(out, ZIP(r[0], r[1], [](Expr u, Expr v) { return u - v; }));
+  ir::Program c = passes::compile(b.finish(), {});
+  try {
+    cuda::lower(c);
+    FAIL() << "expected cuda_not_supported";
+  } catch (const cuda::cuda_not_supported& e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.rfind("not supported yet on cuda: MetaPipe #", 0), 0u) << m;
+    EXPECT_NE(m.find(" in swap"), std::string::npos) << m;
+  }
+}
+
+TEST(CudaLower, BadThreadCountIsAUserError) {
+  auto& spec = examples::find_program("softmax");
+  auto c = compiled(spec, examples::resolve(spec, {}));
+  cuda::LowerOptions o;
+  o.threads = 100;
+  EXPECT_THROW(cuda::lower(c, o), user_error);
+}
+
+TEST(CudaLower, RunWithoutGpuIsOneLineError) {
+  std::string why;
+  if (cuda::available(&why)) GTEST_SKIP() << "a CUDA GPU is present (SM90_CudaLower runs the programs)";
+  EXPECT_FALSE(why.empty());
+  auto& spec = examples::find_program("softmax");
+  auto params = examples::resolve(spec, {});
+  auto c = compiled(spec, params);
+  ir::Memory mem = ir::make_memory(c, examples::make_inputs(spec, params, examples::build(spec, params), 1));
+  try {
+    cuda::run(c, mem);
+    FAIL() << "expected a user_error";
+  } catch (const user_error& e) {
+    std::string m = e.what();
+    EXPECT_EQ(m.rfind("no CUDA GPU: ", 0), 0u) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(CudaLower, SourceHashAndCacheDir) {
+  EXPECT_EQ(cuda::source_hash("a"), cuda::source_hash("a"));
+  EXPECT_NE(cuda::source_hash("a"), cuda::source_hash("b"));
+  EXPECT_EQ(cuda::source_hash("").size(), 16u);
+  EXPECT_NE(cuda::default_cache_dir().find("metapipe/cuda"), std::string::npos);
+}
+
+TEST(CudaLower, DeviceBytesRoundTrip) {
+  for (auto dt : {ir::DType::f32, ir::DType::bf16, ir::DType::f16, ir::DType::i32}) {
+    std::vector<float> x = {1.5f, -2.0f, 0.25f, 7.0f, -3.0f};
+    if (dt == ir::DType::i32) x = {1.f, -2.f, 0.f, 70000.f, -3.f};
+    ir::HostTensor h{{5}, dt, x};
+    auto b = cuda::to_device_bytes(h);
+    EXPECT_EQ(b.size(), size_t(5 * cuda::device_bytes_of(dt)));
+    ir::HostTensor back = h;
+    std::fill(back.data.begin(), back.data.end(), 0.f);
+    cuda::from_device_bytes(b, back);
+    EXPECT_EQ(back.data, h.data) << ir::to_string(dt);
+  }
+}
+
+}  // namespace
+}  // namespace mp

@@ -1,0 +1,45 @@
+// `metapipe compile --emit cuda` and `metapipe run --target cuda` as a user runs them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "backends/cuda/lower/runtime.h"
+#include "tests/support/run_cli.h"
+
+namespace {
+
+TEST(CudaLowerCli, EmitCudaPrintsTheUnit) {
+  auto r = mp::test::run_cli("compile matmul --emit cuda --set M=128");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("extern \"C\" __global__ void __launch_bounds__(256) mp_matmul_s0("), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("// MatMul #"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("M=128"), std::string::npos) << "the parameters are recorded in the unit";
+  EXPECT_EQ(r.out.find("passes:"), std::string::npos) << "only the unit goes to stdout";
+}
+
+TEST(CudaLowerCli, BadEmitIsAUsageError) {
+  auto r = mp::test::run_cli("compile matmul --emit ptx");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown --emit 'ptx'"), std::string::npos) << r.out;
+}
+
+TEST(CudaLowerCli, RunWithoutGpuIsOneLine) {
+  if (mp::cuda::available()) GTEST_SKIP() << "a CUDA GPU is present";
+  auto r = mp::test::run_cli("run softmax --target cuda");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_NE(r.out.find("error: no CUDA GPU: "), std::string::npos) << r.out;
+}
+
+TEST(CudaLowerCli, DemoRowsSayWhy) {
+  auto r = mp::test::run_cli("demo --quick --target cuda");
+  if (mp::cuda::available()) {
+    EXPECT_EQ(r.status, 0) << r.out;
+  } else {
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("softmax          cuda    skipped: no CUDA GPU"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace

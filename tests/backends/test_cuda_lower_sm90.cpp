@@ -1,0 +1,117 @@
+// Every registered program lowered onto the GPU (NVRTC, driver API) and checked against the reference
+// interpreter on fresh random inputs, outputs poisoned with NaN first, with the tolerance of the
+// program's output dtype; at the host test's sizes (masked tiles included) and at the defaults.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "backends/cpu/interpreter.h"
+#include "backends/cuda/lower/runtime.h"
+#include "core/random.h"
+#include "examples/run.h"
+#include "front/front.h"
+#include "tests/backends/cuda_lower_cases.h"
+
+namespace mp {
+namespace {
+
+// GTEST_SKIP returns from the function it is written in: a macro, so that is the test body.
+#define MP_REQUIRE_GPU()                                                         \
+  do {                                                                           \
+    std::string why_;                                                            \
+    if (!cuda::available(&why_)) GTEST_SKIP() << "no usable CUDA GPU: " << why_; \
+  } while (0)
+
+// Fails the test on a mismatch of any output.
+void check_program(const examples::ProgramSpec& spec, const std::vector<std::string>& sets, uint64_t seed,
+                   const cuda::RunOptions& opt = {}) {
+  SCOPED_TRACE(spec.name + " seed " + std::to_string(seed));
+  auto params = examples::resolve(spec, sets);
+  ir::Program p = examples::build(spec, params);
+  ir::Program c = passes::compile(p, examples::compile_options(params));
+  auto in = examples::make_inputs(spec, params, p, seed);
+  ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs NaN-poisoned
+  cpu::interpret(c, want);
+  cuda::RunReport rep = cuda::run(c, got, opt);
+  EXPECT_EQ(rep.kernels.size(), c.body.size());
+  double rtol = examples::output_tolerance(p);
+  auto mags = examples::magnitudes_of(spec, params, in);
+  int checked = 0;
+  for (auto& t : c.tensors) {
+    if (t->role != ir::TensorRole::Output && t->role != ir::TensorRole::InOut) continue;
+    std::vector<double> w(want.at(t->name).data.begin(), want.at(t->name).data.end());
+    auto cmp = compare(got.at(t->name).data, w, rtol, examples::check_atol(t->name, w, mags, rtol));
+    EXPECT_TRUE(cmp.ok) << t->name << ": " << cmp.summary();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(SM90_CudaLower, EveryProgramAtTestSizes) {
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto* spec : examples::programs()) {
+    auto it = cuda_test::small_sets().find(spec->name);
+    check_program(*spec, it == cuda_test::small_sets().end() ? std::vector<std::string>{} : it->second, seed++);
+  }
+}
+
+TEST(SM90_CudaLower, EveryProgramAtDefaults) {
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto* spec : examples::programs()) check_program(*spec, {}, seed++);
+}
+
+TEST(SM90_CudaLower, Bf16Programs) {
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  check_program(examples::find_program("matmul"), {"dtype=bf16"}, seed);
+  check_program(examples::find_program("softmax"), {"dtype=bf16", "R=100", "C=64", "mask=1", "row_tile=32"},
+                seed + 1);
+}
+
+TEST(SM90_CudaLower, CacheHitOnSecondRun) {
+  MP_REQUIRE_GPU();
+  auto dir = std::filesystem::temp_directory_path() / ("mp-cuda-cache-test-" + std::to_string(fresh_seed() % 1000000));
+  cuda::RunOptions opt;
+  opt.cache_dir = dir.string();
+  auto& spec = examples::find_program("softmax");
+  auto params = examples::resolve(spec, {});
+  auto c = passes::compile(examples::build(spec, params), examples::compile_options(params));
+  auto in = examples::make_inputs(spec, params, examples::build(spec, params), 7);
+  ir::Memory m1 = ir::make_memory(c, in), m2 = ir::make_memory(c, in);
+  auto r1 = cuda::run(c, m1, opt);
+  auto r2 = cuda::run(c, m2, opt);
+  EXPECT_FALSE(r1.cache_hit);
+  EXPECT_TRUE(r2.cache_hit);
+  EXPECT_EQ(r1.cache_file, r2.cache_file);
+  EXPECT_TRUE(std::filesystem::exists(r1.cache_file));
+  EXPECT_EQ(m1.at("Y").data, m2.at("Y").data);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+TEST(SM90_CudaLower, GatherIndexOutOfRangeIsAUserError) {
+  MP_REQUIRE_GPU();
+  using namespace mp::front;
+  ProgramBuilder b("gather_oob");
+  auto table = b.input("table", {8, 4});
+  auto idx = b.input("idx", {4, 1}, DType::i32);
+  auto out = b.output("out", {4, 4});
+  auto i = LOAD_TILE(idx, {4, 1});
+  STORE_TILE(out, GATHER(table, i));
+  ir::Program c = passes::compile(b.finish(), {});
+  std::map<std::string, std::vector<float>> in = {{"table", std::vector<float>(32, 1.f)},
+                                                  {"idx", {0.f, 3.f, 9.f, 1.f}}};
+  ir::Memory mem = ir::make_memory(c, in);
+  try {
+    cuda::run(c, mem);
+    FAIL() << "expected a user_error";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Gather #"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("out of range of 'table'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mp
