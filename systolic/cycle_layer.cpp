@@ -8,7 +8,8 @@
 
 namespace mp::systolic {
 
-CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed) {
+CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed,
+                                      const std::function<void(double)>& progress) {
   const GemmShape g = layer.gemm();
   // The caller checks estimate_cost against its limits; this bound keeps direct callers from overflowing
   // the operand sizes below.
@@ -18,7 +19,7 @@ CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, 
                 " multiply-accumulates (limit 2^40); use --mode analytical");
   const auto I = random_floats(static_cast<size_t>(g.M * g.K), seed);
   const auto W = random_floats(static_cast<size_t>(g.K * g.N), seed + 1);
-  const CycleResult sim = simulate_gemm(g, cfg.array, I, W);
+  const CycleResult sim = simulate_gemm(g, cfg.array, I, W, progress);
   // Reference product in double, k outermost per row so the inner loop is contiguous.
   std::vector<double> ref(static_cast<size_t>(g.N));
   CycleCheck out;

@@ -74,7 +74,8 @@ struct CycleCheck {
   double max_abs_err = 0;
   bool product_ok = false;
 };
-CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed);
+CycleCheck simulate_layer_cycle_level(const Layer& layer, const SimConfig& cfg, std::uint64_t seed,
+                                      const std::function<void(double)>& progress = {});  // see simulate_gemm
 
 // What a layer costs before it runs, saturating at INT64_MAX so that no input overflows the estimate.
 // `work` counts the engine's inner steps: R + C operand words per demand line (array cycle) of the memory

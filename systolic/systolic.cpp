@@ -138,7 +138,7 @@ struct Registers {
 }  // namespace
 
 CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<const float> input,
-                          std::span<const float> weights) {
+                          std::span<const float> weights, const std::function<void(double)>& progress) {
   const FoldPlan p = plan_gemm(g, a);
   MP_USER_CHECK(static_cast<std::int64_t>(input.size()) == g.M * g.K, "input must hold M*K = ", g.M * g.K,
                 " values, got ", input.size());
@@ -248,6 +248,9 @@ CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<co
         }
         if (fold_done) res.cycles = clock;
       }
+      if (progress)
+        progress((double(fc) * double(p.row_folds) + double(fr + 1)) /
+                 (double(p.col_folds) * double(p.row_folds)));
     }
   }
   return res;

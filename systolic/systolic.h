@@ -4,6 +4,7 @@
 // their cycle counts agree with each other and with SCALE-Sim (see docs/systolic.md).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -73,8 +74,9 @@ struct CycleResult {
   std::int64_t mac_ops = 0;  // multiply-accumulates the PEs performed on real (not padding) data
   std::vector<float> output;
 };
+// `progress`, when given, is called after each fold with the fraction of folds done (a progress line).
 CycleResult simulate_gemm(const GemmShape& g, const ArrayConfig& a, std::span<const float> input,
-                          std::span<const float> weights);
+                          std::span<const float> weights, const std::function<void(double)>& progress = {});
 
 // Throws mp::user_error naming the bad field when a shape or array size is zero or negative.
 void check(const GemmShape& g, const ArrayConfig& a);

@@ -695,7 +695,9 @@ void Planner::matmul(const ir::MatMul& m) {
     }
     bool perm = it->second.has_value();
     if (perm) {
-      const auto& [src, sign] = *it->second;
+      // References, not a structured binding: clang before 16 cannot capture bindings in a lambda.
+      const auto& src = it->second->first;
+      const auto& sign = it->second->second;
       const float* a = data(m.a);
       float* y = alloc(out);
       plan.steps.push_back([a, y, M, N, K, src, sign]() {

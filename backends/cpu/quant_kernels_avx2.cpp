@@ -9,8 +9,12 @@
 #include "core/quant.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__clang__)  // clang takes the ISA per function, not from GCC's target pragma
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #define MP_HAVE_AVX2_KERNELS 1
 
 namespace mp::cpu::qk {
@@ -82,7 +86,11 @@ constexpr Kernels kAvx2 = {"avx2",   quantize_q8,   quantize_q8k,  dot_q4_0,    
                            dot_bf16, dot_q4_0_t<4>, dot_q4_1_t<4>, dot_q8_0_t<4>};
 }  // namespace
 }  // namespace mp::cpu::qk
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 namespace mp::cpu::qk {

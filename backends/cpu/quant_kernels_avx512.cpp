@@ -10,13 +10,20 @@
 #include "core/quant.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__clang__)  // clang takes the ISA per function, not from GCC's target pragma
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#endif
 // GCC 12's AVX-512 intrinsic headers build their "undefined" operands from self-initialized locals, which
 // -Wall reports once the intrinsics are inlined here.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define MP_HAVE_AVX512_KERNELS 1
 
 namespace mp::cpu::qk {
@@ -81,7 +88,11 @@ constexpr Kernels kAvx512 = {"avx512-vnni", quantize_q8,   quantize_q8k,  dot_q4
 }  // namespace
 }  // namespace mp::cpu::qk
 #pragma GCC diagnostic pop
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 namespace mp::cpu::qk {

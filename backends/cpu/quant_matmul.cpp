@@ -9,6 +9,10 @@
 #include <new>
 #include <string>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "backends/cpu/quant_kernels.h"
 #include "core/error.h"
 
@@ -17,15 +21,22 @@ namespace {
 
 using quant::QType;
 
+#if defined(__x86_64__)
+// From CPUID directly: clang before 15 does not accept "f16c" in __builtin_cpu_supports.
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 const qk::Kernels* best_kernels() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   if (qk::kernels_avx512() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      __builtin_cpu_supports("fma") && has_f16c())
     return qk::kernels_avx512();
-  if (qk::kernels_avx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c"))
+  if (qk::kernels_avx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
     return qk::kernels_avx2();
 #endif
   return &qk::kernels_scalar();

@@ -17,6 +17,10 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
   R.notes = R.mapping.notes;
   R.kernel_calls = R.mapping.kernel_calls();
   double pmu_time = 0;
+  // Progress counts stage iterations over all kernel calls.
+  double iterations_all = 0, iterations_before = 0;
+  for (const Config& cf : R.mapping.configs)
+    for (const Stage& s : cf.graph.stages) iterations_all += double(s.iterations);
   for (size_t c = 0; c < R.mapping.configs.size(); ++c) {
     Config& cf = R.mapping.configs[c];
     if (!cf.why.empty())
@@ -46,7 +50,12 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
         R.worst_link = P.worst_link + (R.kernel_calls > 1 ? " in call " + std::to_string(c + 1) : "");
       }
     }
+    if (opt.progress && iterations_all > 0)
+      so.progress = [&](int64_t finished, int64_t) {
+        opt.progress((iterations_before + double(finished)) / iterations_all);
+      };
     ConfigResult cr = simulate_config(a, cf, so);
+    for (const Stage& s : cf.graph.stages) iterations_before += double(s.iterations);
     for (auto& s : cr.stages) s.config = int(c);
     // Reconfiguration between kernel calls; the first configuration is loaded before the run starts.
     R.cycles += cr.cycles + (c > 0 ? double(a.config_cycles) : 0);

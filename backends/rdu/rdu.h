@@ -2,6 +2,7 @@
 // every configuration, simulate the configurations one after another (kernel calls), and gather the report.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ struct RunOptions {
   bool functional = false;  // units compute real values (tensors' host data in, results out)
   bool place = true;        // place & route (off: zero hop latency, no congestion; for unit tests)
   uint64_t seed = 1;        // placer
+  std::function<void(double)> progress;  // now and then: the fraction of the run done (all kernel calls)
 };
 
 struct RunResult {

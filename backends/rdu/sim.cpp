@@ -164,6 +164,7 @@ class Sim {
       q_.pop();
       now_ = e.t;
       ++res_.events;
+      if (opt_.progress && (res_.events & 0xfff) == 0) report_progress();
       switch (e.type) {
         case TRY:
           st_[e.a].try_pending = false;
@@ -464,6 +465,13 @@ class Sim {
         if (B.consumers[c] == s && B.input_index[c] == int(k)) B.released[c] = i / in.reuse + 1;
       if (B.producer >= 0) schedule_try(B.producer, now_);
     }
+  }
+
+  void report_progress() const {
+    int64_t finished = 0, total = 0;
+    for (size_t s = 0; s < g_.stages.size(); ++s)
+      finished = add_sat(finished, st_[s].finished), total = add_sat(total, g_.stages[s].iterations);
+    opt_.progress(finished, total);
   }
 
   void complete(int s, int64_t i) {

@@ -4,6 +4,7 @@
 // bank row buffers, refresh and read/write turnaround. Overlap, or its absence, comes out of this.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ struct ConfigResult {
 struct SimOptions {
   bool functional = false;
   std::vector<int64_t> stage_extra_latency;  // per stage: route hops x hop cycles (from place & route)
+  // Called every 4Ki events with the stage iterations finished and in all (the CLI's progress line).
+  std::function<void(int64_t finished, int64_t total)> progress;
 };
 
 // An upper estimate of the events simulating `g` takes (saturating at INT64_MAX): the work measure that

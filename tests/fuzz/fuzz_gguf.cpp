@@ -1,7 +1,7 @@
 // libFuzzer target for the GGUF reader and the tokenizer built from a file: any input must either open or
 // end in a user_error; an opened file is read through every accessor and every tensor's bytes so that the
-// address sanitizer sees a read outside what the reader checked. Build with -DMP_FUZZ=ON and clang; see
-// docs/models.md.
+// address sanitizer sees a read outside what the reader checked. Built by the `fuzz` preset
+// (docs/development.md); replayed over tests/fuzz/corpus_gguf by test_fuzz_corpus.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -11,7 +11,9 @@
 #include "models/gguf.h"
 #include "models/tokenizer.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+namespace mp::fuzz {
+
+void gguf_one(const uint8_t* data, size_t size) {
   using namespace mp::models;
   // libFuzzer's buffer is exactly `size` long, so a read past the end is reported.
   try {
@@ -58,5 +60,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const mp::user_error&) {
   }
+}
+
+}  // namespace mp::fuzz
+
+#ifndef MP_FUZZ_REPLAY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  mp::fuzz::gguf_one(data, size);
   return 0;
 }
+#endif

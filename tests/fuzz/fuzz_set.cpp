@@ -1,6 +1,6 @@
 // libFuzzer target for `--set NAME=VALUE` program parameters: the input's lines are the assignments,
 // resolved against every registered program; each must resolve or end in a user_error, and resolved
-// parameters must give compile options. Built with -DMP_FUZZ=ON and clang; replayed over
+// parameters must give compile options. Built by the `fuzz` preset; replayed over
 // tests/fuzz/corpus_set by test_fuzz_corpus.
 #include <cstddef>
 #include <cstdint>

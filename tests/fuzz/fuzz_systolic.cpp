@@ -1,6 +1,6 @@
 // libFuzzer target for the SCALE-Sim config and topology readers: any text must parse or end in a
 // user_error; a parsed topology's layers are costed (estimate_cost) so that the undefined-behaviour
-// sanitizer sees any overflow the range checks let through. Built with -DMP_FUZZ=ON and clang; replayed
+// sanitizer sees any overflow the range checks let through. Built by the `fuzz` preset; replayed
 // over tests/fuzz/corpus_systolic by test_fuzz_corpus.
 #include <cstddef>
 #include <cstdint>

@@ -24,6 +24,7 @@
 #include "models/model_cache.h"
 #include "models/tokenizer.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/progress.h"
 
 namespace mp::cli {
 namespace {
@@ -185,6 +186,8 @@ int run_generate(Args& a) {
     std::cout << (tok ? tok->token_bytes(id) : " " + std::to_string(id)) << std::flush;
   };
   if (!quiet) std::cout << (tok ? tok->decode(prompt) : text) << std::flush;
+  // On a terminal the streamed text shows the progress; the line is for output going elsewhere.
+  Progress bar("metapipe generate", quiet || isatty(1) == 1);
   double t0 = now_ms();
   std::vector<float> logits = runner->forward(prompt);
   double t_prompt = now_ms() - t0;
@@ -195,12 +198,14 @@ int run_generate(Args& a) {
     int32_t id = sample(logits, smp, rng);
     out.push_back(id);
     emit(id);
+    bar.update(double(i + 1), double(n));
     if ((tok && tok->is_end_of_generation(id)) || i + 1 == n) break;
     double t = now_ms();
     logits = runner->forward({id});
     t_decode += now_ms() - t;
     ++decode_calls;
   }
+  bar.finish();
   double prompt_tps = double(P) / (t_prompt / 1e3);
   double decode_tps = decode_calls ? double(decode_calls) / (t_decode / 1e3) : 0.0;
   std::string gen_text;
@@ -380,7 +385,8 @@ MP_REGISTER_COMMAND(
     "  --ctx N          KV-cache positions (default: prompt + N rounded up to 256, at most the model's)\n"
     "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
     "                   decode_tokens_per_s, ...}\n"
-    "  --quiet          do not stream the text\n",
+    "  --quiet          do not stream the text, and no progress line (shown on stderr when it is a\n"
+    "                   terminal and stdout is not, once a generation takes 2 s)\n",
     run_generate);
 
 }  // namespace mp::cli

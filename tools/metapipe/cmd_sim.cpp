@@ -15,6 +15,7 @@
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
 #include "tools/metapipe/limits.h"
+#include "tools/metapipe/progress.h"
 
 namespace mp::cli {
 namespace {
@@ -36,6 +37,7 @@ bool is_arch_key(const std::string& assignment) {
 // run`.
 struct Limits {
   int64_t work = rdu::kDefaultMaxEvents, memory = cpu::kDefaultMaxMemory;
+  bool quiet = false;  // --quiet: no progress line
 };
 
 // Refuses, before the simulation starts, a graph whose estimated events exceed the limit.
@@ -58,7 +60,10 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   if (!functional) {
     rdu::Graph g = rdu::lower(c);
     check_work(arch, g, spec, lim.work);
-    out.r = rdu::run(arch, g);
+    Progress bar("metapipe sim", lim.quiet);
+    rdu::RunOptions o;
+    o.progress = [&](double f) { bar.update(f, 1); };
+    out.r = rdu::run(arch, g, o);
     return out;
   }
   check_memory(spec, params, lim.memory);
@@ -69,7 +74,10 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
   rdu::Graph g = rdu::lower(c, &mem);
   rdu::RunOptions o;
   o.functional = true;
+  Progress bar("metapipe sim", lim.quiet);
+  o.progress = [&](double f) { bar.update(f, 1); };
   out.r = rdu::run(arch, g, o);
+  bar.finish();
   const double rtol = examples::output_tolerance(c);
   const examples::HostOutputs mags = examples::magnitudes_of(spec, params, in);
   double worst = 0;
@@ -109,6 +117,7 @@ int run_sim(Args& a) {
   Limits lim;
   lim.work = limit_option(a, "--max-work", rdu::kDefaultMaxEvents);
   lim.memory = limit_option(a, "--max-memory", cpu::kDefaultMaxMemory);
+  lim.quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 1)
@@ -145,7 +154,7 @@ int run_sim(Args& a) {
 MP_REGISTER_COMMAND(
     "sim", "simulate a program on the dataflow accelerator (Plasticine, SN40L, or an arch file)",
     "usage: metapipe sim <program> [--arch NAME|FILE] [--set NAME=VALUE ...] [--json] [--svg FILE]\n"
-    "                    [--functional] [--seed N]\n\n"
+    "                    [--functional] [--seed N] [--quiet]\n\n"
     "Maps the program's metapipeline onto a reconfigurable dataflow accelerator (stages to PCUs,\n"
     "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
     "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"
@@ -165,7 +174,9 @@ MP_REGISTER_COMMAND(
     "  --max-work N      refuse a program whose estimated simulation events (stage iterations and\n"
     "                    memory bursts) exceed N (default 500M; suffixes k, M, G, T)\n"
     "  --max-memory B    with --functional, refuse a program whose tensors need more than B bytes\n"
-    "                    of host memory (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti)\n",
+    "                    of host memory (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti)\n"
+    "  --quiet           no progress line (shown on stderr, when it is a terminal, once a\n"
+    "                    simulation takes 2 s)\n",
     run_sim);
 
 std::vector<DemoRow> sim_rows(const DemoContext& ctx) {

@@ -111,7 +111,9 @@ int run_systolic(Args& a) {
   const uint64_t seed = fresh_seed();
   if (mode == "cycle") {
     for (size_t i = 0; i < layers.size(); ++i) {
-      checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i));
+      checks.push_back(simulate_layer_cycle_level(layers[i], cfg, seed + 2 * i, [&](double f) {
+        progress.update(done + f * layer_work[i] / 2, total_work);
+      }));
       progress.update(done += layer_work[i] / 2, total_work);
     }
   }
