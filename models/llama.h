@@ -43,6 +43,12 @@ struct LlamaProgramOptions {
   int64_t tokens = 1;
   int64_t context = 0;    // cache positions; 0 = the model's context
   int64_t attn_tile = 0;  // cache positions per attention tile; 0 = the largest divisor of context <= 256
+  // Weight rows per streamed tile; 0 = every projection reads its weight whole (the form the CPU engine
+  // binds to its quantized kernels). With a tile, each projection is a METAPIPE over row tiles of its
+  // weight (LOAD_TILE, double-buffered by the metapipeline pass), so no weight has to fit on chip at once:
+  // the form a dataflow accelerator streams from HBM. A tile is the largest divisor of the weight's rows
+  // not above this (a multiple of head_dim for Q and K, whose RoPE runs in the same loop).
+  int64_t weight_tile = 0;
 };
 
 // Names of the program's tensors: weights carry their GGUF names ("blk.3.attn_q.weight"), so a file's
