@@ -160,12 +160,18 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
   b.param("layers", std::to_string(c.layers));
   b.param("tokens", std::to_string(T));
   b.param("context", std::to_string(C));
-  auto Tok = b.input("tokens", {T, 1}, DType::i32);
+  const bool whole = o.part == LlamaProgramOptions::Part::Whole;
+  Tensor Tok, Emb, Xin;
+  if (whole) Tok = b.input("tokens", {T, 1}, DType::i32);
   auto Pos = b.input("pos", {T, 1}, DType::i32);
-  auto Emb = b.input("token_embd.weight", {c.vocab, d});
+  const DType wdt = o.weight_dtype;
+  if (whole)
+    Emb = b.input("token_embd.weight", {c.vocab, d}, wdt);
+  else
+    Xin = b.input("x", {T, d});
   std::vector<Tensor> layer_w;  // 9 per layer, in weight_names order
   for (int64_t l = 0; l < c.layers; ++l) {
-    auto w = [&](const char* n, ir::Shape s) { layer_w.push_back(b.input(layer_tensor(l, n), s)); };
+    auto w = [&](const char* n, ir::Shape s) { layer_w.push_back(b.input(layer_tensor(l, n), s, wdt)); };
     w("attn_norm.weight", {1, d});
     w("attn_q.weight", {qw, d});
     w("attn_k.weight", {kvw, d});
@@ -176,13 +182,19 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
     w("ffn_up.weight", {c.ffn, d});
     w("ffn_down.weight", {d, c.ffn});
   }
-  auto OutNorm = b.input("output_norm.weight", {1, d});
-  auto Out = c.tied_embeddings ? Emb : b.input("output.weight", {c.vocab, d});
-  auto Qr = b.temp("q_rope", {T, qw}), Attn = b.temp("attn", {T, qw}), Hf = b.temp("h_final", {T, d});
-  auto Logits = b.output("logits", {1, c.vocab});
+  Tensor OutNorm, Out, Hf, Logits, Xout;
+  if (whole) {
+    OutNorm = b.input("output_norm.weight", {1, d});
+    Out = c.tied_embeddings ? Emb : b.input("output.weight", {c.vocab, d}, wdt);
+  }
+  auto Qr = b.temp("q_rope", {T, qw}), Attn = b.temp("attn", {T, qw});
+  if (whole)
+    Hf = b.temp("h_final", {T, d}), Logits = b.output("logits", {1, c.vocab});
+  else
+    Xout = b.output("x_out", {T, d});
 
   auto pos = LOAD(Pos);
-  auto x = GATHER(Emb, LOAD(Tok));
+  auto x = whole ? GATHER(Emb, LOAD(Tok)) : LOAD(Xin);
   Value rq, rk;  // whole-width rotations; the streamed form builds one per tile width instead
   if (o.weight_tile == 0) rq = FILL({qw, qw}, pair_rotation()), rk = FILL({kvw, kvw}, pair_rotation());
   Expr freq = rope_frequency_expr(c);
@@ -216,8 +228,8 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const Tensor* w = &layer_w[size_t(l * 9)];
-    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}),
-         Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw});
+    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}, o.cache_dtype),
+         Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw}, o.cache_dtype);
     auto h = rms_norm(x, LOAD(w[0]), d, c.rms_eps);
     if (want_tile > 0) {
       auto Kr = b.temp(layer_tensor(l, "k_rope"), {T, kvw}), Vt = b.temp(layer_tensor(l, "v"), {T, kvw});
@@ -278,6 +290,10 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
     auto h2 = rms_norm(x, LOAD(w[5]), d, c.rms_eps);
     auto act = ZIP(project(h2, w[6]), project(h2, w[7]), [](Expr gt, Expr up) { return silu(gt) * up; });
     x = ZIP(x, project(act, w[8]), [](Expr a, Expr e) { return a + e; });
+  }
+  if (!whole) {
+    STORE(Xout, x);
+    return b.finish();
   }
   STORE(Hf, rms_norm(x, LOAD(OutNorm), d, c.rms_eps));
   if (want_tile > 0)

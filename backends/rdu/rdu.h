@@ -17,6 +17,7 @@ struct RunOptions {
   bool functional = false;  // units compute real values (tensors' host data in, results out)
   bool place = true;        // place & route (off: zero hop latency, no congestion; for unit tests)
   uint64_t seed = 1;        // placer
+  MapOptions map;           // kernel-call boundaries imposed by the caller (fusion levels)
 };
 
 struct RunResult {
