@@ -41,7 +41,9 @@ const char* fuse_name(Fuse f) { return f == Fuse::PerOp ? "per-op" : f == Fuse::
 // The part of the model each top-level statement of a compiled llama program belongs to: -1 before the
 // first decoder layer (embedding), the layer index, or `layers` after the last (final norm, LM head). A
 // statement that touches no tensor (a norm's reduction) belongs with the next statement that does.
-std::vector<int> statement_groups(const ir::Program& p, int64_t layers) {
+// In a program of the decoder layers alone, what comes before the first layer or after the last (the
+// input's load, the output's store) belongs to that layer.
+std::vector<int> statement_groups(const ir::Program& p, int64_t layers, bool decoders_only) {
   const int n = int(p.body.size());
   std::vector<int> layer(size_t(n), -2);  // -2: no layer tensor; -3: no tensor at all
   for (int i = 0; i < n; ++i) {
@@ -68,6 +70,8 @@ std::vector<int> statement_groups(const ir::Program& p, int64_t layers) {
     else
       g[size_t(i)] = i + 1 < n ? g[size_t(i + 1)] : int(layers);
   }
+  if (decoders_only)
+    for (auto& x : g) x = std::clamp(x, 0, int(layers) - 1);
   return g;
 }
 
@@ -85,7 +89,8 @@ struct PartRun {
 PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c, const models::LlamaProgramOptions& o,
                       Fuse f, const passes::CompileOptions& co, bool place) {
   ir::Program cp = passes::compile(models::build_llama_program(c, o), co);
-  const std::vector<int> groups = statement_groups(cp, c.layers);
+  const std::vector<int> groups =
+      statement_groups(cp, c.layers, o.part == models::LlamaProgramOptions::Part::Decoders);
   std::vector<std::string> kinds;
   for (auto& n : cp.body) kinds.push_back(ir::to_string(n->kind));
   rdu::Graph g = rdu::lower(cp);
@@ -163,7 +168,7 @@ int run_sim_llama(Args& a) {
   if (sockets < 1) throw usage_error("--sockets must be >= 1 (got " + std::to_string(sockets) + ")");
   const long long N = tokens_opt.value_or(1);
   if (N < 1 || N > (1 << 24)) throw usage_error("--tokens must be in [1, 16777216] (got " + std::to_string(N) + ")");
-  const long long wtile = tile_opt.value_or(256);
+  const long long wtile = tile_opt.value_or(512);
   if (wtile < 1 || wtile > (1 << 20))
     throw usage_error("--weight-tile must be in [1, 1048576] rows (got " + std::to_string(wtile) + ")");
   if (sockets > 1)
@@ -197,7 +202,9 @@ int run_sim_llama(Args& a) {
   passes::CompileOptions co;
   co.tile.onchip_budget = int64_t(arch.pmus()) * arch.pmu_bytes();  // what the PMUs hold in all
   co.parallelize.lanes = arch.pcu_lanes;
-  co.parallelize.max_par = 16;  // a 256-row weight tile over 16 PCUs of 16 lanes keeps up with HBM
+  // A weight tile's matmul spread over as many PCUs as the tile has lane groups (rows / lanes): each copy
+  // reads its rows over its own PMU link, which is what keeps a tile's compute ahead of its HBM stream.
+  co.parallelize.max_par = int(std::clamp<long long>(wtile / arch.pcu_lanes, 1, 64));
 
   // Tiers: every program tensor lives in the program memory; DDR holds what HBM cannot.
   const rdu::Memory& pm = arch.memory();

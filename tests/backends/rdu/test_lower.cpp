@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "backends/cpu/interpreter.h"
 #include "backends/rdu/lower.h"
@@ -14,6 +15,7 @@
 #include "core/random.h"
 #include "examples/registry.h"
 #include "examples/run.h"
+#include "models/llama.h"
 
 using namespace mp;
 
@@ -131,6 +133,62 @@ TEST(RduLower, LlamaDecoderIsOneKernelCallOnSn40lAndFiveOnPlasticine) {
         << pmus;
     EXPECT_NE(pmus.find("PMUs"), std::string::npos) << pmus;
   }
+}
+
+// Issue-level check of weight streaming: at Llama-3.1-8B's shapes a 4096 x 4096 weight alone is more than
+// an 8 MiB on-chip budget, so loading it whole cannot compile; streamed in row tiles (each projection a
+// METAPIPE over its weight's tiles, double-buffered) one decoder layer compiles and maps onto the SN40L
+// in one kernel call. Mapping only: the simulation of this layer is `metapipe sim llama`'s job.
+TEST(RduLower, Llama31LayerStreamsItsWeightsInOneKernelCallOnSn40l) {
+  models::LlamaConfig c = models::LlamaConfig::preset("llama3.1-8b");
+  c.layers = 1;
+  models::LlamaProgramOptions o;
+  o.context = 1024;
+  o.part = models::LlamaProgramOptions::Part::Decoders;
+  o.weight_dtype = o.cache_dtype = ir::DType::bf16;
+  passes::CompileOptions co;
+  co.tile.onchip_budget = 8 << 20;
+  try {
+    passes::compile(models::build_llama_program(c, o), co);
+    FAIL() << "a whole 4096 x 4096 weight fitted an 8 MiB budget";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the on-chip budget"), std::string::npos) << e.what();
+  }
+  o.weight_tile = 64;
+  ir::Program p = passes::compile(models::build_llama_program(c, o), co);
+  const rdu::Arch a = rdu::load_arch("sn40l");
+  rdu::Graph g = rdu::lower(p);
+  rdu::Mapping m = rdu::map_graph(a, g);
+  EXPECT_EQ(m.kernel_calls(), 1);
+  // every weight is read by a load stage of 64-row tiles: 64 x 4096 bf16 = 512 KiB (ffn_down: 64 x 14336);
+  // Q and K in whole heads (128 rows), since their RoPE runs in the same loop
+  int streamed = 0;
+  for (auto& s : m.configs[0].graph.stages)
+    if (s.kind == rdu::StageKind::Load && s.name.find(".weight") != std::string::npos && s.iterations > 1) {
+      ++streamed;
+      const bool qk = s.name.find("attn_q") != std::string::npos || s.name.find("attn_k") != std::string::npos;
+      const int64_t cols = s.name.find("ffn_down") != std::string::npos ? 14336 : 4096;
+      EXPECT_EQ(s.access.bytes(), (qk ? 128 : 64) * cols * 2) << s.name;
+    }
+  EXPECT_EQ(streamed, 7);  // q, k, v, o, gate, up, down
+}
+
+// Imposed call boundaries (a fusion level): a split before every later statement gives one call per
+// top-level statement that has a stage, each ending with the reason the caller gave.
+TEST(RduLower, ImposedSplitsEndCallsWithTheCallersReason) {
+  const auto& spec = examples::find_program("llama_decoder");
+  examples::Params params = examples::resolve(spec, {"layers=1"});
+  ir::Program c = passes::compile(examples::build(spec, params), examples::compile_options(params));
+  rdu::Graph g = rdu::lower(c);
+  std::set<int> statements;
+  for (auto& s : g.stages) statements.insert(s.statement);
+  rdu::MapOptions mo;
+  mo.split_between = [](int, int b) { return "statement " + std::to_string(b) + " starts"; };
+  rdu::Mapping m = rdu::map_graph(rdu::load_arch("sn40l"), g, mo);
+  EXPECT_EQ(m.kernel_calls(), int(statements.size()));
+  for (int k = 0; k + 1 < m.kernel_calls(); ++k)
+    EXPECT_NE(m.configs[size_t(k)].why.find("statement"), std::string::npos) << m.configs[size_t(k)].why;
+  EXPECT_EQ(rdu::map_graph(rdu::load_arch("sn40l"), g).kernel_calls(), 1);  // without them
 }
 
 TEST(RduLower, ProgramsMustBeMetapipelinedFirst) {
