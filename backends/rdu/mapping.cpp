@@ -58,12 +58,32 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
   // ordered by the statements' waits, so each phase shares out all the AGCUs among its own streams: an
   // AGCU is programmed with the streams of every phase it serves and moves to the next when the control
   // token of the previous arrives. Within a phase, streams run concurrently and share.
+  // Streams that move under 1 % of the configuration's bytes (a norm's weights, a final store) keep one
+  // AGCU each for the whole call, outside the phases, so that they never take a share from a phase.
+  std::vector<double> bytes(g.stages.size(), 0);
+  double call_bytes = 0;
+  for (size_t i = 0; i < g.stages.size(); ++i)
+    if (g.stages[i].kind != StageKind::Compute) {
+      bytes[i] = double(g.stages[i].iterations) * double(std::max<int64_t>(1, g.stages[i].access.bytes()));
+      call_bytes += bytes[i];
+    }
+  auto small = [&](size_t i) { return bytes[i] < 0.01 * call_bytes; };
+  int pool = a.agcus;
   std::vector<int> phases;
-  for (auto& st : g.stages)
-    if (st.kind != StageKind::Compute && std::find(phases.begin(), phases.end(), st.phase) == phases.end())
-      phases.push_back(st.phase);
+  for (size_t i = 0; i < g.stages.size(); ++i) {
+    if (g.stages[i].kind == StageKind::Compute) continue;
+    if (small(i)) {
+      agcus[i] = 1, want[i] = bytes[i], --pool;
+      continue;
+    }
+    if (std::find(phases.begin(), phases.end(), g.stages[i].phase) == phases.end())
+      phases.push_back(g.stages[i].phase);
+  }
+  pool = std::max(pool, 1);
   for (int ph : phases) {
-    auto in_phase = [&](size_t i) { return g.stages[i].kind != StageKind::Compute && g.stages[i].phase == ph; };
+    auto in_phase = [&](size_t i) {
+      return g.stages[i].kind != StageKind::Compute && !small(i) && g.stages[i].phase == ph;
+    };
     std::vector<double> total(g.stages.size(), 0);
     double all = 0;
     int streams = 0;
@@ -85,13 +105,13 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
       want[i] = std::min(total[i], f * window);
       const double issue = std::ceil(f * peak_bpc / mem.burst_bytes);
       const double hold = std::ceil(want[i] / (double(mem.burst_bytes) * a.agcu_outstanding));
-      agcus[i] = int(std::clamp(std::max(issue, hold), 1.0, double(a.agcus)));
+      agcus[i] = int(std::clamp(std::max(issue, hold), 1.0, double(pool)));
       asked += agcus[i];
     }
     // Every AGCU serves some stream: each stream keeps one, the rest are shared out by the streams' asks
     // (largest remainders first), so the window in flight is as wide as the AGCUs allow. More streams
     // than AGCUs share them round-robin (place_route.h).
-    const int spare = std::max(0, a.agcus - streams);
+    const int spare = std::max(0, pool - streams);
     int extra_asked = 0;
     for (size_t i = 0; i < g.stages.size(); ++i)
       if (in_phase(i)) extra_asked += std::max(0, agcus[i] - 1);
@@ -108,11 +128,11 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
     }
     std::sort(rest.begin(), rest.end(), [](auto& x, auto& y) { return x.first > y.first; });
     for (auto& [frac, i] : rest)
-      if (given < a.agcus && frac > 0) ++agcus[i], ++given;
-    if (asked > a.agcus)
+      if (given < pool && frac > 0) ++agcus[i], ++given;
+    if (asked > pool)
       notes.push_back("kernel call " + std::to_string(call + 1) + ": " + std::to_string(streams) +
                       " memory streams" + (phases.size() > 1 ? " of phase " + std::to_string(ph) : "") +
-                      " asked for " + std::to_string(asked) + " AGCUs and share " + std::to_string(a.agcus));
+                      " asked for " + std::to_string(asked) + " AGCUs and share " + std::to_string(pool));
   }
   // Deeper load buffers, widest windows first, while the configuration's PMUs allow.
   auto pmus_total = [&]() {
