@@ -100,8 +100,12 @@ PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c, const
   ro.map.split_between = [groups, kinds, f, L](int a, int b) -> std::string {
     if (f == Fuse::PerOp)
       return "per-op fusion: statement " + std::to_string(b) + " (" + kinds[size_t(b)] + ") is its own call";
-    if (f == Fuse::PerLayer && groups[size_t(a)] != groups[size_t(b)])
-      return "per-layer fusion: " + group_name(groups[size_t(a)], L) + " ends";
+    const int ga = groups[size_t(a)], gb = groups[size_t(b)];
+    if (f == Fuse::PerLayer && ga != gb) return "per-layer fusion: " + group_name(ga, L) + " ends";
+    // all decoders in one call, the embedding and the head in their own (slide 58: 3 calls per token)
+    if (f == Fuse::All && ((ga < 0) != (gb < 0) || (ga >= L) != (gb >= L)))
+      return "all-decoder fusion: " + std::string(ga < 0 ? "the embedding" : "the decoder layers") + " end" +
+             (ga < 0 ? "s" : "");
     return "";
   };
   PartRun out;
