@@ -14,7 +14,7 @@
 #include "examples/run.h"
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
-#include "tools/metapipe/cmd_sim_llama.h"
+#include "tools/metapipe/sim_llama.h"
 #include "tools/metapipe/limits.h"
 
 namespace mp::cli {

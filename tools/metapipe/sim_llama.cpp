@@ -4,7 +4,7 @@
 // token, ms per token, tokens/s, the fraction of the HBM roof, why each call ends and where each tensor
 // lives. Two programs are simulated cycle by cycle (the model with one layer, and one decoder layer
 // alone); the other layers are extrapolated from the lone layer (docs/rdu.md, "Llama on the SN40L").
-#include "tools/metapipe/cmd_sim_llama.h"
+#include "tools/metapipe/sim_llama.h"
 
 #include <algorithm>
 #include <chrono>
