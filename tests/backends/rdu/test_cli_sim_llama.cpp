@@ -1,5 +1,6 @@
 // `metapipe sim llama` end to end at the toy shapes (2 layers): calls per token at each fusion level,
-// the JSON fields, the tensor tiers, and the errors for bad input.
+// the JSON fields, the tensor tiers, and the errors for bad input. Most runs skip place & route
+// (--no-place): none of what they check depends on it, and it keeps the suite fast under ASan.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -37,9 +38,9 @@ TEST(SimLlama, CallsPerTokenAtEachFusionLevel) {
   // all: the embedding, both layers (one configuration that the layer loop reruns) and the LM head, a
   // call each (slide 58); per-layer: the embedding, each layer and the head on their own (layers + 2);
   // per-op: every top-level statement its own call, the lone layer's calls repeated for the second layer.
-  auto all = sh("sim llama --shapes toy --fuse all --json");
-  auto layer = sh("sim llama --shapes toy --fuse per-layer --json");
-  auto op = sh("sim llama --shapes toy --fuse per-op --json");
+  auto all = sh("sim llama --shapes toy --fuse all --json --no-place");
+  auto layer = sh("sim llama --shapes toy --fuse per-layer --json --no-place");
+  auto op = sh("sim llama --shapes toy --fuse per-op --json --no-place");
   ASSERT_EQ(all.status, 0) << all.out;
   ASSERT_EQ(layer.status, 0) << layer.out;
   ASSERT_EQ(op.status, 0) << op.out;
@@ -74,17 +75,17 @@ TEST(SimLlama, JsonCarriesTheRequiredFields) {
 TEST(SimLlama, TiersNameWhereEachTensorLives) {
   // 16-row weight tiles of d_model 64 in bf16: 2 KiB, double-buffered through PMUs; the program memory
   // is HBM on the SN40L and DDR on Plasticine
-  auto o = sh("sim llama --shapes toy --weight-tile 16 --json");
+  auto o = sh("sim llama --shapes toy --weight-tile 16 --json --no-place");
   ASSERT_EQ(o.status, 0) << o.out;
   EXPECT_NE(o.out.find("{\"tensor\": \"blk.0.ffn_up.weight\", \"tier\": \"HBM\", \"bytes\": 16384, "
                        "\"tile_bytes\": 2048, \"depth\": "),
             std::string::npos)
       << o.out;
   EXPECT_GE(num_after(o.out, "blk.0.ffn_up.weight", "depth"), 2);  // at least double-buffered
-  auto t = sh("sim llama --shapes toy --weight-tile 16");
+  auto t = sh("sim llama --shapes toy --weight-tile 16 --no-place");
   ASSERT_EQ(t.status, 0) << t.out;
   EXPECT_NE(t.out.find("on-chip buffers (largest call)  SRAM"), std::string::npos) << t.out;
-  auto p = sh("sim llama --shapes toy --arch plasticine --json");
+  auto p = sh("sim llama --shapes toy --arch plasticine --json --no-place");
   ASSERT_EQ(p.status, 0) << p.out;
   EXPECT_NE(p.out.find("\"tier\": \"DDR\""), std::string::npos) << p.out;
 }
