@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <sstream>
 
@@ -159,12 +160,18 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
   b.param("layers", std::to_string(c.layers));
   b.param("tokens", std::to_string(T));
   b.param("context", std::to_string(C));
-  auto Tok = b.input("tokens", {T, 1}, DType::i32);
+  const bool whole = o.part == LlamaProgramOptions::Part::Whole;
+  Tensor Tok, Emb, Xin;
+  if (whole) Tok = b.input("tokens", {T, 1}, DType::i32);
   auto Pos = b.input("pos", {T, 1}, DType::i32);
-  auto Emb = b.input("token_embd.weight", {c.vocab, d});
+  const DType wdt = o.weight_dtype;
+  if (whole)
+    Emb = b.input("token_embd.weight", {c.vocab, d}, wdt);
+  else
+    Xin = b.input("x", {T, d});
   std::vector<Tensor> layer_w;  // 9 per layer, in weight_names order
   for (int64_t l = 0; l < c.layers; ++l) {
-    auto w = [&](const char* n, ir::Shape s) { layer_w.push_back(b.input(layer_tensor(l, n), s)); };
+    auto w = [&](const char* n, ir::Shape s) { layer_w.push_back(b.input(layer_tensor(l, n), s, wdt)); };
     w("attn_norm.weight", {1, d});
     w("attn_q.weight", {qw, d});
     w("attn_k.weight", {kvw, d});
@@ -175,26 +182,68 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
     w("ffn_up.weight", {c.ffn, d});
     w("ffn_down.weight", {d, c.ffn});
   }
-  auto OutNorm = b.input("output_norm.weight", {1, d});
-  auto Out = c.tied_embeddings ? Emb : b.input("output.weight", {c.vocab, d});
-  auto Qr = b.temp("q_rope", {T, qw}), Attn = b.temp("attn", {T, qw}), Hf = b.temp("h_final", {T, d});
-  auto Logits = b.output("logits", {1, c.vocab});
+  Tensor OutNorm, Out, Hf, Logits, Xout;
+  if (whole) {
+    OutNorm = b.input("output_norm.weight", {1, d});
+    Out = c.tied_embeddings ? Emb : b.input("output.weight", {c.vocab, d}, wdt);
+  }
+  auto Qr = b.temp("q_rope", {T, qw}), Attn = b.temp("attn", {T, qw});
+  if (whole)
+    Hf = b.temp("h_final", {T, d}), Logits = b.output("logits", {1, c.vocab});
+  else
+    Xout = b.output("x_out", {T, d});
 
   auto pos = LOAD(Pos);
-  auto x = GATHER(Emb, LOAD(Tok));
-  auto rq = FILL({qw, qw}, pair_rotation()), rk = FILL({kvw, kvw}, pair_rotation());
+  auto x = whole ? GATHER(Emb, LOAD(Tok)) : LOAD(Xin);
+  Value rq, rk;  // whole-width rotations; the streamed form builds one per tile width instead
+  if (o.weight_tile == 0) rq = FILL({qw, qw}, pair_rotation()), rk = FILL({kvw, kvw}, pair_rotation());
   Expr freq = rope_frequency_expr(c);
   auto rope = [&](Expr v, Expr vr, Expr p) { return v * cos(p * freq) + vr * sin(p * freq); };
 
+  // Streamed weights (o.weight_tile > 0): a projection is a METAPIPE over row tiles of its weight, each
+  // tile's slice of the output stored into a temp at its columns. With `rotate`, the tile's RoPE runs in
+  // the same iteration (the rotation is block diagonal in pairs and the frequency reads the output's
+  // global column, so a tile of whole heads rotates on its own).
+  const int64_t want_tile = o.weight_tile;
+  MP_USER_CHECK(want_tile >= 0, "llama program: weight tile ", want_tile, " must be >= 0");
+  auto tile_rows = [&](int64_t rows, int64_t multiple) {
+    int64_t best = rows;
+    for (int64_t t = multiple; t <= std::min(rows, std::max(want_tile, multiple)); t += multiple)
+      if (rows % t == 0) best = t;
+    return best;
+  };
+  std::map<int64_t, Value> rotations;  // FILL of the pair rotation per tile width
+  auto streamed = [&](const Value& in, const Tensor& W, const Tensor& out, bool rotate) {
+    const int64_t rows = W->shape[0], cols = W->shape[1], nt = tile_rows(rows, rotate ? Dh : 1);
+    Value rt;
+    if (rotate) {
+      if (!rotations.count(nt)) rotations[nt] = FILL({nt, nt}, pair_rotation());
+      rt = rotations[nt];
+    }
+    METAPIPE(rows / nt, [&](Idx i) {
+      auto y = MAT_MUL(in, LOAD_TILE(W, {nt, cols}, at(i * nt, 0)), transpose_b);
+      STORE_TILE(out, rotate ? ZIP(y, MAT_MUL(y, rt), pos, rope) : y, at(0, i * nt));
+    });
+  };
+
   for (int64_t l = 0; l < c.layers; ++l) {
     const Tensor* w = &layer_w[size_t(l * 9)];
-    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}),
-         Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw});
+    auto Kc = b.inout(layer_tensor(l, "cache_k"), {C, kvw}, o.cache_dtype),
+         Vc = b.inout(layer_tensor(l, "cache_v"), {C, kvw}, o.cache_dtype);
     auto h = rms_norm(x, LOAD(w[0]), d, c.rms_eps);
-    auto q = project(h, w[1]), k = project(h, w[2]), v = project(h, w[3]);
-    STORE(Qr, ZIP(q, MAT_MUL(q, rq), pos, rope));
-    SCATTER(Kc, pos, ZIP(k, MAT_MUL(k, rk), pos, rope));
-    SCATTER(Vc, pos, v);
+    if (want_tile > 0) {
+      auto Kr = b.temp(layer_tensor(l, "k_rope"), {T, kvw}), Vt = b.temp(layer_tensor(l, "v"), {T, kvw});
+      streamed(h, w[1], Qr, true);
+      streamed(h, w[2], Kr, true);
+      streamed(h, w[3], Vt, false);
+      SCATTER(Kc, pos, LOAD(Kr));
+      SCATTER(Vc, pos, LOAD(Vt));
+    } else {
+      auto q = project(h, w[1]), k = project(h, w[2]), v = project(h, w[3]);
+      STORE(Qr, ZIP(q, MAT_MUL(q, rq), pos, rope));
+      SCATTER(Kc, pos, ZIP(k, MAT_MUL(k, rk), pos, rope));
+      SCATTER(Vc, pos, v);
+    }
 
     // Query head g*G + r reads kv head g; the fold runs online softmax over the cache's tiles.
     METAPIPE(HKV, [&](Idx g) {
@@ -220,13 +269,37 @@ ir::Program build_llama_program(const LlamaConfig& c, const LlamaProgramOptions&
       });
     });
 
+    if (want_tile > 0) {
+      auto Ot = b.temp(layer_tensor(l, "attn_out"), {T, d}), Act = b.temp(layer_tensor(l, "ffn_act"), {T, c.ffn});
+      auto Dn = b.temp(layer_tensor(l, "ffn_out"), {T, d});
+      streamed(LOAD(Attn), w[4], Ot, false);
+      x = ZIP(x, LOAD(Ot), [](Expr a, Expr e) { return a + e; });
+      auto h2 = rms_norm(x, LOAD(w[5]), d, c.rms_eps);
+      // gate and up share their tiles' loop: one pass over both weights, the SwiGLU product stored
+      const int64_t nt = tile_rows(c.ffn, 1);
+      METAPIPE(c.ffn / nt, [&](Idx i) {
+        auto gt = MAT_MUL(h2, LOAD_TILE(w[6], {nt, d}, at(i * nt, 0)), transpose_b);
+        auto up = MAT_MUL(h2, LOAD_TILE(w[7], {nt, d}, at(i * nt, 0)), transpose_b);
+        STORE_TILE(Act, ZIP(gt, up, [](Expr g, Expr u) { return silu(g) * u; }), at(0, i * nt));
+      });
+      streamed(LOAD(Act), w[8], Dn, false);
+      x = ZIP(x, LOAD(Dn), [](Expr a, Expr e) { return a + e; });
+      continue;
+    }
     x = ZIP(x, project(LOAD(Attn), w[4]), [](Expr a, Expr e) { return a + e; });
     auto h2 = rms_norm(x, LOAD(w[5]), d, c.rms_eps);
     auto act = ZIP(project(h2, w[6]), project(h2, w[7]), [](Expr gt, Expr up) { return silu(gt) * up; });
     x = ZIP(x, project(act, w[8]), [](Expr a, Expr e) { return a + e; });
   }
+  if (!whole) {
+    STORE(Xout, x);
+    return b.finish();
+  }
   STORE(Hf, rms_norm(x, LOAD(OutNorm), d, c.rms_eps));
-  STORE(Logits, project(LOAD_TILE(Hf, {1, d}, at(T - 1, 0)), Out));
+  if (want_tile > 0)
+    streamed(LOAD_TILE(Hf, {1, d}, at(T - 1, 0)), Out, Logits, false);
+  else
+    STORE(Logits, project(LOAD_TILE(Hf, {1, d}, at(T - 1, 0)), Out));
   return b.finish();
 }
 

@@ -43,6 +43,21 @@ struct LlamaProgramOptions {
   int64_t tokens = 1;
   int64_t context = 0;    // cache positions; 0 = the model's context
   int64_t attn_tile = 0;  // cache positions per attention tile; 0 = the largest divisor of context <= 256
+  // Weight rows per streamed tile; 0 = every projection reads its weight whole (the form the CPU engine
+  // binds to its quantized kernels). With a tile, each projection is a METAPIPE over row tiles of its
+  // weight (LOAD_TILE, double-buffered by the metapipeline pass), so no weight has to fit on chip at once:
+  // the form a dataflow accelerator streams from HBM. A tile is the largest divisor of the weight's rows
+  // not above this (a multiple of head_dim for Q and K, whose RoPE runs in the same loop).
+  int64_t weight_tile = 0;
+  // Element type of the weight tensors (f32 for the interpreter and the CPU engine's binding; bf16 for
+  // what an accelerator streams, which halves the bytes a simulation moves).
+  ir::DType weight_dtype = ir::DType::f32;
+  ir::DType cache_dtype = ir::DType::f32;  // of the KV cache, likewise
+  // Which part of the model the program holds: the whole model (tokens in, logits out), or only the
+  // decoder layers (input "x" [tokens, d_model] in place of the embedding, output "x_out" after the last
+  // layer; no final norm, no LM head), which a simulation times apart from the rest.
+  enum class Part { Whole, Decoders };
+  Part part = Part::Whole;
 };
 
 // Names of the program's tensors: weights carry their GGUF names ("blk.3.attn_q.weight"), so a file's

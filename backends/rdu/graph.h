@@ -70,6 +70,11 @@ struct Stage {
   int64_t m = 0, k = 0, n = 0;
   int par = 1;
   bool systolic_ok = true;  // a matmul may use the PCUs' systolic mode when the arch has it
+  // Dependency depth of the top-level statement the stage comes from (0: reads nothing an earlier
+  // statement wrote; else 1 + the deepest statement it waits for). Memory streams of different depths
+  // are ordered by those waits, so the mapping lets them share the AGCUs (see plan_streams).
+  int phase = 0;
+  int statement = -1;  // index of that top-level statement in the program's body (-1: built by hand)
   // Loads and stores.
   int tensor = -1;
   Access access;

@@ -87,6 +87,7 @@ class Lowerer {
                   "' is not metapipelined: run the passes (tile, parallelize, ",
                   "metapipeline) before simulating it");
     for (auto& n : p_.body) {
+      ++statement_;
       std::set<int> reads, writes;
       ir::walk({n}, [&](const ir::NodeRef& x, int) {
         if (auto a = ir::access_of(*x)) (a->store ? writes : reads).insert(a->tensor->id);
@@ -97,10 +98,21 @@ class Lowerer {
         for (auto& [tensor, stage] : last_writer_)
           if (tensor == t && std::find(waits_.begin(), waits_.end(), stage) == waits_.end())
             waits_.push_back(stage);
-      if (auto* m = n->as<ir::MetaPipe>())
+      // Phase: 1 + the deepest earlier statement this one waits for, through memory or through a value.
+      phase_ = 0;
+      for (int w : waits_) phase_ = std::max(phase_, g_.stages[size_t(w)].phase + 1);
+      ir::walk({n}, [&](const ir::NodeRef& x, int) {
+        for (auto& v : ir::reads_of(*x))
+          if (auto it = phase_of_value_.find(v->id); it != phase_of_value_.end())
+            phase_ = std::max(phase_, it->second + 1);
+      });
+      if (auto* m = n->as<ir::MetaPipe>()) {
         lower_loop(*m, {}, "");
-      else
+        for (auto& c : m->carried) phase_of_value_[c.result->id] = phase_;
+      } else {
         lower_segment({n}, {}, "");
+      }
+      if (n->out) phase_of_value_[n->out->id] = phase_;
       for (int t : writes)
         for (size_t s = 0; s < g_.stages.size(); ++s)
           if (g_.stages[s].kind == StageKind::Store && g_.stages[s].tensor == tensor_id_.at(t))
@@ -140,11 +152,20 @@ class Lowerer {
 
   int new_stage(Stage s, const std::vector<Loop>& loops) {
     s.iterations = iters(loops);
+    s.phase = phase_;
+    s.statement = statement_;
+    // Only the loads of a tensor an earlier statement wrote wait for it (and stores, which keep the
+    // statement's writes after its reads); the statement's other loads, its weights, stream ahead as far
+    // as their buffers allow, and its compute waits for its inputs anyway.
+    const StageKind kind = s.kind;
+    const int tensor = s.tensor;
     int id = g_.add_stage(std::move(s));
     seg_.push_back(std::make_shared<SegInfo>());
     // control tokens from earlier top-level statements that wrote what this statement reads: the writer
     // sends one token per iteration to a control stage that turns them into one "done" token
     for (int w : waits_) {
+      if (kind == StageKind::Compute || (kind == StageKind::Load && g_.stages[size_t(w)].tensor != tensor))
+        continue;
       auto it = done_.find(w);
       if (it == done_.end()) {
         int b = g_.add_buffer("written by " + g_.stages[size_t(w)].name, 4, 2);
@@ -157,6 +178,8 @@ class Lowerer {
         c.iterations = g_.stages[size_t(w)].iterations;
         c.accumulate = c.iterations;
         c.inputs = {{b, 1}};
+        c.phase = g_.stages[size_t(w)].phase;
+        c.statement = g_.stages[size_t(w)].statement;
         int cb = g_.add_buffer("done " + g_.stages[size_t(w)].name, 4, 1);
         g_.buffers[size_t(cb)].control = true;
         c.outputs = {cb};
@@ -380,6 +403,9 @@ class Lowerer {
   std::map<int, int> depth_of_;
   std::vector<std::pair<int, int>> last_writer_;  // (tensor id, store stage)
   std::vector<int> waits_;
+  int phase_ = 0;       // of the top-level statement being lowered
+  int statement_ = -1;  // its index in the body
+  std::map<int, int> phase_of_value_;  // values of top-level statements -> the statement's phase
   std::map<int, int> done_;  // writer stage -> its "done" buffer
 };
 

@@ -50,44 +50,75 @@ int buffer_pmus(const Arch& a, const Buffer& b) {
 std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std::string>& notes) {
   const Memory& mem = a.memory();
   std::vector<int> agcus(g.stages.size(), 0);
-  std::vector<double> total(g.stages.size(), 0);
-  double all = 0;
-  int streams = 0;
-  for (size_t i = 0; i < g.stages.size(); ++i)
-    if (g.stages[i].kind != StageKind::Compute) {
-      total[i] = double(g.stages[i].iterations) * double(std::max<int64_t>(1, g.stages[i].access.bytes()));
-      all += total[i];
-      ++streams;
-    }
-  if (streams == 0) return agcus;
+  std::vector<double> want(g.stages.size(), 0);
   const double peak_bpc = mem.peak_gbs() / a.clock_ghz;
   const double round_trip = mem.latency_ns * a.clock_ghz + mem.row_miss_ns * a.clock_ghz +
                             double(mem.burst_bytes) / (mem.channel_gbs / a.clock_ghz);
-  int big = 0;  // streams that move a noticeable share of the traffic each want every channel
-  for (size_t i = 0; i < g.stages.size(); ++i) big += total[i] > 0.05 * all;
-  const double window = std::max(2.0 * peak_bpc * round_trip,
-                                 double(mem.channels) * double(mem.interleave_bytes) * std::max(1, big));
-  std::vector<double> want(g.stages.size(), 0);
-  int asked = 0;
+  // Streams of different phases (dependency depths of their top-level statements, Stage::phase) are
+  // ordered by the statements' waits, so each phase shares out all the AGCUs among its own streams: an
+  // AGCU is programmed with the streams of every phase it serves and moves to the next when the control
+  // token of the previous arrives. Within a phase, streams run concurrently and share.
+  // Streams that move under 1 % of the configuration's bytes (a norm's weights, a final store) keep one
+  // AGCU each for the whole call, outside the phases, so that they never take a share from a phase.
+  std::vector<double> bytes(g.stages.size(), 0);
+  double call_bytes = 0;
+  for (size_t i = 0; i < g.stages.size(); ++i)
+    if (g.stages[i].kind != StageKind::Compute) {
+      bytes[i] = double(g.stages[i].iterations) * double(std::max<int64_t>(1, g.stages[i].access.bytes()));
+      call_bytes += bytes[i];
+    }
+  auto small = [&](size_t i) { return bytes[i] < 0.01 * call_bytes; };
+  int pool = a.agcus;
+  std::vector<int> phases;
   for (size_t i = 0; i < g.stages.size(); ++i) {
     if (g.stages[i].kind == StageKind::Compute) continue;
-    const double f = total[i] / all;
-    want[i] = std::min(total[i], f * window);
-    const double issue = std::ceil(f * peak_bpc / mem.burst_bytes);
-    const double hold = std::ceil(want[i] / (double(mem.burst_bytes) * a.agcu_outstanding));
-    agcus[i] = int(std::clamp(std::max(issue, hold), 1.0, double(a.agcus)));
-    asked += agcus[i];
+    if (small(i)) {
+      agcus[i] = 1, want[i] = bytes[i], --pool;
+      continue;
+    }
+    if (std::find(phases.begin(), phases.end(), g.stages[i].phase) == phases.end())
+      phases.push_back(g.stages[i].phase);
   }
-  // Every AGCU serves some stream: each stream keeps one, the rest are shared out by the streams' asks
-  // (largest remainders first), so the window in flight is as wide as the AGCUs allow.
-  {
-    const int spare = a.agcus - streams;
+  pool = std::max(pool, 1);
+  for (int ph : phases) {
+    auto in_phase = [&](size_t i) {
+      return g.stages[i].kind != StageKind::Compute && !small(i) && g.stages[i].phase == ph;
+    };
+    std::vector<double> total(g.stages.size(), 0);
+    double all = 0;
+    int streams = 0;
+    for (size_t i = 0; i < g.stages.size(); ++i)
+      if (in_phase(i)) {
+        total[i] = double(g.stages[i].iterations) * double(std::max<int64_t>(1, g.stages[i].access.bytes()));
+        all += total[i];
+        ++streams;
+      }
+    if (streams == 0) continue;
+    int big = 0;  // streams that move a noticeable share of the traffic each want every channel
+    for (size_t i = 0; i < g.stages.size(); ++i) big += in_phase(i) && total[i] > 0.05 * all;
+    const double window = std::max(2.0 * peak_bpc * round_trip,
+                                   double(mem.channels) * double(mem.interleave_bytes) * std::max(1, big));
+    int asked = 0;
+    for (size_t i = 0; i < g.stages.size(); ++i) {
+      if (!in_phase(i)) continue;
+      const double f = total[i] / all;
+      want[i] = std::min(total[i], f * window);
+      const double issue = std::ceil(f * peak_bpc / mem.burst_bytes);
+      const double hold = std::ceil(want[i] / (double(mem.burst_bytes) * a.agcu_outstanding));
+      agcus[i] = int(std::clamp(std::max(issue, hold), 1.0, double(pool)));
+      asked += agcus[i];
+    }
+    // Every AGCU serves some stream: each stream keeps one, the rest are shared out by the streams' asks
+    // (largest remainders first), so the window in flight is as wide as the AGCUs allow. More streams
+    // than AGCUs share them round-robin (place_route.h).
+    const int spare = std::max(0, pool - streams);
     int extra_asked = 0;
-    for (int n : agcus) extra_asked += std::max(0, n - 1);
+    for (size_t i = 0; i < g.stages.size(); ++i)
+      if (in_phase(i)) extra_asked += std::max(0, agcus[i] - 1);
     std::vector<std::pair<double, size_t>> rest;
     int given = streams;
     for (size_t i = 0; i < g.stages.size(); ++i) {
-      if (g.stages[i].kind == StageKind::Compute) continue;
+      if (!in_phase(i)) continue;
       const double share =
           extra_asked > 0 ? double(spare) * (agcus[i] - 1) / extra_asked : double(spare) * total[i] / all;
       agcus[i] = 1 + int(std::floor(share));
@@ -97,11 +128,11 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
     }
     std::sort(rest.begin(), rest.end(), [](auto& x, auto& y) { return x.first > y.first; });
     for (auto& [frac, i] : rest)
-      if (given < a.agcus && frac > 0) ++agcus[i], ++given;
-    if (asked > a.agcus)
+      if (given < pool && frac > 0) ++agcus[i], ++given;
+    if (asked > pool)
       notes.push_back("kernel call " + std::to_string(call + 1) + ": " + std::to_string(streams) +
-                      " memory streams asked for " + std::to_string(asked) + " AGCUs and share " +
-                      std::to_string(a.agcus));
+                      " memory streams" + (phases.size() > 1 ? " of phase " + std::to_string(ph) : "") +
+                      " asked for " + std::to_string(asked) + " AGCUs and share " + std::to_string(pool));
   }
   // Deeper load buffers, widest windows first, while the configuration's PMUs allow.
   auto pmus_total = [&]() {
@@ -249,7 +280,7 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
   return m;
 }
 
-Mapping map_graph(const Arch& a, const Graph& g0) {
+Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
   g0.validate();
   Graph g = g0;  // buffers get their access width below
   Mapping out;
@@ -319,6 +350,7 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
   };
   std::vector<Use> uses(1);
   std::vector<std::string> why(1);
+  int last_statement = -1;
   // Buffers are charged to the configuration of their producer, and again (as spill buffers) to a later
   // consumer configuration; the estimate below counts a stage's outputs and any inputs from earlier configs.
   for (size_t i = 0; i < g.stages.size(); ++i) {
@@ -339,6 +371,19 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
     };
     int cfg = int(uses.size()) - 1;
     Use u = need_for(cfg);
+    // A call boundary the caller asks for (a fusion level) before the first stage of a later statement.
+    if (opt.split_between && last_statement >= 0 && s.statement > last_statement &&
+        std::find(cfg_of.begin(), cfg_of.begin() + int64_t(i), cfg) != cfg_of.begin() + int64_t(i)) {
+      std::string reason = opt.split_between(last_statement, s.statement);
+      if (!reason.empty()) {
+        why.back() = reason;
+        uses.push_back({});
+        why.push_back("");
+        cfg = int(uses.size()) - 1;
+        u = need_for(cfg);
+      }
+    }
+    last_statement = std::max(last_statement, s.statement);
     // A loop-carried cycle (stage i reads what a later stage writes) must stay in one configuration: when
     // the whole cycle does not fit what is left, start a new configuration here.
     if (group_end[i] > int(i) && (uses[cfg].pcus || uses[cfg].pmus || uses[cfg].agcus)) {
@@ -449,6 +494,7 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
             Stage ld;
             ld.name = "spill-load " + g.buffers[ob].name;
             ld.kind = StageKind::Load;
+            ld.phase = s.phase;  // read when its consumer runs
             ld.iterations = ps.iterations / ps.accumulate;
             ld.outputs = {lb};
             ld.tensor = -1;
@@ -490,6 +536,7 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
         Stage st;
         st.name = "spill-store " + g.buffers[ob].name;
         st.kind = StageKind::Store;
+        st.phase = ps.phase;  // written as its producer runs
         st.iterations = tokens;
         st.inputs = {{bmap[ob], 1}};
         for (size_t t = 0; t < sg.tensors.size(); ++t)
@@ -518,13 +565,15 @@ Mapping map_graph(const Arch& a, const Graph& g0) {
     sg.layout();
     sg.validate();
     const std::vector<int> stream_agcus = plan_streams(a, sg, c, out.notes);
+    std::map<int, int> agcus_of_phase;
     for (size_t i = 0; i < sg.stages.size(); ++i) {
       const Stage& s = sg.stages[i];
       cf.stages.push_back(map_stage(a, sg, s, s.par));
       cf.pcus += cf.stages.back().pcus;
       cf.stages.back().agcus = stream_agcus[i];
-      cf.agcus += stream_agcus[i];
+      agcus_of_phase[s.phase] += stream_agcus[i];
     }
+    for (auto& [ph, n] : agcus_of_phase) cf.agcus = std::max(cf.agcus, std::min(n, a.agcus));
     for (auto& b : sg.buffers) {
       cf.buffers.push_back({buffer_pmus(a, b), b.depth});
       cf.pmus += cf.buffers.back().pmus;

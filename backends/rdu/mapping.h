@@ -2,6 +2,7 @@
 // (capacity, banking, N-buffering), loads and stores to AGCUs; a program that does not fit is split into
 // several configurations ("kernel calls"), with the buffers that cross a split spilled off chip.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,16 @@ struct Mapping {
   int kernel_calls() const { return int(configs.size()); }
 };
 
+// Where kernel calls must end besides where the fabric runs out: called with the latest top-level
+// statement (Stage::statement) already in the current call and the next one; a non-empty result ends the
+// call there and is the reason the report gives. This is how a fusion level (one call per operation, per
+// decoder layer, ...) is imposed on a program that would fit in fewer calls.
+struct MapOptions {
+  std::function<std::string(int last_statement, int next_statement)> split_between;
+};
+
 // Cycles one iteration of a compute stage takes on the arch with `par` copies (used by mapping and tests).
 StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par);
-Mapping map_graph(const Arch& a, const Graph& g);
+Mapping map_graph(const Arch& a, const Graph& g, const MapOptions& opt = {});
 
 }  // namespace mp::rdu

@@ -13,7 +13,7 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
   RunResult R;
   R.program = g.name;
   R.arch = a.name;
-  R.mapping = map_graph(a, g);
+  R.mapping = map_graph(a, g, opt.map);
   R.notes = R.mapping.notes;
   R.kernel_calls = R.mapping.kernel_calls();
   double pmu_time = 0;

@@ -19,6 +19,7 @@ struct RunOptions {
   bool place = true;        // place & route (off: zero hop latency, no congestion; for unit tests)
   uint64_t seed = 1;        // placer
   std::function<void(double)> progress;  // now and then: the fraction of the run done (all kernel calls)
+  MapOptions map;           // kernel-call boundaries imposed by the caller (fusion levels)
 };
 
 struct RunResult {

@@ -73,8 +73,16 @@ TEST(Examples, FlashAttentionMaskedBf16AndNoDropout) {
   check("flash_attention", {"S=48", "D=16", "BR=16", "BC=16", "p_drop=0", "causal=0"});
 }
 TEST(Examples, LlamaDecoderDefault) { check("llama_decoder", {}); }
-TEST(Examples, LlamaDecoderMasked) {
-  check("llama_decoder", {"T=10", "P0=27", "TT=4", "TQ=4", "TK=16", "F=96", "mask=1"});
+// d_model apart from heads x head_dim, several attention tiles, one decode step at the cache's end
+TEST(Examples, LlamaDecoderOtherShapes) {
+  check("llama_decoder", {"layers=1", "d_model=40", "heads=6", "kv_heads=2", "head_dim=8", "ffn=36",
+                          "vocab=50", "context=24", "tokens=1", "past=23", "attn_tile=8"});
+}
+// the streamed form (every weight read in row tiles inside its projection's METAPIPE) computes the same
+TEST(Examples, LlamaDecoderStreamedWeights) {
+  check("llama_decoder", {"weight_tile=16"});
+  check("llama_decoder", {"layers=1", "heads=6", "kv_heads=3", "head_dim=8", "d_model=48", "ffn=40",
+                          "vocab=30", "weight_tile=12", "attn_tile=8"});
 }
 
 // Every pass preserves meaning: the interpreter gives the same outputs after each of them (fusion may
@@ -85,7 +93,10 @@ TEST(Examples, EveryPassPreservesTheResults) {
       {"matmul", {"M=40", "N=24", "K=8", "MM=16", "NN=16", "mask=1"}},
       {"gda", {"R=50", "C=6", "TR=16", "mask=1"}},
       {"flash_attention", {"S=40", "D=8", "BR=16", "BC=16", "mask=1"}},
-      {"llama_decoder", {"T=6", "P0=5", "H=2", "HKV=1", "Dh=8", "F=24", "TT=4", "TQ=4", "TK=4", "mask=1"}},
+      {"llama_decoder", {"layers=1", "heads=2", "kv_heads=1", "head_dim=8", "d_model=16", "ffn=24",
+                         "vocab=20", "context=12", "tokens=3", "past=5", "attn_tile=4"}},
+      {"llama_decoder", {"layers=1", "heads=2", "kv_heads=1", "head_dim=8", "d_model=16", "ffn=24",
+                         "vocab=20", "context=12", "tokens=3", "past=5", "weight_tile=8"}},
   };
   for (auto& [name, sets] : cases) {
     const auto& spec = find_program(name);

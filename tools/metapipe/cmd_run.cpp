@@ -181,7 +181,7 @@ const std::vector<Case>& demo_cases() {
       {"matmul", {"M=128", "N=128", "K=64", "MM=32", "NN=32"}, {"M=64", "N=64", "K=32", "MM=32", "NN=16"}},
       {"gda", {}, {"R=96", "C=8", "TR=32"}},
       {"flash_attention", {"S=128", "D=32", "BR=32", "BC=32"}, {"S=64", "D=16", "BR=16", "BC=16"}},
-      {"llama_decoder", {}, {"T=8", "P0=8", "H=2", "HKV=1", "Dh=16", "F=64", "TT=4", "TQ=4", "TK=8"}},
+      {"llama_decoder", {}, {"layers=1", "tokens=2", "past=6", "ffn=64"}},
   };
   return cases;
 }

@@ -14,6 +14,7 @@
 #include "examples/run.h"
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
+#include "tools/metapipe/sim_llama.h"
 #include "tools/metapipe/limits.h"
 #include "tools/metapipe/progress.h"
 
@@ -108,6 +109,7 @@ SimOutcome simulate(const rdu::Arch& arch, const std::string& name, const std::v
 }
 
 int run_sim(Args& a) {
+  if (is_sim_llama(a)) return run_sim_llama(a);
   auto arch_name = a.value({"--arch"});
   auto sets = a.values({"--set"});
   bool json = a.flag({"--json"});
@@ -154,7 +156,11 @@ int run_sim(Args& a) {
 MP_REGISTER_COMMAND(
     "sim", "simulate a program on the dataflow accelerator (Plasticine, SN40L, or an arch file)",
     "usage: metapipe sim <program> [--arch NAME|FILE] [--set NAME=VALUE ...] [--json] [--svg FILE]\n"
-    "                    [--functional] [--seed N] [--quiet]\n\n"
+    "                    [--functional] [--seed N] [--quiet]\n"
+    "       metapipe sim llama [--arch NAME|FILE] [--model FILE.gguf | --shapes PRESET] [--tokens N]\n"
+    "                    [--context C] [--fuse per-op|per-layer|all] [--weight-tile ROWS] [--details]\n"
+    "                    [--no-place] [--json]\n"
+    "                    (one Llama decode token; docs/rdu.md, \"Llama on the SN40L\")\n\n"
     "Maps the program's metapipeline onto a reconfigurable dataflow accelerator (stages to PCUs,\n"
     "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
     "and routes it on the mesh, and simulates it cycle by cycle (event-driven, token-based, with a\n"

@@ -115,11 +115,14 @@ TEST(RduSim, MoreParallelismIsNeverSlowerOnAnUnconstrainedGrid) {
   for (const char* kv :
        {"grid.rows=32", "grid.cols=32", "mesh.link_bytes=4096", "memory.ddr.channels=64", "agcu.count=64"})
     apply_override(a, kv);
-  for (const char* name : {"gemm", "gda", "llama_decoder"}) {
+  // the Llama generator with one decoder layer: with its default two, max_par 8 no longer fits this grid
+  // in one configuration and the second call's configuration load (10,000 cycles) outweighs the gain
+  const std::vector<std::pair<const char*, std::vector<std::string>>> cases = {
+      {"gemm", {"lanes=4"}}, {"gda", {"lanes=4"}}, {"llama_decoder", {"lanes=4", "layers=1"}}};
+  for (auto& [name, sets] : cases) {
     double first = 0, prev = 1e300;
     for (int par : {1, 2, 4, 8, 16}) {
-      Graph g =
-          compiled(name, {"lanes=4"}, [&](mp::passes::CompileOptions& o) { o.parallelize.max_par = par; });
+      Graph g = compiled(name, sets, [&](mp::passes::CompileOptions& o) { o.parallelize.max_par = par; });
       double c = run(a, g, no_place()).cycles;
       if (par == 1) first = c;
       EXPECT_LE(c, prev) << name << " max_par " << par;
