@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -23,7 +24,8 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 #define MP_CUDA(call) check_cuda((call), #call)
 
-__global__ void __launch_bounds__(dev::kThreads) llama_tasks(dev::Params p) {
+// Two blocks per SM at least: 16 warps keep enough 16-byte weight loads in flight.
+__global__ void __launch_bounds__(dev::kThreads, 2) llama_tasks(dev::Params p) {
   extern __shared__ __align__(16) float smem[];
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
@@ -255,6 +257,7 @@ class Engine final : public LlamaGpu {
     p_.lm_head_op = sched_.lm_head_op;
     p_.eps = float(shapes_.rms_eps);
     group_launches_.assign(sched_.groups.size(), 0);
+    MP_CUDA(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
   }
 
   const LlamaSchedule& schedule() const override { return sched_; }

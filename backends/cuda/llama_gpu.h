@@ -55,6 +55,7 @@ enum class OpKind : int32_t {
   gemv,          // out[r] = W[r] . in0 (tasks are slices of rows); the LM head also records argmax partials
   rope,          // rotates the pairs of q (in0) and k (in1) in place by position * frequency
   kv_append,     // cache_k[pos] = k (in0), cache_v[pos] = v (in1), as bf16
+  rope_append,   // rope, then kv_append, in one task (the fused modes)
   attention,     // one task per (query head, cache chunk): partial softmax max, sum and weighted V
   attn_combine,  // one task per head: merges its chunks' partials into out
   add,           // out += in0 (the residual)
@@ -62,6 +63,12 @@ enum class OpKind : int32_t {
   argmax,        // the greedy token of the LM head's partials, stored as the position's prediction
 };
 const char* to_string(OpKind k);
+
+// How a GEMV task fills its input vector in shared memory. The fused modes fold the operation that
+// produces a GEMV's input into the GEMV's staging (each task recomputes it; it is small next to the
+// rows' weights): the RMSNorm of in0 (norm_weight), silu(in0) * in1, or the attention combine of the
+// split-KV partials.
+enum class Stage : int32_t { plain, rmsnorm, silu_mul, attn_combine };
 
 // Activation buffers (fp32) the operations read and write; the engine allocates each once.
 enum Buf : int32_t { kX, kH, kQ, kK, kV, kAttn, kO, kGate, kUp, kAct, kLogits, kPartML, kPartO, kBufCount };
@@ -78,6 +85,9 @@ struct GpuOp {
   int32_t first_task;  // index of its first task in LlamaSchedule::tasks
   int32_t dep_begin, dep_count;  // its producers: LlamaSchedule::deps[dep_begin .. +dep_count)
   int32_t group;       // launch group (a kernel launch of per-layer / megakernel mode)
+  Stage stage;         // gemv: how its input is staged
+  int32_t norm_weight; // gemv with Stage::rmsnorm: the norm's weight
+  int32_t accumulate;  // gemv: out += W x (the residual folded in) instead of out = W x
 };
 
 struct GpuTask {
@@ -110,7 +120,9 @@ struct LlamaSchedule {
 };
 
 // Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
-// head and argmax) and the operations into tasks for `workers` concurrently running blocks.
+// head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
+// every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul,
+// the attention combine and the residuals into the GEMVs and RoPE into the KV append (9 per layer).
 // user_error when the context does not fit the model's.
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers);
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);

@@ -185,20 +185,71 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int r) {
   return (static_cast<unsigned long long>(u) << 32) | (0xffffffffu - uint32_t(r));
 }
 
+// Element e of head h of the attention output: its chunks' partials merged,
+// o = sum_c exp(m_c - m) o_c / sum_c exp(m_c - m) l_c. Shared by the combine operation and the fused
+// staging of the O projection, so both compute the same values.
+__device__ __forceinline__ float combine_element(const Params& p, const float* partial_o, int h, int e) {
+  const int chunks = p.attn_chunks, Dh = p.Dh;
+  const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
+  const float* po = partial_o + int64_t(h) * chunks * Dh;
+  float m = -INFINITY;
+  for (int c = 0; c < chunks; ++c) m = fmaxf(m, ml[2 * c]);
+  float l = 0, o = 0;
+  for (int c = 0; c < chunks; ++c)
+    if (ml[2 * c] != -INFINITY) {
+      const float w = __expf(ml[2 * c] - m);
+      l += w * ml[2 * c + 1];
+      o += w * po[int64_t(c) * Dh + e];
+    }
+  return o / l;
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+
+// out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block.
+__device__ __forceinline__ void rmsnorm_block(const float* in, const float* g, float* out, int n, float eps,
+                                              float* scratch) {
+  float ss = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) ss += in[i] * in[i];
+  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) out[i] = in[i] * inv * g[i];
+}
+
+// The GEMV's input vector, into shared memory.
+__device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
+  __shared__ float scratch[kWarps];
+  const float* in = p.buf[op.in0];
+  switch (op.stage) {
+    case Stage::plain:
+      for (int i = threadIdx.x * 4; i < op.cols; i += kThreads * 4)
+        *reinterpret_cast<float4*>(xs + i) = *reinterpret_cast<const float4*>(in + i);
+      break;
+    case Stage::rmsnorm:
+      rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps, scratch);
+      break;
+    case Stage::silu_mul: {
+      const float* u = p.buf[op.in1];
+      for (int i = threadIdx.x; i < op.cols; i += kThreads) xs[i] = silu_mul(in[i], u[i]);
+      break;
+    }
+    case Stage::attn_combine:
+      for (int i = threadIdx.x; i < op.cols; i += kThreads) xs[i] = combine_element(p, in, i / p.Dh, i % p.Dh);
+      break;
+  }
+  __syncthreads();
+}
+
 __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
   const DevWeight w = p.weights[op.weight];
-  const float* __restrict__ in = p.buf[op.in0];
   float* __restrict__ out = p.buf[op.out];
   float* xs = smem;
-  for (int i = threadIdx.x * 4; i < op.cols; i += kThreads * 4)
-    *reinterpret_cast<float4*>(xs + i) = *reinterpret_cast<const float4*>(in + i);
-  __syncthreads();
+  stage_input(p, op, xs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   unsigned long long best = 0;
   for (int r = r0 + warp; r < r1; r += kWarps) {
     const float v = dot_row(w, r, xs, lane);
-    if (lane == 0) out[r] = v;
+    if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
     best = max(best, argmax_key(v, r));
   }
   if (lm_head) {  // this task's best row, for the argmax operation
@@ -213,13 +264,8 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
 }
 
 __device__ void task_rmsnorm(const Params& p, const GpuOp& op, float* smem) {
-  const float* in = p.buf[op.in0];
-  float* out = p.buf[op.out];
-  const float* g = reinterpret_cast<const float*>(p.weights[op.weight].q);
-  float ss = 0;
-  for (int i = threadIdx.x; i < op.rows; i += kThreads) ss += in[i] * in[i];
-  const float inv = rsqrtf(block_sum(ss, smem) / float(op.rows) + p.eps);
-  for (int i = threadIdx.x; i < op.rows; i += kThreads) out[i] = in[i] * inv * g[i];
+  rmsnorm_block(p.buf[op.in0], reinterpret_cast<const float*>(p.weights[op.weight].q), p.buf[op.out], op.rows,
+                p.eps, smem);
 }
 
 __device__ void task_embed(const Params& p, const GpuOp& op) {
@@ -244,11 +290,11 @@ __device__ void task_rope(const Params& p, const GpuOp& op) {
   }
 }
 
-__device__ void task_kv_append(const Params& p, const GpuOp& op) {
-  const int64_t kvw = op.rows, at = (int64_t(op.layer) * p.context + p.pos) * kvw;
+__device__ void kv_append(const Params& p, int layer, const float* k, const float* v) {
+  const int64_t kvw = int64_t(p.HKV) * p.Dh, at = (int64_t(layer) * p.context + p.pos) * kvw;
   for (int i = threadIdx.x; i < kvw; i += kThreads) {
-    p.cache_k[at + i] = __float2bfloat16_rn(p.buf[op.in0][i]);
-    p.cache_v[at + i] = __float2bfloat16_rn(p.buf[op.in1][i]);
+    p.cache_k[at + i] = __float2bfloat16_rn(k[i]);
+    p.cache_v[at + i] = __float2bfloat16_rn(v[i]);
   }
 }
 
@@ -314,21 +360,9 @@ __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* s
   if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
 }
 
-// Merges one head's chunk partials: o = sum_c exp(m_c - m) o_c / sum_c exp(m_c - m) l_c.
 __device__ void task_attn_combine(const Params& p, const GpuOp& op, int h) {
-  const int chunks = p.attn_chunks, Dh = p.Dh;
-  const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
-  const float* po = p.buf[op.in0] + int64_t(h) * chunks * Dh;
-  float m = -INFINITY;
-  for (int c = 0; c < chunks; ++c) m = fmaxf(m, ml[2 * c]);
-  float l = 0;
-  for (int c = 0; c < chunks; ++c) l += ml[2 * c] == -INFINITY ? 0.f : __expf(ml[2 * c] - m) * ml[2 * c + 1];
-  for (int e = threadIdx.x; e < Dh; e += kThreads) {
-    float o = 0;
-    for (int c = 0; c < chunks; ++c)
-      if (ml[2 * c] != -INFINITY) o += __expf(ml[2 * c] - m) * po[int64_t(c) * Dh + e];
-    p.buf[op.out][h * Dh + e] = o / l;
-  }
+  for (int e = threadIdx.x; e < p.Dh; e += kThreads)
+    p.buf[op.out][h * p.Dh + e] = combine_element(p, p.buf[op.in0], h, e);
 }
 
 __device__ void task_elementwise(const Params& p, const GpuOp& op, int t) {
@@ -339,7 +373,7 @@ __device__ void task_elementwise(const Params& p, const GpuOp& op, int t) {
     for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] += a[i];
   } else {
     const float* u = p.buf[op.in1];
-    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] = a[i] / (1.f + __expf(-a[i])) * u[i];
+    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] = silu_mul(a[i], u[i]);
   }
 }
 
@@ -363,7 +397,12 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
     case OpKind::rmsnorm: task_rmsnorm(p, op, smem); break;
     case OpKind::gemv: task_gemv(p, op, task.index, task.op == p.lm_head_op, smem); break;
     case OpKind::rope: task_rope(p, op); break;
-    case OpKind::kv_append: task_kv_append(p, op); break;
+    case OpKind::kv_append: kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]); break;
+    case OpKind::rope_append:
+      task_rope(p, op);
+      __syncthreads();
+      kv_append(p, op.layer, p.buf[op.in1], p.buf[op.out]);
+      break;
     case OpKind::attention: task_attention(p, op, task.index, smem); break;
     case OpKind::attn_combine: task_attn_combine(p, op, task.index); break;
     case OpKind::add:

@@ -39,6 +39,7 @@ const char* to_string(OpKind k) {
     case OpKind::gemv: return "gemv";
     case OpKind::rope: return "rope";
     case OpKind::kv_append: return "kv_append";
+    case OpKind::rope_append: return "rope_append";
     case OpKind::attention: return "attention";
     case OpKind::attn_combine: return "attn_combine";
     case OpKind::add: return "add";
@@ -140,6 +141,7 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     o.dep_count = int32_t(deps.size());
     sc.deps.insert(sc.deps.end(), deps.begin(), deps.end());
     o.group = group;
+    o.stage = Stage::plain, o.norm_weight = -1, o.accumulate = 0;
     sc.ops.push_back(o);
     if (launch == Launch::per_op) ++group;
     return int32_t(sc.ops.size() - 1);
@@ -148,32 +150,61 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     if (launch == Launch::per_layer) ++group;
   };
 
+  // A GEMV whose input is staged in a fused way.
+  auto gemv = [&](int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows, int64_t cols,
+                  std::vector<int32_t> deps, Stage st, int32_t norm_w, bool acc) {
+    int32_t i = op(OpKind::gemv, layer, w, in0, in1, out, rows, cols, std::move(deps));
+    sc.ops[size_t(i)].stage = st, sc.ops[size_t(i)].norm_weight = norm_w, sc.ops[size_t(i)].accumulate = acc;
+    return i;
+  };
+  const bool fused = launch != Launch::per_op;
   const int32_t emb = weight("token_embd.weight", s.vocab, d);
   int32_t last = op(OpKind::embed, -1, emb, -1, -1, kX, d, d, {});
   next_group();
   for (int64_t l = 0; l < s.layers; ++l) {
     auto w = [&](const char* n, int64_t rows, int64_t cols) { return weight(layer_name(l, n), rows, cols); };
-    int32_t n1 = op(OpKind::rmsnorm, l, w("attn_norm.weight", 1, d), kX, -1, kH, d, d, {last});
-    int32_t q = op(OpKind::gemv, l, w("attn_q.weight", qw, d), kH, -1, kQ, qw, d, {n1});
-    int32_t k = op(OpKind::gemv, l, w("attn_k.weight", kvw, d), kH, -1, kK, kvw, d, {n1});
-    int32_t v = op(OpKind::gemv, l, w("attn_v.weight", kvw, d), kH, -1, kV, kvw, d, {n1});
-    int32_t r = op(OpKind::rope, l, -1, kQ, kK, -1, (qw + kvw) / 2, Dh, {q, k});
-    int32_t a = op(OpKind::kv_append, l, -1, kK, kV, -1, kvw, kvw, {r, v});
-    int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {r, a});
-    int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
-    int32_t o = op(OpKind::gemv, l, w("attn_output.weight", d, qw), kAttn, -1, kO, d, qw, {cb});
-    int32_t r1 = op(OpKind::add, l, -1, kO, -1, kX, d, d, {o});
-    int32_t n2 = op(OpKind::rmsnorm, l, w("ffn_norm.weight", 1, d), kX, -1, kH, d, d, {r1});
-    int32_t g = op(OpKind::gemv, l, w("ffn_gate.weight", s.ffn, d), kH, -1, kGate, s.ffn, d, {n2});
-    int32_t u = op(OpKind::gemv, l, w("ffn_up.weight", s.ffn, d), kH, -1, kUp, s.ffn, d, {n2});
-    int32_t sm = op(OpKind::silu_mul, l, -1, kGate, kUp, kAct, s.ffn, s.ffn, {g, u});
-    int32_t dn = op(OpKind::gemv, l, w("ffn_down.weight", d, s.ffn), kAct, -1, kO, d, s.ffn, {sm});
-    last = op(OpKind::add, l, -1, kO, -1, kX, d, d, {dn});
+    const int32_t an = w("attn_norm.weight", 1, d), wq = w("attn_q.weight", qw, d), wk = w("attn_k.weight", kvw, d),
+                  wv = w("attn_v.weight", kvw, d), wo = w("attn_output.weight", d, qw),
+                  fnw = w("ffn_norm.weight", 1, d), wg = w("ffn_gate.weight", s.ffn, d),
+                  wu = w("ffn_up.weight", s.ffn, d), wd = w("ffn_down.weight", d, s.ffn);
+    if (fused) {
+      int32_t q = gemv(l, wq, kX, -1, kQ, qw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t k = gemv(l, wk, kX, -1, kK, kvw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t v = gemv(l, wv, kX, -1, kV, kvw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
+      int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
+      int32_t o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+      int32_t g = gemv(l, wg, kX, -1, kGate, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
+      int32_t u = gemv(l, wu, kX, -1, kUp, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
+      last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, true);
+    } else {
+      int32_t n1 = op(OpKind::rmsnorm, l, an, kX, -1, kH, d, d, {last});
+      int32_t q = op(OpKind::gemv, l, wq, kH, -1, kQ, qw, d, {n1});
+      int32_t k = op(OpKind::gemv, l, wk, kH, -1, kK, kvw, d, {n1});
+      int32_t v = op(OpKind::gemv, l, wv, kH, -1, kV, kvw, d, {n1});
+      int32_t r = op(OpKind::rope, l, -1, kQ, kK, -1, (qw + kvw) / 2, Dh, {q, k});
+      int32_t a = op(OpKind::kv_append, l, -1, kK, kV, -1, kvw, kvw, {r, v});
+      int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {r, a});
+      int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
+      int32_t o = op(OpKind::gemv, l, wo, kAttn, -1, kO, d, qw, {cb});
+      int32_t r1 = op(OpKind::add, l, -1, kO, -1, kX, d, d, {o});
+      int32_t n2 = op(OpKind::rmsnorm, l, fnw, kX, -1, kH, d, d, {r1});
+      int32_t g = op(OpKind::gemv, l, wg, kH, -1, kGate, s.ffn, d, {n2});
+      int32_t u = op(OpKind::gemv, l, wu, kH, -1, kUp, s.ffn, d, {n2});
+      int32_t sm = op(OpKind::silu_mul, l, -1, kGate, kUp, kAct, s.ffn, s.ffn, {g, u});
+      int32_t dn = op(OpKind::gemv, l, wd, kAct, -1, kO, d, s.ffn, {sm});
+      last = op(OpKind::add, l, -1, kO, -1, kX, d, d, {dn});
+    }
     next_group();
   }
-  int32_t fn = op(OpKind::rmsnorm, -1, weight("output_norm.weight", 1, d), kX, -1, kH, d, d, {last});
-  int32_t out_w = s.tied_embeddings ? emb : weight("output.weight", s.vocab, d);
-  sc.lm_head_op = op(OpKind::gemv, -1, out_w, kH, -1, kLogits, s.vocab, d, {fn});
+  const int32_t onw = weight("output_norm.weight", 1, d);
+  const int32_t out_w = s.tied_embeddings ? emb : weight("output.weight", s.vocab, d);
+  if (fused) {
+    sc.lm_head_op = gemv(-1, out_w, kX, -1, kLogits, s.vocab, d, {last}, Stage::rmsnorm, onw, false);
+  } else {
+    int32_t fn = op(OpKind::rmsnorm, -1, onw, kX, -1, kH, d, d, {last});
+    sc.lm_head_op = op(OpKind::gemv, -1, out_w, kH, -1, kLogits, s.vocab, d, {fn});
+  }
   op(OpKind::argmax, -1, -1, kLogits, -1, -1, sc.ops[size_t(sc.lm_head_op)].tasks, 0, {sc.lm_head_op});
 
   // Launch groups: contiguous op ranges.
@@ -207,6 +238,9 @@ void verify_schedule(const LlamaSchedule& s) {
       MP_INTERNAL_CHECK(p >= 0 && size_t(p) < i, "op ", i, " depends on op ", p, ", which does not precede it");
     }
     if (o.weight >= 0) MP_INTERNAL_CHECK(size_t(o.weight) < s.weights.size(), "op ", i, " weight index");
+    MP_INTERNAL_CHECK((o.stage == Stage::rmsnorm) == (o.norm_weight >= 0) &&
+                          (o.norm_weight < 0 || size_t(o.norm_weight) < s.weights.size()),
+                      "op ", i, " norm weight");
   }
   int64_t covered = 0, ops = 0;
   for (size_t g = 0; g < s.groups.size(); ++g) {

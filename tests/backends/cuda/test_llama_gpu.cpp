@@ -37,24 +37,32 @@ TEST(LlamaGpuSchedule, LaunchesPerTokenFollowTheMode) {
   }
 }
 
-TEST(LlamaGpuSchedule, ReadsEveryWeightOfTheModelOnce) {
-  for (const char* preset : {"toy", "smollm2-135m", "llama3.1-8b"}) {
-    auto c = models::LlamaConfig::preset(preset);
-    auto sc = build_schedule(shapes(preset), Launch::megakernel, 64, 100);
-    std::vector<std::string> got, want = models::weight_names(c);
-    for (auto& w : sc.weights) got.push_back(w.name);
-    std::sort(got.begin(), got.end());
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(got, want) << preset;
-    std::map<int32_t, int> uses;
-    for (auto& o : sc.ops)
-      if (o.weight >= 0) ++uses[o.weight];
-    for (size_t i = 0; i < sc.weights.size(); ++i) {
-      // The tied embedding table is read by the embedding and by the LM head.
-      int expect = sc.weights[i].name == "token_embd.weight" && c.tied_embeddings ? 2 : 1;
-      EXPECT_EQ(uses[int32_t(i)], expect) << sc.weights[i].name;
+TEST(LlamaGpuSchedule, ReadsEveryWeightOfTheModel) {
+  for (const char* preset : {"toy", "smollm2-135m", "llama3.1-8b"})
+    for (Launch m : {Launch::per_op, Launch::megakernel}) {
+      SCOPED_TRACE(std::string(preset) + " " + to_string(m));
+      auto c = models::LlamaConfig::preset(preset);
+      auto sc = build_schedule(shapes(preset), m, 64, 100);
+      std::vector<std::string> got, want = models::weight_names(c);
+      for (auto& w : sc.weights) got.push_back(w.name);
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want);
+      std::map<int32_t, int> uses;
+      for (auto& o : sc.ops) {
+        if (o.weight >= 0) ++uses[o.weight];
+        if (o.norm_weight >= 0) ++uses[o.norm_weight];
+      }
+      for (size_t i = 0; i < sc.weights.size(); ++i) {
+        const std::string& n = sc.weights[i].name;
+        // The tied embedding table is read by the embedding and by the LM head; in the fused modes each
+        // GEMV after a norm stages the norm itself (q, k, v after attn_norm; gate, up after ffn_norm).
+        int expect = n == "token_embd.weight" && c.tied_embeddings ? 2 : 1;
+        if (m != Launch::per_op && n.find("attn_norm") != std::string::npos) expect = 3;
+        if (m != Launch::per_op && n.find("ffn_norm") != std::string::npos) expect = 2;
+        EXPECT_EQ(uses[int32_t(i)], expect) << n;
+      }
     }
-  }
 }
 
 // Every task once; GEMV tasks cover their rows exactly once; attention has a task per (head, chunk).
@@ -88,7 +96,7 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
           EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
       if (m == Launch::per_layer)
         for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
-          EXPECT_EQ(sc.groups[g].ops, 16);
+          EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer
           EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
         }
     }
@@ -98,53 +106,61 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
 // (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
 TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
-  auto sc = build_schedule(shapes("toy"), Launch::megakernel, 64, 132);
-  const size_t n = sc.ops.size();
-  ASSERT_LE(n, 64u);
-  std::vector<std::bitset<64>> anc(n);
-  for (size_t i = 0; i < n; ++i) {
-    const GpuOp& o = sc.ops[i];
-    EXPECT_EQ(o.dep_count == 0, o.kind == OpKind::embed) << i;
-    for (int32_t j = 0; j < o.dep_count; ++j) {
-      size_t p = size_t(sc.deps[size_t(o.dep_begin + j)]);
-      anc[i] |= anc[p];
-      anc[i].set(p);
+  for (Launch m : {Launch::per_op, Launch::megakernel}) {
+    SCOPED_TRACE(to_string(m));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132);
+    const size_t n = sc.ops.size();
+    ASSERT_LE(n, 64u);
+    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : 1 + 9 * 2 + 2u);
+    std::vector<std::bitset<64>> anc(n);
+    for (size_t i = 0; i < n; ++i) {
+      const GpuOp& o = sc.ops[i];
+      EXPECT_EQ(o.dep_count == 0, o.kind == OpKind::embed) << i;
+      for (int32_t j = 0; j < o.dep_count; ++j) {
+        size_t p = size_t(sc.deps[size_t(o.dep_begin + j)]);
+        anc[i] |= anc[p];
+        anc[i].set(p);
+      }
     }
+    // Buffers each op reads and writes; the KV cache of layer l and the argmax partials get ids of their own.
+    const int kCache = kBufCount, kArgmax = kBufCount + 100;
+    auto access = [&](const GpuOp& o, std::set<int>& r, std::set<int>& w) {
+      switch (o.kind) {
+        case OpKind::embed: w = {o.out}; break;
+        case OpKind::rmsnorm: r = {o.in0}, w = {o.out}; break;
+        case OpKind::gemv:
+          r = {o.in0}, w = {o.out};
+          if (o.stage == Stage::silu_mul) r.insert(o.in1);
+          if (o.stage == Stage::attn_combine) r.insert(kPartML);
+          if (o.accumulate) r.insert(o.out);
+          if (&o - sc.ops.data() == sc.lm_head_op) w.insert(kArgmax);
+          break;
+        case OpKind::rope: r = w = {o.in0, o.in1}; break;
+        case OpKind::kv_append: r = {o.in0, o.in1}, w = {kCache + o.layer}; break;
+        case OpKind::rope_append: r = {o.in0, o.in1, o.out}, w = {o.in0, o.in1, kCache + o.layer}; break;
+        case OpKind::attention: r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO}; break;
+        case OpKind::attn_combine: r = {kPartML, kPartO}, w = {o.out}; break;
+        case OpKind::add: r = {o.in0, o.out}, w = {o.out}; break;
+        case OpKind::silu_mul: r = {o.in0, o.in1}, w = {o.out}; break;
+        case OpKind::argmax: r = {kArgmax}; break;
+      }
+    };
+    int conflicts = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        std::set<int> ri, wi, rj, wj;
+        access(sc.ops[i], ri, wi);
+        access(sc.ops[j], rj, wj);
+        bool conflict = false;
+        for (int b : wi) conflict |= rj.count(b) || wj.count(b);
+        for (int b : wj) conflict |= ri.count(b);
+        if (!conflict) continue;
+        ++conflicts;
+        EXPECT_TRUE(anc[j].test(i)) << "ops " << i << " (" << to_string(sc.ops[i].kind) << ") and " << j << " ("
+                                    << to_string(sc.ops[j].kind) << ") share a buffer but are not ordered";
+      }
+    EXPECT_GT(conflicts, 40);  // buffers are reused by every layer
   }
-  // Buffers each op reads and writes; the KV cache of layer l and the argmax partials get ids of their own.
-  const int kCache = kBufCount, kArgmax = kBufCount + 100;
-  auto access = [&](const GpuOp& o, std::set<int>& r, std::set<int>& w) {
-    switch (o.kind) {
-      case OpKind::embed: w = {o.out}; break;
-      case OpKind::rmsnorm: r = {o.in0}, w = {o.out}; break;
-      case OpKind::gemv:
-        r = {o.in0}, w = {o.out};
-        if (&o - sc.ops.data() == sc.lm_head_op) w.insert(kArgmax);
-        break;
-      case OpKind::rope: r = w = {o.in0, o.in1}; break;
-      case OpKind::kv_append: r = {o.in0, o.in1}, w = {kCache + o.layer}; break;
-      case OpKind::attention: r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO}; break;
-      case OpKind::attn_combine: r = {kPartML, kPartO}, w = {o.out}; break;
-      case OpKind::add: r = {o.in0, o.out}, w = {o.out}; break;
-      case OpKind::silu_mul: r = {o.in0, o.in1}, w = {o.out}; break;
-      case OpKind::argmax: r = {kArgmax}; break;
-    }
-  };
-  int conflicts = 0;
-  for (size_t i = 0; i < n; ++i)
-    for (size_t j = i + 1; j < n; ++j) {
-      std::set<int> ri, wi, rj, wj;
-      access(sc.ops[i], ri, wi);
-      access(sc.ops[j], rj, wj);
-      bool conflict = false;
-      for (int b : wi) conflict |= rj.count(b) || wj.count(b);
-      for (int b : wj) conflict |= ri.count(b);
-      if (!conflict) continue;
-      ++conflicts;
-      EXPECT_TRUE(anc[j].test(i)) << "ops " << i << " (" << to_string(sc.ops[i].kind) << ") and " << j << " ("
-                                  << to_string(sc.ops[j].kind) << ") share a buffer but are not ordered";
-    }
-  EXPECT_GT(conflicts, 100);  // buffers are reused by every layer
 }
 
 TEST(LlamaGpuSchedule, BadInput) {
