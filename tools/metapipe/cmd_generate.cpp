@@ -458,6 +458,59 @@ std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
 }
 MP_REGISTER_DEMO("smollm2-cpu", 20, smollm2_rows);
 
+// The GPU rows: SmolLM2 greedy in each launch mode, the first tokens checked against the CPU engine's,
+// then ms/token and launches per token over a short decode.
+std::vector<DemoRow> smollm2_gpu_rows(const DemoContext& ctx) {
+  if (!ctx.gpu || !ctx.wants("cuda")) return {};
+  std::vector<DemoRow> rows;
+  try {
+    auto f = models::GgufFile::open(models::default_model_path());
+    auto cfg = models::LlamaConfig::from_gguf(f);
+    auto tok = models::Tokenizer::from_gguf(f);
+    const std::vector<int32_t> prompt = tok.encode("The capital of France is", true);
+    const int n_check = 8, n_time = ctx.quick ? 16 : 64;
+    models::RunnerOptions ro{ThreadPool::default_threads(), 256};
+    auto cpu_runner = models::LlamaRunner::from_gguf(f, ro);
+    std::vector<float> logits = cpu_runner->forward(prompt);
+    std::vector<int32_t> want;
+    for (int i = 0; i < n_check; ++i) {
+      want.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      if (i + 1 < n_check) logits = cpu_runner->forward({want.back()});
+    }
+    for (auto mode : {cuda::Launch::per_op, cuda::Launch::per_layer, cuda::Launch::megakernel}) {
+      DemoRow row{"smollm2-135m", std::string("cuda:") + cuda::to_string(mode), "", "", true};
+      try {
+        cuda::LlamaGpuOptions o;
+        o.launch = mode, o.context = 256;
+        auto g = cuda::LlamaGpu::create(cuda::shapes_of(cfg, models::rope_frequency), cpu_runner->weights(), o);
+        g->feed(prompt);
+        std::vector<int32_t> got = {g->last_prediction()};
+        auto more = g->generate(n_check - 1);
+        got.insert(got.end(), more.begin(), more.end());
+        const int64_t l0 = g->stats().launches;
+        double t = now_ms();
+        g->generate(n_time);
+        t = now_ms() - t;
+        row.ok = got == want;
+        row.check = row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = CPU engine)"
+                           : "FAIL: greedy tokens " + jids(got) + " vs CPU " + jids(want);
+        std::ostringstream m;
+        m.precision(3);
+        m << t / n_time << " ms/token, " << double(g->stats().launches - l0) / n_time << " launches/token";
+        row.measure = m.str();
+      } catch (const std::exception& e) {
+        row.ok = false;
+        row.check = std::string("FAIL: ") + e.what();
+      }
+      rows.push_back(row);
+    }
+  } catch (const user_error& e) {
+    rows.push_back({"smollm2-135m", "cuda", std::string("skipped: ") + e.what(), "", true});
+  }
+  return rows;
+}
+MP_REGISTER_DEMO("smollm2-cuda", 21, smollm2_gpu_rows);
+
 }  // namespace
 
 MP_REGISTER_COMMAND(
