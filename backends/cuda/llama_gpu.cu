@@ -61,11 +61,13 @@ __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
   return float(double(z >> 11) * 0x1p-52 - 1.0);
 }
 __global__ void fill_random_bf16(__nv_bfloat16* w, int64_t n, uint64_t seed, float a) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     w[i] = __float2bfloat16_rn(a * hash_uniform(seed, uint64_t(i)));
 }
 __global__ void fill_random_norm(float* w, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     w[i] = 1.f + 0.1f * hash_uniform(seed, uint64_t(i));
 }
 
@@ -96,8 +98,8 @@ class Engine final : public LlamaGpu {
     MP_CUDA(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
     MP_CUDA(cudaGetDeviceProperties(&prop, dev));
-    MP_USER_CHECK(prop.major == 9, "not supported yet: the GPU engine is built for Hopper (sm_90a); ", prop.name,
-                  " is sm_", prop.major, prop.minor);
+    MP_USER_CHECK(prop.major == 9, "not supported yet: the GPU engine is built for Hopper (sm_90a); ",
+                  prop.name, " is sm_", prop.major, prop.minor);
     name_ = prop.name;
     ctx_ = o.context ? o.context : s.context;
     MP_USER_CHECK(ctx_ >= 1 && ctx_ <= s.context, "--ctx ", ctx_, " must be in [1, ", s.context,
@@ -140,7 +142,8 @@ class Engine final : public LlamaGpu {
     allocs_.push_back(p);
     return p;
   }
-  template <class T> T* upload(const std::vector<T>& v) {
+  template <class T>
+  T* upload(const std::vector<T>& v) {
     T* p = static_cast<T*>(alloc(v.size() * sizeof(T)));
     MP_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
     return p;
@@ -149,7 +152,8 @@ class Engine final : public LlamaGpu {
   void load_weights(const WeightBindings& wb) {
     for (auto& wr : sched_.weights) {
       auto it = wb.find(wr.name);
-      MP_USER_CHECK(it != wb.end(), "the model has no tensor '", wr.name, "' (", wr.rows, " x ", wr.cols, ")");
+      MP_USER_CHECK(it != wb.end(), "the model has no tensor '", wr.name, "' (", wr.rows, " x ", wr.cols,
+                    ")");
       const cpu::QMatrix& m = it->second;
       MP_USER_CHECK(m.rows * m.cols == wr.rows * wr.cols && m.cols == wr.cols, "tensor '", wr.name, "' is ",
                     m.rows, " x ", m.cols, "; the model's shapes need ", wr.rows, " x ", wr.cols);
@@ -235,7 +239,8 @@ class Engine final : public LlamaGpu {
     p_ = dev::Params{};
     p_.cache_k = static_cast<__nv_bfloat16*>(alloc(kv * 2));
     p_.cache_v = static_cast<__nv_bfloat16*>(alloc(kv * 2));
-    for (int b = 0; b < kBufCount; ++b) p_.buf[b] = static_cast<float*>(alloc(size_t(sched_.buf_elems[size_t(b)]) * 4));
+    for (int b = 0; b < kBufCount; ++b)
+      p_.buf[b] = static_cast<float*>(alloc(size_t(sched_.buf_elems[size_t(b)]) * 4));
     p_.argmax_part =
         static_cast<unsigned long long*>(alloc(size_t(sched_.ops[size_t(sched_.lm_head_op)].tasks) * 8));
     p_.ops = upload(sched_.ops);
@@ -277,8 +282,8 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(!tokens.empty(), "feed: no tokens");
     check_room(int64_t(tokens.size()));
     for (int32_t t : tokens)
-      MP_USER_CHECK(t >= 0 && t < shapes_.vocab, "token id ", t, " is outside the vocabulary [0, ", shapes_.vocab,
-                    ")");
+      MP_USER_CHECK(t >= 0 && t < shapes_.vocab, "token id ", t, " is outside the vocabulary [0, ",
+                    shapes_.vocab, ")");
     MP_CUDA(cudaStreamSynchronize(stream_));  // earlier positions may still read the prompt buffer
     MP_CUDA(cudaMemcpy(prompt_ + pos_, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
     prompt_end_ = pos_ + int64_t(tokens.size());
@@ -292,7 +297,8 @@ class Engine final : public LlamaGpu {
     const int64_t first = pos_;
     for (int64_t i = 0; i < n; ++i) run_position();
     std::vector<int32_t> out(static_cast<size_t>(n));
-    if (n) MP_CUDA(cudaMemcpyAsync(out.data(), p_.pred + first, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    if (n)
+      MP_CUDA(cudaMemcpyAsync(out.data(), p_.pred + first, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
     synchronize();
     return out;
   }
@@ -322,7 +328,8 @@ class Engine final : public LlamaGpu {
     MP_CUDA(cudaMemsetAsync(p_.cache_v, 0xff, size_t(kv), stream_));
     for (int b = 0; b < kBufCount; ++b)
       MP_CUDA(cudaMemsetAsync(p_.buf[b], 0xff, size_t(sched_.buf_elems[size_t(b)]) * 4, stream_));
-    MP_CUDA(cudaMemsetAsync(p_.argmax_part, 0xff, size_t(sched_.ops[size_t(sched_.lm_head_op)].tasks) * 8, stream_));
+    MP_CUDA(cudaMemsetAsync(p_.argmax_part, 0xff, size_t(sched_.ops[size_t(sched_.lm_head_op)].tasks) * 8,
+                            stream_));
     MP_CUDA(cudaMemsetAsync(p_.pred, 0xff, size_t(ctx_) * 4, stream_));
     synchronize();
   }

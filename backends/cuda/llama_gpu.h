@@ -32,7 +32,8 @@ struct LlamaGpuShapes {
 
 // Any configuration with LlamaConfig's fields and a frequency function such as models::rope_frequency
 // (the engine sits below the models layer, so it takes the fields rather than the type).
-template <class Config, class Freq> LlamaGpuShapes shapes_of(const Config& c, Freq freq) {
+template <class Config, class Freq>
+LlamaGpuShapes shapes_of(const Config& c, Freq freq) {
   LlamaGpuShapes s;
   s.name = c.name;
   s.layers = c.layers, s.d_model = c.d_model, s.heads = c.heads, s.kv_heads = c.kv_heads;
@@ -43,8 +44,8 @@ template <class Config, class Freq> LlamaGpuShapes shapes_of(const Config& c, Fr
 }
 
 enum class Launch { per_op, per_layer, megakernel };
-const char* to_string(Launch l);                   // "per-op", "per-layer", "megakernel"
-Launch parse_launch(const std::string& s);         // user_error listing the modes
+const char* to_string(Launch l);            // "per-op", "per-layer", "megakernel"
+Launch parse_launch(const std::string& s);  // user_error listing the modes
 const std::vector<std::string>& launch_names();
 
 // ---- The operation list and the task schedule (host-side, built from the shapes) ----
@@ -76,18 +77,18 @@ enum Buf : int32_t { kX, kH, kQ, kK, kV, kAttn, kO, kGate, kUp, kAct, kLogits, k
 // Plain data, copied to the GPU as is.
 struct GpuOp {
   OpKind kind;
-  int32_t layer;     // -1 outside the decoder layers
-  int32_t weight;    // index into LlamaSchedule::weights, -1 for none
+  int32_t layer;   // -1 outside the decoder layers
+  int32_t weight;  // index into LlamaSchedule::weights, -1 for none
   int32_t in0, in1, out;
-  int32_t rows, cols;  // gemv: the matrix; elementwise: elements in `rows`
-  int32_t tasks;       // tasks the operation is split into
-  int32_t per_task;    // rows (gemv), elements (elementwise), cache positions (attention) per task
-  int32_t first_task;  // index of its first task in LlamaSchedule::tasks
+  int32_t rows, cols;            // gemv: the matrix; elementwise: elements in `rows`
+  int32_t tasks;                 // tasks the operation is split into
+  int32_t per_task;              // rows (gemv), elements (elementwise), cache positions (attention) per task
+  int32_t first_task;            // index of its first task in LlamaSchedule::tasks
   int32_t dep_begin, dep_count;  // its producers: LlamaSchedule::deps[dep_begin .. +dep_count)
-  int32_t group;       // launch group (a kernel launch of per-layer / megakernel mode)
-  Stage stage;         // gemv: how its input is staged
-  int32_t norm_weight; // gemv with Stage::rmsnorm: the norm's weight
-  int32_t accumulate;  // gemv: out += W x (the residual folded in) instead of out = W x
+  int32_t group;                 // launch group (a kernel launch of per-layer / megakernel mode)
+  Stage stage;                   // gemv: how its input is staged
+  int32_t norm_weight;           // gemv with Stage::rmsnorm: the norm's weight
+  int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
 };
 
 struct GpuTask {
@@ -108,11 +109,11 @@ struct LlamaSchedule {
   Launch launch = Launch::megakernel;
   std::vector<GpuOp> ops;  // in a topological order: every producer comes before its consumers
   std::vector<int32_t> deps;
-  std::vector<GpuTask> tasks;        // the ops' tasks, op by op
-  std::vector<LaunchGroup> groups;   // per-op: one per op; per-layer: embed, one per layer, tail; mega: 1
+  std::vector<GpuTask> tasks;       // the ops' tasks, op by op
+  std::vector<LaunchGroup> groups;  // per-op: one per op; per-layer: embed, one per layer, tail; mega: 1
   std::vector<WeightRef> weights;
-  std::vector<int64_t> buf_elems;    // per Buf
-  int64_t context = 0;               // KV-cache positions
+  std::vector<int64_t> buf_elems;           // per Buf
+  int64_t context = 0;                      // KV-cache positions
   int32_t attn_chunk = 0, attn_chunks = 0;  // cache positions per attention task, chunks per head
   int32_t lm_head_op = -1;
   int64_t launches_per_token() const { return int64_t(groups.size()); }

@@ -31,11 +31,11 @@ struct Params {
   const GpuTask* tasks;
   const DevWeight* weights;
   float* buf[kBufCount];
-  unsigned long long* argmax_part;  // one per LM-head task: (ordered logit bits << 32) | ~row
+  unsigned long long* argmax_part;   // one per LM-head task: (ordered logit bits << 32) | ~row
   __nv_bfloat16 *cache_k, *cache_v;  // [layers][context][kv_heads * head_dim]
   const double* rope_freq;
-  const int32_t* prompt;  // tokens fed by the host, by position
-  int32_t* pred;          // greedy prediction made at each position
+  const int32_t* prompt;      // tokens fed by the host, by position
+  int32_t* pred;              // greedy prediction made at each position
   unsigned long long* done;   // per op: tasks finished, summed over all positions run
   unsigned long long* heads;  // per launch group: tasks fetched, summed over its launches
   int32_t d, H, HKV, Dh, ffn, vocab, context, attn_chunk, attn_chunks, lm_head_op;
@@ -106,9 +106,12 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
 __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_t c) {
   const int64_t i = r * w.cols + c;
   switch (w.format) {
-    case kF32: return reinterpret_cast<const float*>(w.q)[i];
-    case kBF16: return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(w.q)[i]) << 16);
-    case kQ8_0: return __half2float(reinterpret_cast<const __half*>(w.s)[i / 32]) * float(int8_t(w.q[i]));
+    case kF32:
+      return reinterpret_cast<const float*>(w.q)[i];
+    case kBF16:
+      return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(w.q)[i]) << 16);
+    case kQ8_0:
+      return __half2float(reinterpret_cast<const __half*>(w.s)[i / 32]) * float(int8_t(w.q[i]));
     default: {
       const int64_t b = i / 32, j = i % 32;
       const uint8_t byte = w.q[b * 16 + (j & 15)];
@@ -119,7 +122,8 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
 }
 
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum.
-__device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x, int lane) {
+__device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
+                                         int lane) {
   float acc = 0;
   const int cols = w.cols;
   if (w.format == kBF16) {
@@ -225,7 +229,8 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
         *reinterpret_cast<float4*>(xs + i) = *reinterpret_cast<const float4*>(in + i);
       break;
     case Stage::rmsnorm:
-      rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps, scratch);
+      rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps,
+                    scratch);
       break;
     case Stage::silu_mul: {
       const float* u = p.buf[op.in1];
@@ -233,7 +238,8 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
       break;
     }
     case Stage::attn_combine:
-      for (int i = threadIdx.x; i < op.cols; i += kThreads) xs[i] = combine_element(p, in, i / p.Dh, i % p.Dh);
+      for (int i = threadIdx.x; i < op.cols; i += kThreads)
+        xs[i] = combine_element(p, in, i / p.Dh, i % p.Dh);
       break;
   }
   __syncthreads();
@@ -311,9 +317,9 @@ __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* s
     for (int e = threadIdx.x; e < Dh; e += kThreads) po[e] = 0;
     return;
   }
-  float* qs = smem;                 // Dh
-  float* sc = qs + 256;             // attn_chunk scores
-  float* red = sc + p.attn_chunk;   // groups x Dh partial outputs
+  float* qs = smem;                // Dh
+  float* sc = qs + 256;            // attn_chunk scores
+  float* red = sc + p.attn_chunk;  // groups x Dh partial outputs
   float* scratch = red + 2 * kThreads;
   const float scale = rsqrtf(float(Dh));
   for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
@@ -393,21 +399,39 @@ __device__ void task_argmax(const Params& p, const GpuOp& op, float* smem) {
 __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
   const GpuOp& op = p.ops[task.op];
   switch (op.kind) {
-    case OpKind::embed: task_embed(p, op); break;
-    case OpKind::rmsnorm: task_rmsnorm(p, op, smem); break;
-    case OpKind::gemv: task_gemv(p, op, task.index, task.op == p.lm_head_op, smem); break;
-    case OpKind::rope: task_rope(p, op); break;
-    case OpKind::kv_append: kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]); break;
+    case OpKind::embed:
+      task_embed(p, op);
+      break;
+    case OpKind::rmsnorm:
+      task_rmsnorm(p, op, smem);
+      break;
+    case OpKind::gemv:
+      task_gemv(p, op, task.index, task.op == p.lm_head_op, smem);
+      break;
+    case OpKind::rope:
+      task_rope(p, op);
+      break;
+    case OpKind::kv_append:
+      kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]);
+      break;
     case OpKind::rope_append:
       task_rope(p, op);
       __syncthreads();
       kv_append(p, op.layer, p.buf[op.in1], p.buf[op.out]);
       break;
-    case OpKind::attention: task_attention(p, op, task.index, smem); break;
-    case OpKind::attn_combine: task_attn_combine(p, op, task.index); break;
+    case OpKind::attention:
+      task_attention(p, op, task.index, smem);
+      break;
+    case OpKind::attn_combine:
+      task_attn_combine(p, op, task.index);
+      break;
     case OpKind::add:
-    case OpKind::silu_mul: task_elementwise(p, op, task.index); break;
-    case OpKind::argmax: task_argmax(p, op, smem); break;
+    case OpKind::silu_mul:
+      task_elementwise(p, op, task.index);
+      break;
+    case OpKind::argmax:
+      task_argmax(p, op, smem);
+      break;
   }
 }
 

@@ -16,9 +16,12 @@ const std::vector<std::string>& launch_names() {
 
 const char* to_string(Launch l) {
   switch (l) {
-    case Launch::per_op: return "per-op";
-    case Launch::per_layer: return "per-layer";
-    case Launch::megakernel: return "megakernel";
+    case Launch::per_op:
+      return "per-op";
+    case Launch::per_layer:
+      return "per-layer";
+    case Launch::megakernel:
+      return "megakernel";
   }
   return "?";
 }
@@ -34,17 +37,28 @@ const char* to_string(GpuWeights w) { return w == GpuWeights::native ? "native" 
 
 const char* to_string(OpKind k) {
   switch (k) {
-    case OpKind::embed: return "embed";
-    case OpKind::rmsnorm: return "rmsnorm";
-    case OpKind::gemv: return "gemv";
-    case OpKind::rope: return "rope";
-    case OpKind::kv_append: return "kv_append";
-    case OpKind::rope_append: return "rope_append";
-    case OpKind::attention: return "attention";
-    case OpKind::attn_combine: return "attn_combine";
-    case OpKind::add: return "add";
-    case OpKind::silu_mul: return "silu_mul";
-    case OpKind::argmax: return "argmax";
+    case OpKind::embed:
+      return "embed";
+    case OpKind::rmsnorm:
+      return "rmsnorm";
+    case OpKind::gemv:
+      return "gemv";
+    case OpKind::rope:
+      return "rope";
+    case OpKind::kv_append:
+      return "kv_append";
+    case OpKind::rope_append:
+      return "rope_append";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::attn_combine:
+      return "attn_combine";
+    case OpKind::add:
+      return "add";
+    case OpKind::silu_mul:
+      return "silu_mul";
+    case OpKind::argmax:
+      return "argmax";
   }
   return "?";
 }
@@ -65,17 +79,19 @@ void LlamaGpuShapes::check() const {
                 " query heads are not a multiple of ", kv_heads, " kv heads");
   MP_USER_CHECK(head_dim % 2 == 0 && head_dim <= 256, "GPU engine: model '", name, "': head_dim ", head_dim,
                 " must be even and at most 256");
-  MP_USER_CHECK(int64_t(rope_freq.size()) == head_dim / 2, "GPU engine: model '", name, "': ",
-                rope_freq.size(), " RoPE frequencies for head_dim ", head_dim, " (need head_dim / 2)");
+  MP_USER_CHECK(int64_t(rope_freq.size()) == head_dim / 2, "GPU engine: model '", name,
+                "': ", rope_freq.size(), " RoPE frequencies for head_dim ", head_dim, " (need head_dim / 2)");
   // Rows are read in 16-byte pieces of 8 bf16 values.
-  for (auto [v, what] : {std::pair{d_model, "d_model"}, {ffn, "ffn"}, {heads * head_dim, "heads * head_dim"},
+  for (auto [v, what] : {std::pair{d_model, "d_model"},
+                         {ffn, "ffn"},
+                         {heads * head_dim, "heads * head_dim"},
                          {kv_heads * head_dim, "kv_heads * head_dim"}})
     MP_USER_CHECK(v % 8 == 0, "not supported yet: GPU engine: model '", name, "': ", what, " = ", v,
                   " is not a multiple of 8");
   MP_USER_CHECK(layers <= 4096 && d_model <= (1 << 16) && ffn <= (1 << 18) && vocab <= (1 << 24) &&
                     heads <= 1024 && context <= (1 << 24),
-                "GPU engine: model '", name, "': sizes beyond what the engine indexes (", layers, " layers, d ",
-                d_model, ", FFN ", ffn, ", vocab ", vocab, ")");
+                "GPU engine: model '", name, "': sizes beyond what the engine indexes (", layers,
+                " layers, d ", d_model, ", FFN ", ffn, ", vocab ", vocab, ")");
 }
 
 namespace {
@@ -118,7 +134,9 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     return int32_t(sc.weights.size() - 1);
   };
   // Rows per GEMV task: about two tasks per worker, whole warps (8 per block) of rows.
-  auto gemv_rows = [&](int64_t rows) { return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256); };
+  auto gemv_rows = [&](int64_t rows) {
+    return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
+  };
   constexpr int64_t kElemsPerTask = 2048;
   int32_t group = 0;
   auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,
@@ -127,12 +145,22 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     o.kind = k, o.layer = int32_t(layer), o.weight = w, o.in0 = in0, o.in1 = in1, o.out = out;
     o.rows = int32_t(rows), o.cols = int32_t(cols);
     switch (k) {
-      case OpKind::gemv: o.per_task = int32_t(gemv_rows(rows)); break;
+      case OpKind::gemv:
+        o.per_task = int32_t(gemv_rows(rows));
+        break;
       case OpKind::add:
-      case OpKind::silu_mul: o.per_task = int32_t(kElemsPerTask); break;
-      case OpKind::attention: o.per_task = sc.attn_chunk; break;
-      case OpKind::attn_combine: o.per_task = 1; break;
-      default: o.per_task = int32_t(rows); break;  // one task
+      case OpKind::silu_mul:
+        o.per_task = int32_t(kElemsPerTask);
+        break;
+      case OpKind::attention:
+        o.per_task = sc.attn_chunk;
+        break;
+      case OpKind::attn_combine:
+        o.per_task = 1;
+        break;
+      default:
+        o.per_task = int32_t(rows);
+        break;  // one task
     }
     o.tasks = k == OpKind::attention ? int32_t(H * sc.attn_chunks) : int32_t(ceil_div(rows, o.per_task));
     o.first_task = int32_t(sc.tasks.size());
@@ -163,10 +191,11 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
   next_group();
   for (int64_t l = 0; l < s.layers; ++l) {
     auto w = [&](const char* n, int64_t rows, int64_t cols) { return weight(layer_name(l, n), rows, cols); };
-    const int32_t an = w("attn_norm.weight", 1, d), wq = w("attn_q.weight", qw, d), wk = w("attn_k.weight", kvw, d),
-                  wv = w("attn_v.weight", kvw, d), wo = w("attn_output.weight", d, qw),
-                  fnw = w("ffn_norm.weight", 1, d), wg = w("ffn_gate.weight", s.ffn, d),
-                  wu = w("ffn_up.weight", s.ffn, d), wd = w("ffn_down.weight", d, s.ffn);
+    const int32_t an = w("attn_norm.weight", 1, d), wq = w("attn_q.weight", qw, d),
+                  wk = w("attn_k.weight", kvw, d), wv = w("attn_v.weight", kvw, d),
+                  wo = w("attn_output.weight", d, qw), fnw = w("ffn_norm.weight", 1, d),
+                  wg = w("ffn_gate.weight", s.ffn, d), wu = w("ffn_up.weight", s.ffn, d),
+                  wd = w("ffn_down.weight", d, s.ffn);
     if (fused) {
       int32_t q = gemv(l, wq, kX, -1, kQ, qw, d, {last}, Stage::rmsnorm, an, false);
       int32_t k = gemv(l, wk, kX, -1, kK, kvw, d, {last}, Stage::rmsnorm, an, false);
@@ -231,11 +260,12 @@ void verify_schedule(const LlamaSchedule& s) {
   }
   for (size_t i = 0; i < s.ops.size(); ++i) {
     const GpuOp& o = s.ops[i];
-    MP_INTERNAL_CHECK(seen[i] == o.tasks && o.tasks >= 1, "op ", i, " (", to_string(o.kind), ") has ", seen[i],
-                      " tasks scheduled of ", o.tasks);
+    MP_INTERNAL_CHECK(seen[i] == o.tasks && o.tasks >= 1, "op ", i, " (", to_string(o.kind), ") has ",
+                      seen[i], " tasks scheduled of ", o.tasks);
     for (int32_t j = 0; j < o.dep_count; ++j) {
       int32_t p = s.deps[size_t(o.dep_begin + j)];
-      MP_INTERNAL_CHECK(p >= 0 && size_t(p) < i, "op ", i, " depends on op ", p, ", which does not precede it");
+      MP_INTERNAL_CHECK(p >= 0 && size_t(p) < i, "op ", i, " depends on op ", p,
+                        ", which does not precede it");
     }
     if (o.weight >= 0) MP_INTERNAL_CHECK(size_t(o.weight) < s.weights.size(), "op ", i, " weight index");
     MP_INTERNAL_CHECK((o.stage == Stage::rmsnorm) == (o.norm_weight >= 0) &&
@@ -254,9 +284,10 @@ void verify_schedule(const LlamaSchedule& s) {
 
 std::string LlamaSchedule::summary() const {
   std::ostringstream os;
-  os << to_string(launch) << ": " << launches_per_token() << " launch" << (launches_per_token() == 1 ? "" : "es")
-     << " per token, " << ops.size() << " ops, " << tasks.size() << " tasks, attention " << attn_chunks
-     << " chunk" << (attn_chunks == 1 ? "" : "s") << " of " << attn_chunk << " positions per head";
+  os << to_string(launch) << ": " << launches_per_token() << " launch"
+     << (launches_per_token() == 1 ? "" : "es") << " per token, " << ops.size() << " ops, " << tasks.size()
+     << " tasks, attention " << attn_chunks << " chunk" << (attn_chunks == 1 ? "" : "s") << " of "
+     << attn_chunk << " positions per head";
   return os.str();
 }
 

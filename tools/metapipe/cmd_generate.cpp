@@ -15,8 +15,8 @@
 #include <sstream>
 
 #include "backends/cpu/interpreter.h"
-#include "backends/cuda/llama_gpu.h"
 #include "backends/cpu/quant_matmul.h"
+#include "backends/cuda/llama_gpu.h"
 #include "core/random.h"
 #include "core/text.h"
 #include "core/thread_pool.h"
@@ -138,8 +138,8 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
   }
   const auto& st = gpu->stats();
   const double ms_tok = decoded ? t_decode / double(decoded) : 0.0;
-  const double launches_tok =
-      decoded ? double(st.launches - launches0) / double(decoded) : double(gpu->schedule().launches_per_token());
+  const double launches_tok = decoded ? double(st.launches - launches0) / double(decoded)
+                                      : double(gpu->schedule().launches_per_token());
   const double bytes = double(st.weight_bytes) * double(decoded) + double(st.kv_bytes_read - kv0);
   const double gbps = t_decode > 0 ? bytes / (t_decode / 1e3) / 1e9 : 0.0;
   std::string gen_text;
@@ -150,7 +150,8 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
   }
   std::ostringstream s;
   s << "\n\nmodel: " << cfg.name << " (" << cfg.summary() << "), "
-    << (file ? std::string("GGUF weights (") + cuda::to_string(o.weights) + ")" : "random bf16 weights") << "\n";
+    << (file ? std::string("GGUF weights (") + cuda::to_string(o.weights) + ")" : "random bf16 weights")
+    << "\n";
   s << "gpu: " << gpu->device_name() << ", " << st.sm_count << " SMs, " << st.workers << " blocks; "
     << gpu->schedule().summary() << "\n";
   s << "load: " << format_ms(t_load) << "\n";
@@ -162,14 +163,16 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
     << " GB of weights per token, plus the KV cache read)\n";
   std::cout << s.str();
   if (json) {
-    std::cout << "{\"model\": " << jstr(cfg.name) << ", \"target\": \"cuda\", \"launch\": "
-              << jstr(cuda::to_string(o.launch)) << ", \"prompt_tokens\": " << jids(prompt)
-              << ", \"tokens\": " << jids(out) << ", \"text\": " << jstr(gen_text)
-              << ", \"prompt_ms\": " << jnum(t_prompt) << ", \"decode_ms\": " << jnum(t_decode)
-              << ", \"decode_calls\": " << decoded << ", \"ms_per_token\": " << jnum(ms_tok)
+    std::cout << "{\"model\": " << jstr(cfg.name)
+              << ", \"target\": \"cuda\", \"launch\": " << jstr(cuda::to_string(o.launch))
+              << ", \"prompt_tokens\": " << jids(prompt) << ", \"tokens\": " << jids(out)
+              << ", \"text\": " << jstr(gen_text) << ", \"prompt_ms\": " << jnum(t_prompt)
+              << ", \"decode_ms\": " << jnum(t_decode) << ", \"decode_calls\": " << decoded
+              << ", \"ms_per_token\": " << jnum(ms_tok)
               << ", \"decode_tokens_per_s\": " << jnum(decoded ? 1e3 / ms_tok : 0.0)
-              << ", \"launches_per_token\": " << jnum(launches_tok) << ", \"bandwidth_gb_per_s\": " << jnum(gbps)
-              << ", \"weight_bytes\": " << st.weight_bytes << ", \"context\": " << gpu->context() << "}\n";
+              << ", \"launches_per_token\": " << jnum(launches_tok)
+              << ", \"bandwidth_gb_per_s\": " << jnum(gbps) << ", \"weight_bytes\": " << st.weight_bytes
+              << ", \"context\": " << gpu->context() << "}\n";
   }
   return 0;
 }
@@ -482,7 +485,8 @@ std::vector<DemoRow> smollm2_gpu_rows(const DemoContext& ctx) {
       try {
         cuda::LlamaGpuOptions o;
         o.launch = mode, o.context = 256;
-        auto g = cuda::LlamaGpu::create(cuda::shapes_of(cfg, models::rope_frequency), cpu_runner->weights(), o);
+        auto g =
+            cuda::LlamaGpu::create(cuda::shapes_of(cfg, models::rope_frequency), cpu_runner->weights(), o);
         g->feed(prompt);
         std::vector<int32_t> got = {g->last_prediction()};
         auto more = g->generate(n_check - 1);

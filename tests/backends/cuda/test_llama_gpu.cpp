@@ -23,7 +23,8 @@ LlamaGpuShapes shapes(const std::string& preset) {
 
 TEST(LlamaGpuOptions, LaunchModes) {
   for (auto& n : launch_names()) EXPECT_EQ(to_string(parse_launch(n)), n);
-  EXPECT_USER_ERROR(parse_launch("fused"), "unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel");
+  EXPECT_USER_ERROR(parse_launch("fused"),
+                    "unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel");
 }
 
 TEST(LlamaGpuSchedule, LaunchesPerTokenFollowTheMode) {
@@ -80,7 +81,8 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
         if (o.kind == OpKind::gemv) {
           std::vector<int> hit(size_t(o.rows), 0);
           for (int32_t t = 0; t < o.tasks; ++t)
-            for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r) ++hit[size_t(r)];
+            for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r)
+              ++hit[size_t(r)];
           EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
           EXPECT_EQ(o.per_task % 8, 0);  // whole warps
         }
@@ -126,8 +128,12 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
     const int kCache = kBufCount, kArgmax = kBufCount + 100;
     auto access = [&](const GpuOp& o, std::set<int>& r, std::set<int>& w) {
       switch (o.kind) {
-        case OpKind::embed: w = {o.out}; break;
-        case OpKind::rmsnorm: r = {o.in0}, w = {o.out}; break;
+        case OpKind::embed:
+          w = {o.out};
+          break;
+        case OpKind::rmsnorm:
+          r = {o.in0}, w = {o.out};
+          break;
         case OpKind::gemv:
           r = {o.in0}, w = {o.out};
           if (o.stage == Stage::silu_mul) r.insert(o.in1);
@@ -135,14 +141,30 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
           if (o.accumulate) r.insert(o.out);
           if (&o - sc.ops.data() == sc.lm_head_op) w.insert(kArgmax);
           break;
-        case OpKind::rope: r = w = {o.in0, o.in1}; break;
-        case OpKind::kv_append: r = {o.in0, o.in1}, w = {kCache + o.layer}; break;
-        case OpKind::rope_append: r = {o.in0, o.in1, o.out}, w = {o.in0, o.in1, kCache + o.layer}; break;
-        case OpKind::attention: r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO}; break;
-        case OpKind::attn_combine: r = {kPartML, kPartO}, w = {o.out}; break;
-        case OpKind::add: r = {o.in0, o.out}, w = {o.out}; break;
-        case OpKind::silu_mul: r = {o.in0, o.in1}, w = {o.out}; break;
-        case OpKind::argmax: r = {kArgmax}; break;
+        case OpKind::rope:
+          r = w = {o.in0, o.in1};
+          break;
+        case OpKind::kv_append:
+          r = {o.in0, o.in1}, w = {kCache + o.layer};
+          break;
+        case OpKind::rope_append:
+          r = {o.in0, o.in1, o.out}, w = {o.in0, o.in1, kCache + o.layer};
+          break;
+        case OpKind::attention:
+          r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO};
+          break;
+        case OpKind::attn_combine:
+          r = {kPartML, kPartO}, w = {o.out};
+          break;
+        case OpKind::add:
+          r = {o.in0, o.out}, w = {o.out};
+          break;
+        case OpKind::silu_mul:
+          r = {o.in0, o.in1}, w = {o.out};
+          break;
+        case OpKind::argmax:
+          r = {kArgmax};
+          break;
       }
     };
     int conflicts = 0;
@@ -156,8 +178,9 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
         for (int b : wj) conflict |= ri.count(b);
         if (!conflict) continue;
         ++conflicts;
-        EXPECT_TRUE(anc[j].test(i)) << "ops " << i << " (" << to_string(sc.ops[i].kind) << ") and " << j << " ("
-                                    << to_string(sc.ops[j].kind) << ") share a buffer but are not ordered";
+        EXPECT_TRUE(anc[j].test(i)) << "ops " << i << " (" << to_string(sc.ops[i].kind) << ") and " << j
+                                    << " (" << to_string(sc.ops[j].kind)
+                                    << ") share a buffer but are not ordered";
       }
     EXPECT_GT(conflicts, 40);  // buffers are reused by every layer
   }
@@ -207,7 +230,8 @@ TEST(LlamaGpuEngine, WithoutAGpuSaysSo) {
 TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
   auto r = test::run_cli("generate --shapes toy --target cuda --launch fused -n 2");
   EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel"), std::string::npos)
+  EXPECT_NE(r.out.find("unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel"),
+            std::string::npos)
       << r.out;
   auto c = test::run_cli("generate --shapes toy --launch per-op -n 2");
   EXPECT_EQ(c.status, 2) << c.out;
