@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(dev::kThreads, 2) llama_tasks(dev::Params p) {
     __syncthreads();
     if (i < 0) return;
     const GpuTask task = p.tasks[p.group_first_task + i];
+    dev::prefetch_weights(p, p.ops[task.op], task.index);
     dev::wait_for_producers(p, p.ops[task.op]);
     dev::run_task(p, task, smem);
     dev::finish_task(p, task);

@@ -435,6 +435,23 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
   }
 }
 
+// Starts streaming a GEMV task's weight rows from HBM into L2 (the bulk-copy engine's prefetch, no
+// registers or shared memory involved) before the task waits for its producers, so that the weights of
+// the next layer load while the current one finishes. A hint: correctness does not depend on it.
+__device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
+  if (op.kind != OpKind::gemv || threadIdx.x != 0) return;
+  const DevWeight w = p.weights[op.weight];
+  const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
+  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  const uint8_t* base = w.q + r0 * row_bytes;
+  const int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
+  constexpr int64_t kPiece = 1 << 16;
+  for (int64_t off = 0; off < bytes; off += kPiece) {
+    const uint32_t n = uint32_t(min(kPiece, bytes - off));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+  }
+}
+
 // Waits until every producer of `op` has finished its tasks for this position. Acquire loads by one
 // thread, then the block barrier orders the whole block's reads after them. A wait that never ends
 // (a schedule bug) traps after a few seconds instead of hanging the GPU.
