@@ -32,9 +32,9 @@ TEST(LlamaGpuSchedule, LaunchesPerTokenFollowTheMode) {
     SCOPED_TRACE(preset);
     LlamaGpuShapes s = shapes(preset);
     const int64_t L = s.layers;
-    EXPECT_EQ(build_schedule(s, Launch::per_op, 256, 528).launches_per_token(), 1 + 16 * L + 3);
-    EXPECT_EQ(build_schedule(s, Launch::per_layer, 256, 528).launches_per_token(), L + 2);
-    EXPECT_EQ(build_schedule(s, Launch::megakernel, 256, 528).launches_per_token(), 1);
+    EXPECT_EQ(build_schedule(s, Launch::per_op, 64, 528).launches_per_token(), 1 + 16 * L + 3);
+    EXPECT_EQ(build_schedule(s, Launch::per_layer, 64, 528).launches_per_token(), L + 2);
+    EXPECT_EQ(build_schedule(s, Launch::megakernel, 64, 528).launches_per_token(), 1);
   }
 }
 
