@@ -46,6 +46,14 @@ class Llama:
         half = s["head_dim"] // 2
         self.freq = s["theta"] ** (-torch.arange(half, device=dev, dtype=torch.float32) * 2 / s["head_dim"])
         self.positions = torch.arange(ctx, device=dev)
+        # Grouped-query attention natively where this torch's SDPA has it (2.5+), else K/V repeated per group.
+        try:
+            q = torch.zeros(1, 4, 1, 8, device=dev, dtype=torch.bfloat16)
+            kv = torch.zeros(1, 2, 4, 8, device=dev, dtype=torch.bfloat16)
+            torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+            self.native_gqa = True
+        except TypeError:
+            self.native_gqa = False
 
     def rope(self, x, pos):  # x [heads, head_dim]; adjacent pairs (2i, 2i+1)
         ang = pos.float() * self.freq
@@ -72,8 +80,14 @@ class Llama:
             v = qkv[qw + kvw:].view(HKV, Dh)
             L["k"].index_copy_(2, pos.view(1), k.view(1, HKV, 1, Dh))
             L["v"].index_copy_(2, pos.view(1), v.view(1, HKV, 1, Dh))
-            a = torch.nn.functional.scaled_dot_product_attention(
-                q.view(1, H, 1, Dh), L["k"], L["v"], attn_mask=mask, enable_gqa=True)
+            if self.native_gqa:
+                a = torch.nn.functional.scaled_dot_product_attention(
+                    q.view(1, H, 1, Dh), L["k"], L["v"], attn_mask=mask, enable_gqa=True)
+            else:
+                rep = H // HKV
+                a = torch.nn.functional.scaled_dot_product_attention(
+                    q.view(1, H, 1, Dh), L["k"].repeat_interleave(rep, 1), L["v"].repeat_interleave(rep, 1),
+                    attn_mask=mask)
             x = x + L["wo"] @ a.view(qw)
             h = self.rms(x, L["n2"])
             gu = L["wgu"] @ h
