@@ -83,9 +83,10 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // allocating in L1 (each byte is read once per token).
 __device__ __forceinline__ uint4 ld_weight(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
+  // Not volatile: the loads of an unrolled loop may be issued together, ahead of the arithmetic.
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
   return v;
 }
 __device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
@@ -454,7 +455,7 @@ __device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
 
 // Waits until every producer of `op` has finished its tasks for this position. Acquire loads by one
 // thread, then the block barrier orders the whole block's reads after them. A wait that never ends
-// (a schedule bug) traps after a few seconds instead of hanging the GPU.
+// (a schedule bug) traps after 10 s instead of hanging the GPU.
 __device__ void wait_for_producers(const Params& p, const GpuOp& op) {
   if (threadIdx.x == 0) {
     const unsigned long long t0 = global_ns();
@@ -464,7 +465,7 @@ __device__ void wait_for_producers(const Params& p, const GpuOp& op) {
       const unsigned long long* counter = p.done + p.deps[op.dep_begin + i];
       while (ld_acquire(counter) < target) {
         __nanosleep(64);
-        if (global_ns() - t0 > 4000000000ull) __trap();
+        if (global_ns() - t0 > 10000000000ull) __trap();
       }
     }
   }

@@ -36,7 +36,7 @@ bool have_hopper() {
 }
 
 // Ends the process if the scope takes longer than `seconds` (a dependency wait that never completes
-// fails the test instead of hanging ctest; the kernel's own wait also traps after a few seconds).
+// fails the test instead of hanging ctest; the kernel's own wait also traps after 10 s).
 class Watchdog {
  public:
   explicit Watchdog(int seconds)
