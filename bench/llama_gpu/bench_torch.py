@@ -20,6 +20,8 @@ PRESETS = {  # the shapes of models/llama.cpp's presets
                          theta=100000.0, tied=True),
     "llama3.1-8b": dict(layers=32, d=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256,
                         theta=500000.0, tied=False),
+    "toy": dict(layers=2, d=64, heads=4, kv_heads=2, head_dim=16, ffn=128, vocab=96, theta=10000.0,
+                tied=True),  # a check of the script (runs with --device cpu)
 }
 
 
@@ -66,11 +68,15 @@ class Llama:
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype) * w
 
     def step(self, token, pos):
-        """token, pos: 0-d int64 device tensors. Returns the greedy next token (device tensor)."""
+        """token, pos: 0-d int64 device tensors (static: a captured graph replays on the same memory).
+        Returns the greedy next token as a 0-d int64 device tensor. Nothing here reads a value back to the
+        host, so the step can be captured in a CUDA graph."""
         s = self.s
         H, HKV, Dh = s["heads"], s["kv_heads"], s["head_dim"]
         qw, kvw = H * Dh, HKV * Dh
-        x = self.emb[token]
+        # index_select on a 1-element device tensor: indexing with a 0-d tensor (self.emb[token]) turns it
+        # into a Python int, a host sync that CUDA-graph capture rejects.
+        x = torch.index_select(self.emb, 0, token.view(1)).view(s["d"])
         mask = (self.positions <= pos).view(1, 1, 1, -1)
         for L in self.layers:
             h = self.rms(x, L["n1"])
@@ -97,12 +103,14 @@ class Llama:
         return torch.argmax(logits)
 
 
-def time_steps(fn, n):
-    torch.cuda.synchronize()
+def time_steps(fn, n, cuda):
+    if cuda:
+        torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(n):
         fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     return (time.perf_counter() - t) * 1e3 / n
 
 
@@ -112,12 +120,17 @@ def main():
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--fill", type=int, default=0, help="cache positions before the timed steps (default ctx - 64)")
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: eager only, to check the script where no GPU is present")
     a = ap.parse_args()
-    dev = "cuda"
+    dev = a.device
+    cuda = dev == "cuda"
     m = Llama(PRESETS[a.shapes], a.ctx, dev)
     fill = a.fill or max(0, a.ctx - 64)
-    token = torch.tensor(1, device=dev)
-    pos = torch.tensor(fill, device=dev)
+    # Static inputs of the step: the graph captures their addresses; the step writes the next token into
+    # `token` on the device. `pos` stays at `fill`: every timed step attends over the same cache length.
+    token = torch.ones((), dtype=torch.int64, device=dev)
+    pos = torch.full((), fill, dtype=torch.int64, device=dev)
 
     def eager():
         token.copy_(m.step(token, pos))
@@ -125,32 +138,40 @@ def main():
     with torch.no_grad():
         for _ in range(3):
             eager()
-        ms_eager = time_steps(eager, a.steps)
+        ms_eager = time_steps(eager, a.steps, cuda)
         # Kernels per step, from the profiler (what slide 56 counts).
         kernels = None
-        try:
-            from torch.profiler import ProfilerActivity, profile
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                eager()
-                torch.cuda.synchronize()
-            kernels = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
-        except Exception:  # the profiler is optional
-            pass
+        if cuda:
+            try:
+                from torch.profiler import ProfilerActivity, profile
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    eager()
+                    torch.cuda.synchronize()
+                kernels = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+            except Exception:  # the profiler is optional
+                pass
         print(json.dumps({"impl": "torch-eager", "shapes": a.shapes, "ctx": a.ctx, "ms_per_token": ms_eager,
-                          "kernels_per_token": kernels}), flush=True)
+                          "kernels_per_token": kernels, "token": int(token)}), flush=True)
+        if not cuda:
+            return
 
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+        # Warm-up on a side stream (lazy initialization of cuBLAS handles and workspaces happens outside
+        # the capture), then capture one step and replay it.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
             for _ in range(3):
                 eager()
-        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             eager()
-        ms_graph = time_steps(graph.replay, a.steps)
+        graph.replay()
+        torch.cuda.synchronize()
+        ms_graph = time_steps(graph.replay, a.steps, cuda)
         print(json.dumps({"impl": "torch-cuda-graph", "shapes": a.shapes, "ctx": a.ctx, "ms_per_token": ms_graph,
-                          "kernels_per_token": kernels}), flush=True)
+                          "kernels_per_token": kernels, "token": int(token)}), flush=True)
 
 
 if __name__ == "__main__":
