@@ -88,10 +88,10 @@ int32_t argmax(const std::vector<float>& v) {
 }
 
 // The CPU engine on float weights: the generator's decode program run position by position.
-// Also records the CPU's top-2 margin at each greedy step (`margins`), for the near-tie rule.
+// Also keeps the logits of each greedy step (`steps`: the prompt's, then those after each token).
 Decode run_cpu_float(const models::LlamaConfig& c, const cpu::WeightBindings& fw, int64_t ctx,
                      const std::vector<int32_t>& prompt, int n, int threads = 2,
-                     std::vector<float>* margins = nullptr) {
+                     std::vector<std::vector<float>>* steps = nullptr) {
   cpu::LlmEngine e(fw, threads);
   models::LlamaProgramOptions po;
   po.tokens = 1, po.context = ctx;
@@ -109,14 +109,16 @@ Decode run_cpu_float(const models::LlamaConfig& c, const cpu::WeightBindings& fw
   r.first_logits = l;
   for (int i = 0; i < n; ++i) {
     r.tokens.push_back(argmax(l));
-    if (margins) {
-      std::vector<float> s = l;
-      std::nth_element(s.begin(), s.begin() + 1, s.end(), std::greater<float>());
-      margins->push_back(s[0] - s[1]);
-    }
+    if (steps) steps->push_back(l);
     if (i + 1 < n) l = step(r.tokens.back());
   }
   return r;
+}
+
+// The gap between the largest and the second largest value.
+float top2_margin(std::vector<float> v) {
+  std::nth_element(v.begin(), v.begin() + 1, v.end(), std::greater<float>());
+  return v[0] - v[1];
 }
 
 // A runner's quantized weights dequantized to float (the storage in `keep`), for the float CPU reference.
@@ -205,9 +207,13 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
 // and, dequantized to float, to the CPU engine running the generator's decode program. What differs is
 // the GPU's bf16 KV cache (a relative rounding of at most 2^-9 per stored key and value) and the order of
 // fp32 sums; through 30 layers that should stay well under 1% of the largest logit, and we allow
-// max |diff| <= 0.02 * max |logit| on the first decode step. Greedy tokens must agree for all 32 steps,
-// except from a step where the CPU's own top-2 margin is below that tolerance (a near-tie the differences
-// can flip); then at least 8 must agree. All three modes, each with every buffer poisoned first.
+// max |diff| <= 0.02 * max |logit| at every step.
+// Random weights give flat logits (top-2 gaps of a few units on logits of ~60), so near-ties are common.
+// Two checks of the 32 greedy tokens, in all three modes, every buffer poisoned first:
+// - fed the CPU's tokens one by one, the GPU's logits stay within the tolerance at every step and its
+//   prediction equals the CPU's at every step where the CPU's top-2 margin exceeds the tolerance;
+// - generating on its own (predictions fed back on the GPU), its tokens equal the CPU's up to the first
+//   step with a CPU margin below the tolerance (all 32 if there is none).
 TEST(SM90_LlamaGpu, SmolLM2ShapesRandomWeightsTokensEqualTheCpu) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
   Watchdog wd(600);
@@ -220,31 +226,47 @@ TEST(SM90_LlamaGpu, SmolLM2ShapesRandomWeightsTokensEqualTheCpu) {
     models::RunnerOptions ro;
     ro.context = ctx;
     auto runner = models::LlamaRunner::random(c, ro, type == quant::QType::Q4_1 ? 29 : 31, type);
-    std::vector<std::vector<float>> keep;
+    std::vector<std::vector<float>> keep, cpu_steps;
     const cpu::WeightBindings fw = dequantized(*runner, keep);
-    std::vector<float> margins;
-    Decode cpu = run_cpu_float(c, fw, ctx, prompt, n, 8, &margins);
+    Decode cpu = run_cpu_float(c, fw, ctx, prompt, n, 8, &cpu_steps);
     ASSERT_TRUE(all_finite(cpu.first_logits));
     const double tol = 0.02 * max_abs(cpu.first_logits);
+    int clear = 0;  // steps before the first CPU near-tie
+    while (clear < n && top2_margin(cpu_steps[size_t(clear)]) >= tol) ++clear;
     for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
       SCOPED_TRACE(to_string(m));
       LlamaGpuOptions o;
       o.launch = m, o.context = ctx;
       auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+      // Fed the CPU's tokens.
+      g->poison();
+      g->feed(prompt);
+      double worst = 0;
+      int checked = 0;
+      for (int i = 0; i < n; ++i) {
+        SCOPED_TRACE("step " + std::to_string(i));
+        const std::vector<float> l = g->logits();
+        ASSERT_TRUE(all_finite(l));
+        worst = std::max(worst, max_diff(l, cpu_steps[size_t(i)]));
+        EXPECT_LE(max_diff(l, cpu_steps[size_t(i)]), tol);
+        const int32_t pred = g->last_prediction();
+        EXPECT_EQ(pred, argmax(l)) << "the GPU's argmax task and its logits disagree";
+        if (top2_margin(cpu_steps[size_t(i)]) >= tol) {
+          EXPECT_EQ(pred, cpu.tokens[size_t(i)]);
+          ++checked;
+        }
+        if (i + 1 < n) g->feed({cpu.tokens[size_t(i)]});
+      }
+      // Generating on its own.
+      g->reset();
       Decode r = run_gpu(*g, prompt, n);
-      ASSERT_TRUE(all_finite(r.first_logits));
-      const double md = max_diff(r.first_logits, cpu.first_logits);
-      EXPECT_LE(md, tol) << "max |logit| " << max_abs(cpu.first_logits);
       int agree = 0;
       while (agree < n && r.tokens[size_t(agree)] == cpu.tokens[size_t(agree)]) ++agree;
-      std::printf("%s %s: first logits max |diff| %.4g (tolerance %.4g); %d of %d greedy tokens agree\n",
-                  quant::to_string(type), to_string(m), md, tol, agree, n);
-      if (agree < n) {
-        EXPECT_LT(margins[size_t(agree)], tol)
-            << "token " << agree << ": GPU " << r.tokens[size_t(agree)] << ", CPU " << cpu.tokens[size_t(agree)]
-            << " with a CPU top-2 margin of " << margins[size_t(agree)];
-        EXPECT_GE(agree, 8);
-      }
+      std::printf(
+          "%s %s: max |diff| of logits over %d steps %.4g (tolerance %.4g); predictions equal at %d clear "
+          "steps; generating, %d of %d tokens equal the CPU's (first CPU near-tie at step %d)\n",
+          quant::to_string(type), to_string(m), n, worst, tol, checked, agree, n, clear);
+      EXPECT_GE(agree, clear);
       EXPECT_EQ(g->stats().launches, g->stats().positions * g->schedule().launches_per_token());
     }
   }
