@@ -24,8 +24,11 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 #define MP_CUDA(call) check_cuda((call), #call)
 
-// Two blocks per SM at least: 16 warps keep enough 16-byte weight loads in flight.
-__global__ void __launch_bounds__(dev::kThreads, 2) llama_tasks(dev::Params p) {
+// MinBlocks blocks per SM at least: the register budget (65,536 / (256 x MinBlocks) per thread). At 4,
+// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 2 is the
+// earlier budget (128 registers, no spills, 16 warps per SM), kept for comparison.
+template <int MinBlocks>
+__global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
   extern __shared__ __align__(16) float smem[];
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
@@ -35,21 +38,31 @@ __global__ void __launch_bounds__(dev::kThreads, 2) llama_tasks(dev::Params p) {
     }
     return;
   }
+  // The queue: an index past the group's tasks ends the block. With fetch-ahead, thread 0 takes the next
+  // index before the block runs the current task, so the atomic's round trip is off the dependency
+  // chain. Still deadlock-free: the fetched tasks are a prefix of the topological order, and the earliest
+  // unfinished one is the current task of its block (a block holding it ahead runs an earlier task,
+  // which would then be unfinished), whose producers are all earlier, hence finished.
   __shared__ int s_next;
-  for (;;) {
-    if (threadIdx.x == 0) {
-      const unsigned long long i = atomicAdd(p.heads + p.group, 1ull) - p.head_base;
-      s_next = i < static_cast<unsigned long long>(p.group_tasks) ? int(i) : -1;
-    }
-    __syncthreads();
-    const int i = s_next;
-    __syncthreads();
-    if (i < 0) return;
+  auto fetch = [&]() {
+    const unsigned long long i = atomicAdd(p.heads + p.group, 1ull) - p.head_base;
+    return i < static_cast<unsigned long long>(p.group_tasks) ? int(i) : -1;
+  };
+  if (threadIdx.x == 0) s_next = fetch();
+  __syncthreads();
+  int i = s_next;
+  __syncthreads();
+  while (i >= 0) {
+    if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     const GpuTask task = p.tasks[p.group_first_task + i];
     dev::prefetch_weights(p, p.ops[task.op], task.index);
     dev::wait_for_producers(p, p.ops[task.op]);
     dev::run_task(p, task, smem);
     dev::finish_task(p, task);
+    if (!p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
+    __syncthreads();
+    i = s_next;
+    __syncthreads();
   }
 }
 
@@ -110,14 +123,19 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(smem_ <= prop.sharedMemPerBlockOptin, "not supported yet: rows of ", max_cols,
                   " elements need ", smem_, " bytes of shared memory per block; the GPU has ",
                   prop.sharedMemPerBlockOptin);
-    MP_CUDA(cudaFuncSetAttribute(llama_tasks, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_)));
+    MP_USER_CHECK(o.min_blocks_per_sm == 2 || o.min_blocks_per_sm == 4, "GPU engine: min_blocks_per_sm ",
+                  o.min_blocks_per_sm, ": the task kernel is built for 2 or 4 blocks per SM");
+    MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
+                  " must be >= 0, or -1 for whole tasks");
+    kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : llama_tasks<2>;
+    MP_CUDA(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_)));
     int per_sm = 0;
-    MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, llama_tasks, dev::kThreads, smem_));
+    MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_));
     MP_INTERNAL_CHECK(per_sm >= 1, "the task kernel fits no SM");
     if (o.blocks_per_sm > 0) per_sm = std::min(per_sm, o.blocks_per_sm);
     stats_.sm_count = prop.multiProcessorCount;
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
-    sched_ = build_schedule(s, o.launch, ctx_, workers_);
+    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split);
     MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~Engine() override {
@@ -343,12 +361,14 @@ class Engine final : public LlamaGpu {
     p_.prompt_end = int32_t(prompt_end_);
     p_.epoch = static_cast<unsigned long long>(positions_run_ + 1);
     p_.dynamic = sched_.launch == Launch::per_op ? 0 : 1;
+    p_.prefetch_bytes = opt_.prefetch_bytes;
+    p_.fetch_ahead = opt_.fetch_ahead ? 1 : 0;
     for (size_t g = 0; g < sched_.groups.size(); ++g) {
       const LaunchGroup& lg = sched_.groups[g];
       const int grid = int(std::min<int64_t>(lg.tasks, workers_));
       p_.group = int32_t(g), p_.group_first_task = lg.first_task, p_.group_tasks = lg.tasks;
       p_.head_base = group_launches_[g] * static_cast<unsigned long long>(lg.tasks + grid);
-      llama_tasks<<<grid, dev::kThreads, smem_, stream_>>>(p_);
+      kernel_<<<grid, dev::kThreads, smem_, stream_>>>(p_);
       ++group_launches_[g];
       ++stats_.launches;
     }
@@ -364,6 +384,7 @@ class Engine final : public LlamaGpu {
   int64_t ctx_ = 0, pos_ = 0, prompt_end_ = 0, positions_run_ = 0;
   int workers_ = 0;
   size_t smem_ = 0;
+  void (*kernel_)(dev::Params) = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocs_;
   std::vector<dev::DevWeight> dw_;

@@ -120,12 +120,20 @@ struct LlamaSchedule {
   std::string summary() const;  // "megakernel: 1 launch per token, 487 ops, 12,345 tasks"
 };
 
+// How a GEMV's rows are cut into tasks. balanced: the task size (a multiple of 8 rows, one per warp)
+// that minimizes the rows one worker runs, waves x rows per task, for the given workers (ties: fewer,
+// larger tasks). two_per_worker: about two tasks per worker, the smallest multiple of 8 rows that gives it.
+enum class GemvSplit { balanced, two_per_worker };
+
 // Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
 // head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
 // every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul,
 // the attention combine and the residuals into the GEMVs and RoPE into the KV append (9 per layer).
 // user_error when the context does not fit the model's.
-LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers);
+LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
+                             GemvSplit split = GemvSplit::balanced);
+// Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
+int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
 // internal_error naming what is wrong. build_schedule's result always passes; tests call it.
 void verify_schedule(const LlamaSchedule& s);
@@ -140,7 +148,19 @@ struct LlamaGpuOptions {
   int64_t context = 0;  // KV-cache positions; 0 = the model's context
   GpuWeights weights = GpuWeights::native;
   int blocks_per_sm = 0;  // 0: as many as fit
+  // Tuning switches (the defaults are the fast path; the alternatives keep the earlier behaviour
+  // available for comparison, see docs/llama-gpu.md):
+  int min_blocks_per_sm = 4;             // the task kernel's register budget: 4 (64 registers) or 2 (128)
+  int64_t prefetch_bytes = 32 << 10;     // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
+  GemvSplit gemv_split = GemvSplit::balanced;
+  bool fetch_ahead = true;               // fused modes: take the next task from the queue before running one
 };
+
+// Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
+//   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1
+// user_error naming the bad item and the accepted ones. The engine without these changes to its speed:
+// "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0".
+void apply_tuning(const std::string& list, LlamaGpuOptions& o);
 
 struct LlamaGpuStats {
   int64_t positions = 0;      // positions run

@@ -45,6 +45,8 @@ struct Params {
   int32_t group, group_first_task, group_tasks;
   unsigned long long head_base;  // heads[group] before this launch
   int32_t dynamic;               // 1: fetch tasks from the queue and wait on dependencies
+  int64_t prefetch_bytes;        // L2 prefetch per GEMV task: 0 none, < 0 the whole task
+  int32_t fetch_ahead;           // 1: take the next task index before running the current one
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -122,29 +124,46 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
   }
 }
 
+// The 16-byte pieces of a row a lane reads, kLoads at a time: all kLoads loads are issued before any
+// of their arithmetic, so each lane keeps kLoads x 16 bytes in flight (a warp 2 KiB at kLoads = 4). A
+// plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
+constexpr int kLoads = 4;
+
+template <class Dot>
+__device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
+  float acc = 0;
+  for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
+    uint4 q[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = c0 + 32 * u;
+      q[u] = c < n ? ld_weight(row + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = c0 + 32 * u;
+      if (c < n) acc += dot(q[u], c);
+    }
+  }
+  return acc;
+}
+
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum.
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
                                          int lane) {
   float acc = 0;
   const int cols = w.cols;
   if (w.format == kBF16) {
-    const uint8_t* row = w.q + r * int64_t(cols) * 2;
-    const int n = cols / 8;
-#pragma unroll 4
-    for (int c = lane; c < n; c += 32) {
-      const uint4 q = ld_weight(row + int64_t(c) * 16);
+    acc = dot_pieces(w.q + r * int64_t(cols) * 2, cols / 8, lane, [&](const uint4& q, int c) {
       const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
       const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
-      acc += bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
-      acc += bf16_lo(q.z) * b.x + bf16_hi(q.z) * b.y + bf16_lo(q.w) * b.z + bf16_hi(q.w) * b.w;
-    }
+      float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
+      s += bf16_lo(q.z) * b.x + bf16_hi(q.z) * b.y + bf16_lo(q.w) * b.z + bf16_hi(q.w) * b.w;
+      return s;
+    });
   } else if (w.format == kQ8_0) {
-    const uint8_t* row = w.q + r * int64_t(cols);
     const __half* sc = reinterpret_cast<const __half*>(w.s) + r * int64_t(cols / 32);
-    const int n = cols / 16;
-#pragma unroll 4
-    for (int c = lane; c < n; c += 32) {
-      const uint4 q = ld_weight(row + int64_t(c) * 16);
+    acc = dot_pieces(w.q + r * int64_t(cols), cols / 16, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       float s = 0;
 #pragma unroll
@@ -153,15 +172,11 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
         s += float(int8_t(words[k])) * a.x + float(int8_t(words[k] >> 8)) * a.y +
              float(int8_t(words[k] >> 16)) * a.z + float(int8_t(words[k] >> 24)) * a.w;
       }
-      acc += __half2float(sc[c / 2]) * s;
-    }
-  } else {  // Q4_1: one lane per block of 32
-    const uint8_t* row = w.q + r * int64_t(cols / 2);
+      return __half2float(sc[c / 2]) * s;
+    });
+  } else {  // Q4_1: a 16-byte piece is one block of 32
     const __half2* sc = reinterpret_cast<const __half2*>(w.s) + r * int64_t(cols / 32);
-    const int n = cols / 32;
-#pragma unroll 2
-    for (int c = lane; c < n; c += 32) {
-      const uint4 q = ld_weight(row + int64_t(c) * 16);
+    acc = dot_pieces(w.q + r * int64_t(cols / 2), cols / 32, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       const float* xb = x + c * 32;
       float sq = 0, sx = 0;
@@ -177,8 +192,8 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
         sx += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
       }
       const float2 dm = __half22float2(sc[c]);
-      acc += dm.x * sq + dm.y * sx;
-    }
+      return dm.x * sq + dm.y * sx;
+    });
   }
   return warp_sum(acc);
 }
@@ -439,13 +454,18 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
 // Starts streaming a GEMV task's weight rows from HBM into L2 (the bulk-copy engine's prefetch, no
 // registers or shared memory involved) before the task waits for its producers, so that the weights of
 // the next layer load while the current one finishes. A hint: correctness does not depend on it.
+// At most p.prefetch_bytes of the task's rows (< 0: all of them): every resident block prefetches for
+// the task it holds, so the bytes in L2 at once are up to workers x that bound, and a bound too large
+// for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
+// which then come from HBM twice.
 __device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
-  if (op.kind != OpKind::gemv || threadIdx.x != 0) return;
+  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0) return;
   const DevWeight w = p.weights[op.weight];
   const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   const uint8_t* base = w.q + r0 * row_bytes;
-  const int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
+  int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
+  if (p.prefetch_bytes > 0) bytes = min(bytes, p.prefetch_bytes & ~int64_t(15));
   constexpr int64_t kPiece = 1 << 16;
   for (int64_t off = 0; off < bytes; off += kPiece) {
     const uint32_t n = uint32_t(min(kPiece, bytes - off));

@@ -1,6 +1,7 @@
 // The GPU engine's host side that needs no GPU: the operation list of a Llama model (from its shapes),
 // its split into tasks, the launch groups of each mode, and the memory estimate.
 #include <algorithm>
+#include <limits>
 #include <sstream>
 
 #include "backends/cuda/llama_gpu.h"
@@ -31,6 +32,41 @@ Launch parse_launch(const std::string& s) {
   if (s == "per-layer") return Launch::per_layer;
   if (s == "megakernel") return Launch::megakernel;
   fail_user("unknown --launch mode '", s, "'; modes: per-op, per-layer, megakernel");
+}
+
+void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
+  static const char* kItems = "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1";
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto bad = [&]() { fail_user("--gpu-tune: '", item, "' is not one of ", kItems, ""); };
+    auto number = [&]() {
+      MP_USER_CHECK(!value.empty() && value.size() <= 9 &&
+                        value.find_first_not_of("0123456789") == std::string::npos,
+                    "--gpu-tune: '", item, "': expected a whole number");
+      return std::stoll(value);
+    };
+    if (key == "min-blocks") {
+      if (value != "2" && value != "4") bad();
+      o.min_blocks_per_sm = int(number());
+    } else if (key == "prefetch-kib") {
+      o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
+    } else if (key == "split") {
+      if (value == "balanced")
+        o.gemv_split = GemvSplit::balanced;
+      else if (value == "two-per-worker")
+        o.gemv_split = GemvSplit::two_per_worker;
+      else
+        bad();
+    } else if (key == "fetch-ahead") {
+      if (value != "0" && value != "1") bad();
+      o.fetch_ahead = value == "1";
+    } else {
+      bad();
+    }
+  }
 }
 
 const char* to_string(GpuWeights w) { return w == GpuWeights::native ? "native" : "bf16"; }
@@ -103,7 +139,23 @@ std::string layer_name(int64_t l, const char* what) { return "blk." + std::to_st
 
 }  // namespace
 
-LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers) {
+int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
+  MP_USER_CHECK(rows >= 1 && workers >= 1, "GPU engine: a GEMV of ", rows, " rows over ", workers, " workers");
+  if (split == GemvSplit::two_per_worker)
+    return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
+  // A task's 8 warps each run ceil(rows per task / 8) rows; a worker runs ceil(tasks / workers) tasks.
+  const int64_t warp_rows = ceil_div(rows, 8);
+  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
+  for (int64_t k = 1; k <= 32; ++k) {
+    const int64_t cost = ceil_div(ceil_div(warp_rows, k), workers) * k;
+    if (cost <= best_cost) best = k, best_cost = cost;  // ties: the larger tasks
+    if (k >= warp_rows) break;
+  }
+  return 8 * best;
+}
+
+LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
+                             GemvSplit split) {
   s.check();
   MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
                 " positions; it must be in [1, ", s.context, "] (the model's context length)");
@@ -133,10 +185,7 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     sc.weights.push_back({name, rows, cols});
     return int32_t(sc.weights.size() - 1);
   };
-  // Rows per GEMV task: about two tasks per worker, whole warps (8 per block) of rows.
-  auto gemv_rows = [&](int64_t rows) {
-    return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
-  };
+  auto gemv_rows = [&](int64_t rows) { return gemv_rows_per_task(rows, workers, split); };
   constexpr int64_t kElemsPerTask = 2048;
   int32_t group = 0;
   auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,

@@ -192,6 +192,7 @@ int run_generate(Args& a) {
   auto target = a.value({"--target"}).value_or("cpu");
   auto launch_opt = a.value({"--launch"});
   auto gpu_weights_opt = a.value({"--gpu-weights"});
+  auto gpu_tune_opt = a.value({"--gpu-tune"});
   bool json = a.flag({"--json"});
   bool quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
@@ -200,13 +201,15 @@ int run_generate(Args& a) {
     throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
   if (target != "cpu" && target != "cuda")
     throw usage_error("unknown --target '" + target + "' for generate (cpu, cuda)");
-  if ((launch_opt || gpu_weights_opt) && target != "cuda")
-    throw usage_error(std::string(launch_opt ? "--launch" : "--gpu-weights") + " needs --target cuda");
+  if ((launch_opt || gpu_weights_opt || gpu_tune_opt) && target != "cuda")
+    throw usage_error(std::string(launch_opt ? "--launch" : gpu_weights_opt ? "--gpu-weights" : "--gpu-tune") +
+                      " needs --target cuda");
   cuda::LlamaGpuOptions gpu_opt;
   if (launch_opt) gpu_opt.launch = cuda::parse_launch(*launch_opt);
   if (gpu_weights_opt && *gpu_weights_opt != "native" && *gpu_weights_opt != "bf16")
     throw usage_error("--gpu-weights '" + *gpu_weights_opt + "': native (Q8_0 / Q4_1 kept) or bf16");
   if (gpu_weights_opt == "bf16") gpu_opt.weights = cuda::GpuWeights::bf16;
+  if (gpu_tune_opt) cuda::apply_tuning(*gpu_tune_opt, gpu_opt);
   if (prompt_opt && chat_opt) throw usage_error("give either --prompt or --chat, not both");
   if (model_opt && shapes) throw usage_error("give either --model or --shapes, not both");
 
@@ -521,8 +524,8 @@ MP_REGISTER_COMMAND(
     "generate", "generate text from a Llama GGUF model on the CPU or GPU (SmolLM2-135M by default)",
     "usage: metapipe generate [--model FILE.gguf | --shapes PRESET] [--prompt TEXT | --chat TEXT] [-n N]\n"
     "                         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
-    "                         [--ctx N] [--target cpu|cuda] [--launch MODE] [--gpu-weights W] [--json]\n"
-    "                         [--quiet]\n\n"
+    "                         [--ctx N] [--target cpu|cuda] [--launch MODE] [--gpu-weights W]\n"
+    "                         [--gpu-tune LIST] [--json] [--quiet]\n\n"
     "Runs the Llama program that metapipe generates for the model's shapes on the CPU engine with the\n"
     "file's quantized weights, streams the text, then prints prompt and decode tokens/s.\n\n"
     "  --model FILE     a GGUF file (general.architecture llama); default: SmolLM2-135M-Instruct Q4_1,\n"
@@ -543,6 +546,9 @@ MP_REGISTER_COMMAND(
     "  --launch MODE    with --target cuda: per-op (a kernel per operation), per-layer (one per decoder\n"
     "                   layer) or megakernel (one persistent kernel per token; the default)\n"
     "  --gpu-weights W  with --target cuda: native (Q8_0 / Q4_1 stay quantized; the default) or bf16\n"
+    "  --gpu-tune LIST  with --target cuda: tuning switches, comma-separated: min-blocks=2|4,\n"
+    "                   prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1\n"
+    "                   (defaults min-blocks=4,prefetch-kib=32,split=balanced,fetch-ahead=1)\n"
     "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
     "                   decode_tokens_per_s, ...}\n"
     "  --quiet          do not stream the text\n",

@@ -68,9 +68,10 @@ TEST(LlamaGpuSchedule, ReadsEveryWeightOfTheModel) {
 
 // Every task once; GEMV tasks cover their rows exactly once; attention has a task per (head, chunk).
 TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
-  for (int64_t workers : {1, 7, 132, 528, 1056}) {
+  for (int64_t workers : {1, 7, 132, 528, 1056})
+    for (GemvSplit split : {GemvSplit::balanced, GemvSplit::two_per_worker})
     for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
-      auto sc = build_schedule(shapes("smollm2-135m"), m, 1000, workers);
+      auto sc = build_schedule(shapes("smollm2-135m"), m, 1000, workers, split);
       EXPECT_NO_THROW(verify_schedule(sc));
       std::set<std::pair<int32_t, int32_t>> seen;
       for (auto& t : sc.tasks) EXPECT_TRUE(seen.insert({t.op, t.index}).second);
@@ -102,7 +103,49 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
           EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
         }
     }
-  }
+}
+
+// The balanced split never gives a worker more rows than two tasks per worker does (the makespan of a
+// wave model: waves x warp rows per task), and picks the sizes worked out by hand for Llama 3.1 8B on
+// 132 SMs x 3 blocks: FFN gate / up 14,336 rows -> 40 per task (359 tasks, one wave) where two per
+// worker gives 24 (598 tasks, two waves); 4,096 rows -> 16 (256 tasks, one wave).
+TEST(LlamaGpuSchedule, BalancedGemvSplit) {
+  auto makespan = [](int64_t rows, int64_t workers, int64_t per_task) {
+    const int64_t tasks = (rows + per_task - 1) / per_task;
+    return (tasks + workers - 1) / workers * ((per_task + 7) / 8);
+  };
+  for (int64_t rows : {8, 64, 192, 576, 1024, 1536, 4096, 14336, 49152, 128256})
+    for (int64_t workers : {1, 7, 132, 264, 396, 528, 1056}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, " + std::to_string(workers) + " workers");
+      const int64_t b = gemv_rows_per_task(rows, workers, GemvSplit::balanced);
+      const int64_t t = gemv_rows_per_task(rows, workers, GemvSplit::two_per_worker);
+      EXPECT_EQ(b % 8, 0);
+      EXPECT_GE(b, 8);
+      EXPECT_LE(b, 256);
+      EXPECT_LE(makespan(rows, workers, b), makespan(rows, workers, t));
+    }
+  EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::balanced), 40);
+  EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::two_per_worker), 24);
+  EXPECT_EQ(gemv_rows_per_task(4096, 396, GemvSplit::balanced), 16);
+}
+
+TEST(LlamaGpuOptions, Tuning) {
+  LlamaGpuOptions o;
+  EXPECT_EQ(o.min_blocks_per_sm, 4);
+  EXPECT_EQ(o.prefetch_bytes, 32 << 10);
+  apply_tuning("min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0", o);
+  EXPECT_EQ(o.min_blocks_per_sm, 2);
+  EXPECT_EQ(o.prefetch_bytes, -1);
+  EXPECT_EQ(o.gemv_split, GemvSplit::two_per_worker);
+  EXPECT_FALSE(o.fetch_ahead);
+  apply_tuning("prefetch-kib=0,fetch-ahead=1,split=balanced,min-blocks=4", o);
+  EXPECT_EQ(o.prefetch_bytes, 0);
+  EXPECT_TRUE(o.fetch_ahead);
+  EXPECT_EQ(o.gemv_split, GemvSplit::balanced);
+  EXPECT_EQ(o.min_blocks_per_sm, 4);
+  EXPECT_USER_ERROR(apply_tuning("min-blocks=3", o), "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
+  EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o), "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
+  EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
 
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
@@ -236,6 +279,12 @@ TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
   auto c = test::run_cli("generate --shapes toy --launch per-op -n 2");
   EXPECT_EQ(c.status, 2) << c.out;
   EXPECT_NE(c.out.find("--launch needs --target cuda"), std::string::npos) << c.out;
+  auto t = test::run_cli("generate --shapes toy --gpu-tune min-blocks=2 -n 2");
+  EXPECT_EQ(t.status, 2) << t.out;
+  EXPECT_NE(t.out.find("--gpu-tune needs --target cuda"), std::string::npos) << t.out;
+  auto b = test::run_cli("generate --shapes toy --target cuda --gpu-tune split=even -n 2");
+  EXPECT_EQ(b.status, 1) << b.out;
+  EXPECT_NE(b.out.find("--gpu-tune: 'split=even' is not one of"), std::string::npos) << b.out;
   if (query_gpu()) return;
   auto g = test::run_cli("generate --shapes toy --target cuda -n 2");
   EXPECT_EQ(g.status, 1) << g.out;
