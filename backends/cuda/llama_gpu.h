@@ -150,10 +150,10 @@ struct LlamaGpuOptions {
   int blocks_per_sm = 0;  // 0: as many as fit
   // Tuning switches (the defaults are the fast path; the alternatives keep the earlier behaviour
   // available for comparison, see docs/llama-gpu.md):
-  int min_blocks_per_sm = 4;             // the task kernel's register budget: 4 (64 registers) or 2 (128)
-  int64_t prefetch_bytes = 32 << 10;     // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
+  int min_blocks_per_sm = 4;          // the task kernel's register budget: 4 (64 registers) or 2 (128)
+  int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
   GemvSplit gemv_split = GemvSplit::balanced;
-  bool fetch_ahead = true;               // fused modes: take the next task from the queue before running one
+  bool fetch_ahead = true;  // fused modes: take the next task from the queue before running one
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):

@@ -35,7 +35,8 @@ Launch parse_launch(const std::string& s) {
 }
 
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
-  static const char* kItems = "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1";
+  static const char* kItems =
+      "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -43,9 +44,9 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
     const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     auto bad = [&]() { fail_user("--gpu-tune: '", item, "' is not one of ", kItems, ""); };
     auto number = [&]() {
-      MP_USER_CHECK(!value.empty() && value.size() <= 9 &&
-                        value.find_first_not_of("0123456789") == std::string::npos,
-                    "--gpu-tune: '", item, "': expected a whole number");
+      MP_USER_CHECK(
+          !value.empty() && value.size() <= 9 && value.find_first_not_of("0123456789") == std::string::npos,
+          "--gpu-tune: '", item, "': expected a whole number");
       return std::stoll(value);
     };
     if (key == "min-blocks") {
@@ -140,7 +141,8 @@ std::string layer_name(int64_t l, const char* what) { return "blk." + std::to_st
 }  // namespace
 
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
-  MP_USER_CHECK(rows >= 1 && workers >= 1, "GPU engine: a GEMV of ", rows, " rows over ", workers, " workers");
+  MP_USER_CHECK(rows >= 1 && workers >= 1, "GPU engine: a GEMV of ", rows, " rows over ", workers,
+                " workers");
   if (split == GemvSplit::two_per_worker)
     return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
   // A task's 8 warps each run ceil(rows per task / 8) rows; a worker runs ceil(tasks / workers) tasks.

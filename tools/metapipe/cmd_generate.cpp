@@ -202,7 +202,9 @@ int run_generate(Args& a) {
   if (target != "cpu" && target != "cuda")
     throw usage_error("unknown --target '" + target + "' for generate (cpu, cuda)");
   if ((launch_opt || gpu_weights_opt || gpu_tune_opt) && target != "cuda")
-    throw usage_error(std::string(launch_opt ? "--launch" : gpu_weights_opt ? "--gpu-weights" : "--gpu-tune") +
+    throw usage_error(std::string(launch_opt        ? "--launch"
+                                  : gpu_weights_opt ? "--gpu-weights"
+                                                    : "--gpu-tune") +
                       " needs --target cuda");
   cuda::LlamaGpuOptions gpu_opt;
   if (launch_opt) gpu_opt.launch = cuda::parse_launch(*launch_opt);

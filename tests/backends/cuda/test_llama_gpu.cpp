@@ -70,39 +70,39 @@ TEST(LlamaGpuSchedule, ReadsEveryWeightOfTheModel) {
 TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
   for (int64_t workers : {1, 7, 132, 528, 1056})
     for (GemvSplit split : {GemvSplit::balanced, GemvSplit::two_per_worker})
-    for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
-      auto sc = build_schedule(shapes("smollm2-135m"), m, 1000, workers, split);
-      EXPECT_NO_THROW(verify_schedule(sc));
-      std::set<std::pair<int32_t, int32_t>> seen;
-      for (auto& t : sc.tasks) EXPECT_TRUE(seen.insert({t.op, t.index}).second);
-      int64_t sum = 0;
-      for (auto& o : sc.ops) sum += o.tasks;
-      EXPECT_EQ(sum, int64_t(sc.tasks.size()));
-      for (auto& o : sc.ops) {
-        if (o.kind == OpKind::gemv) {
-          std::vector<int> hit(size_t(o.rows), 0);
-          for (int32_t t = 0; t < o.tasks; ++t)
-            for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r)
-              ++hit[size_t(r)];
-          EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
-          EXPECT_EQ(o.per_task % 8, 0);  // whole warps
+      for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
+        auto sc = build_schedule(shapes("smollm2-135m"), m, 1000, workers, split);
+        EXPECT_NO_THROW(verify_schedule(sc));
+        std::set<std::pair<int32_t, int32_t>> seen;
+        for (auto& t : sc.tasks) EXPECT_TRUE(seen.insert({t.op, t.index}).second);
+        int64_t sum = 0;
+        for (auto& o : sc.ops) sum += o.tasks;
+        EXPECT_EQ(sum, int64_t(sc.tasks.size()));
+        for (auto& o : sc.ops) {
+          if (o.kind == OpKind::gemv) {
+            std::vector<int> hit(size_t(o.rows), 0);
+            for (int32_t t = 0; t < o.tasks; ++t)
+              for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r)
+                ++hit[size_t(r)];
+            EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
+            EXPECT_EQ(o.per_task % 8, 0);  // whole warps
+          }
+          if (o.kind == OpKind::attention) {
+            EXPECT_EQ(o.tasks, 9 * sc.attn_chunks);
+            EXPECT_GE(int64_t(sc.attn_chunk) * sc.attn_chunks, 1000);
+            EXPECT_LT(int64_t(sc.attn_chunk) * (sc.attn_chunks - 1), 1000);
+          }
         }
-        if (o.kind == OpKind::attention) {
-          EXPECT_EQ(o.tasks, 9 * sc.attn_chunks);
-          EXPECT_GE(int64_t(sc.attn_chunk) * sc.attn_chunks, 1000);
-          EXPECT_LT(int64_t(sc.attn_chunk) * (sc.attn_chunks - 1), 1000);
-        }
+        // Groups: contiguous, in order; per-layer groups hold one layer each.
+        for (auto& g : sc.groups)
+          for (int32_t i = g.first_op; i < g.first_op + g.ops; ++i)
+            EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
+        if (m == Launch::per_layer)
+          for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
+            EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer
+            EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
+          }
       }
-      // Groups: contiguous, in order; per-layer groups hold one layer each.
-      for (auto& g : sc.groups)
-        for (int32_t i = g.first_op; i < g.first_op + g.ops; ++i)
-          EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
-      if (m == Launch::per_layer)
-        for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
-          EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer
-          EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
-        }
-    }
 }
 
 // The balanced split never gives a worker more rows than two tasks per worker does (the makespan of a
@@ -143,8 +143,10 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_TRUE(o.fetch_ahead);
   EXPECT_EQ(o.gemv_split, GemvSplit::balanced);
   EXPECT_EQ(o.min_blocks_per_sm, 4);
-  EXPECT_USER_ERROR(apply_tuning("min-blocks=3", o), "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
-  EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o), "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
+  EXPECT_USER_ERROR(apply_tuning("min-blocks=3", o),
+                    "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
+  EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o),
+                    "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
   EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
 
