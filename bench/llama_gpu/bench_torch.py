@@ -90,10 +90,12 @@ class Llama:
                 a = torch.nn.functional.scaled_dot_product_attention(
                     q.view(1, H, 1, Dh), L["k"], L["v"], attn_mask=mask, enable_gqa=True)
             else:
-                rep = H // HKV
+                # Each kv head repeated for its group by expand + reshape (no output size to compute on the
+                # host, unlike some versions of repeat_interleave).
+                def rep(t):
+                    return t[:, :, None].expand(1, HKV, H // HKV, self.ctx, Dh).reshape(1, H, self.ctx, Dh)
                 a = torch.nn.functional.scaled_dot_product_attention(
-                    q.view(1, H, 1, Dh), L["k"].repeat_interleave(rep, 1), L["v"].repeat_interleave(rep, 1),
-                    attn_mask=mask)
+                    q.view(1, H, 1, Dh), rep(L["k"]), rep(L["v"]), attn_mask=mask)
             x = x + L["wo"] @ a.view(qw)
             h = self.rms(x, L["n2"])
             gu = L["wgu"] @ h
