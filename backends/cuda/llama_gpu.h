@@ -148,8 +148,8 @@ struct LlamaGpuOptions {
   int64_t context = 0;  // KV-cache positions; 0 = the model's context
   GpuWeights weights = GpuWeights::native;
   int blocks_per_sm = 0;  // 0: as many as fit
-  // Tuning switches (the defaults are the fast path; the alternatives keep the earlier behaviour
-  // available for comparison, see docs/llama-gpu.md):
+  // Tuning switches (the defaults are meant to be the fast path; each alternative is the simpler
+  // setting, kept for comparison, see docs/llama-gpu.md):
   int min_blocks_per_sm = 4;          // the task kernel's register budget: 4 (64 registers) or 2 (128)
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
   GemvSplit gemv_split = GemvSplit::balanced;
@@ -158,7 +158,7 @@ struct LlamaGpuOptions {
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
 //   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1
-// user_error naming the bad item and the accepted ones. The engine without these changes to its speed:
+// user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);
 

@@ -60,12 +60,12 @@ for mode in per-op per-layer megakernel; do
   run "smollm2-135m bf16 | metapipe $mode" --launch $mode --shapes smollm2-135m --prompt "$text"
   run "llama3.1-8b bf16 | metapipe $mode" --launch $mode --shapes llama3.1-8b --prompt "$text"
 done
-# The megakernel with single tuning switches changed, and with all of them at the earlier settings
+# The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
-earlier="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0"
-for tune in "$earlier" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0; do
+alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0"
+for tune in "$alternatives" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0; do
   label="megakernel --gpu-tune $tune"
-  [ "$tune" = "$earlier" ] && label="megakernel, earlier settings"
+  [ "$tune" = "$alternatives" ] && label="megakernel, every switch at its alternative"
   for shapes in smollm2-135m llama3.1-8b; do
     run "$shapes bf16 | metapipe $label" --launch megakernel --gpu-tune "$tune" --shapes $shapes --prompt "$text"
   done
