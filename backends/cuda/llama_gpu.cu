@@ -25,8 +25,8 @@ void check_cuda(cudaError_t e, const char* what) {
 #define MP_CUDA(call) check_cuda((call), #call)
 
 // MinBlocks blocks per SM at least: the register budget (65,536 / (256 x MinBlocks) per thread). At 4,
-// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 2 allows up to 128
-// registers and gives 16 warps per SM, kept for comparison (--gpu-tune min-blocks=2).
+// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 2 allows up
+// to 128 registers and gives 16 warps per SM, kept for comparison (--gpu-tune min-blocks=2).
 template <int MinBlocks>
 __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
   extern __shared__ __align__(16) float smem[];
