@@ -16,6 +16,7 @@
 
 #include "backends/cpu/interpreter.h"
 #include "backends/cpu/quant_matmul.h"
+#include "backends/cuda/llama_gpu.h"
 #include "core/random.h"
 #include "core/text.h"
 #include "core/thread_pool.h"
@@ -90,6 +91,93 @@ long max_rss_kib() {
   return u.ru_maxrss;
 }
 
+// --target cuda: the GPU engine in one launch mode, greedy. The prompt runs position by position; then
+// tokens come in chunks (each a run of positions with no host round trip between them), streamed as each
+// chunk completes; decoding stops at the end-of-generation token.
+int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, const models::Tokenizer* tok,
+                  const std::string& text, const std::vector<int32_t>& prompt, int64_t n,
+                  const cuda::LlamaGpuOptions& o, bool json, bool quiet, uint64_t seed) {
+  auto shapes = cuda::shapes_of(cfg, models::rope_frequency);
+  double t_load = now_ms();
+  std::unique_ptr<cuda::LlamaGpu> gpu;
+  if (file) {
+    models::RunnerOptions ro;
+    ro.context = 1;  // only the weight bindings are used
+    auto bind = models::LlamaRunner::from_gguf(*file, ro);
+    gpu = cuda::LlamaGpu::create(shapes, bind->weights(), o);
+  } else {
+    gpu = cuda::LlamaGpu::random(shapes, o, seed);
+  }
+  t_load = now_ms() - t_load;
+  auto emit = [&](int32_t id) {
+    if (!quiet) std::cout << (tok ? tok->token_bytes(id) : " " + std::to_string(id)) << std::flush;
+  };
+  if (!quiet) std::cout << (tok ? tok->decode(prompt) : text) << std::flush;
+  double t0 = now_ms();
+  gpu->feed(prompt);
+  std::vector<int32_t> out = {gpu->last_prediction()};
+  const double t_prompt = now_ms() - t0;
+  emit(out[0]);
+  bool ended = tok && tok->is_end_of_generation(out[0]);
+  const int64_t kv0 = gpu->stats().kv_bytes_read, launches0 = gpu->stats().launches;
+  int64_t decoded = 0;
+  double t_decode = 0;
+  while (!ended && int64_t(out.size()) < n) {
+    const int64_t k = std::min<int64_t>(8, n - int64_t(out.size()));
+    double t = now_ms();
+    auto more = gpu->generate(k);
+    t_decode += now_ms() - t;
+    decoded += k;
+    for (int32_t id : more) {
+      out.push_back(id);
+      emit(id);
+      if (tok && tok->is_end_of_generation(id)) {
+        ended = true;
+        break;
+      }
+    }
+  }
+  const auto& st = gpu->stats();
+  const double ms_tok = decoded ? t_decode / double(decoded) : 0.0;
+  const double launches_tok = decoded ? double(st.launches - launches0) / double(decoded)
+                                      : double(gpu->schedule().launches_per_token());
+  const double bytes = double(st.weight_bytes) * double(decoded) + double(st.kv_bytes_read - kv0);
+  const double gbps = t_decode > 0 ? bytes / (t_decode / 1e3) / 1e9 : 0.0;
+  std::string gen_text;
+  if (tok) {
+    gen_text = tok->decode(out);
+  } else {
+    for (auto id : out) gen_text += (gen_text.empty() ? "" : " ") + std::to_string(id);
+  }
+  std::ostringstream s;
+  s << "\n\nmodel: " << cfg.name << " (" << cfg.summary() << "), "
+    << (file ? std::string("GGUF weights (") + cuda::to_string(o.weights) + ")" : "random bf16 weights")
+    << "\n";
+  s << "gpu: " << gpu->device_name() << ", " << st.sm_count << " SMs, " << st.workers << " blocks; "
+    << gpu->schedule().summary() << "\n";
+  s << "load: " << format_ms(t_load) << "\n";
+  s << "prompt eval: " << prompt.size() << " tokens in " << format_ms(t_prompt) << "\n";
+  s << "decode: " << decoded << " tokens in " << format_ms(t_decode) << " (" << jnum(ms_tok) << " ms/token, "
+    << jnum(decoded ? 1e3 / ms_tok : 0.0) << " tokens/s)\n";
+  s << "launches per token: " << jnum(launches_tok) << "\n";
+  s << "bandwidth: " << jnum(gbps) << " GB/s (" << jnum(double(st.weight_bytes) / 1e9)
+    << " GB of weights per token, plus the KV cache read)\n";
+  std::cout << s.str();
+  if (json) {
+    std::cout << "{\"model\": " << jstr(cfg.name)
+              << ", \"target\": \"cuda\", \"launch\": " << jstr(cuda::to_string(o.launch))
+              << ", \"prompt_tokens\": " << jids(prompt) << ", \"tokens\": " << jids(out)
+              << ", \"text\": " << jstr(gen_text) << ", \"prompt_ms\": " << jnum(t_prompt)
+              << ", \"decode_ms\": " << jnum(t_decode) << ", \"decode_calls\": " << decoded
+              << ", \"ms_per_token\": " << jnum(ms_tok)
+              << ", \"decode_tokens_per_s\": " << jnum(decoded ? 1e3 / ms_tok : 0.0)
+              << ", \"launches_per_token\": " << jnum(launches_tok)
+              << ", \"bandwidth_gb_per_s\": " << jnum(gbps) << ", \"weight_bytes\": " << st.weight_bytes
+              << ", \"context\": " << gpu->context() << "}\n";
+  }
+  return 0;
+}
+
 int run_generate(Args& a) {
   auto model_opt = a.value({"--model", "-m"});
   auto shapes = a.value({"--shapes"});
@@ -103,13 +191,28 @@ int run_generate(Args& a) {
   auto threads_opt = a.integer({"--threads", "-t"});
   auto ctx_opt = a.integer({"--ctx", "-c"});
   auto target = a.value({"--target"}).value_or("cpu");
+  auto launch_opt = a.value({"--launch"});
+  auto gpu_weights_opt = a.value({"--gpu-weights"});
+  auto gpu_tune_opt = a.value({"--gpu-tune"});
   bool json = a.flag({"--json"});
   bool quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
   a.finish();
   if (!pos.empty())
     throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
-  if (target != "cpu") throw usage_error("unknown --target '" + target + "' for generate (cpu)");
+  if (target != "cpu" && target != "cuda")
+    throw usage_error("unknown --target '" + target + "' for generate (cpu, cuda)");
+  if ((launch_opt || gpu_weights_opt || gpu_tune_opt) && target != "cuda")
+    throw usage_error(std::string(launch_opt        ? "--launch"
+                                  : gpu_weights_opt ? "--gpu-weights"
+                                                    : "--gpu-tune") +
+                      " needs --target cuda");
+  cuda::LlamaGpuOptions gpu_opt;
+  if (launch_opt) gpu_opt.launch = cuda::parse_launch(*launch_opt);
+  if (gpu_weights_opt && *gpu_weights_opt != "native" && *gpu_weights_opt != "bf16")
+    throw usage_error("--gpu-weights '" + *gpu_weights_opt + "': native (Q8_0 / Q4_1 kept) or bf16");
+  if (gpu_weights_opt == "bf16") gpu_opt.weights = cuda::GpuWeights::bf16;
+  if (gpu_tune_opt) cuda::apply_tuning(*gpu_tune_opt, gpu_opt);
   if (prompt_opt && chat_opt) throw usage_error("give either --prompt or --chat, not both");
   if (model_opt && shapes) throw usage_error("give either --model or --shapes, not both");
 
@@ -169,6 +272,13 @@ int run_generate(Args& a) {
                 " tokens");
   MP_USER_CHECK(P + n - 1 <= ctx, "the prompt (", P, " tokens) and ", n, " new tokens need ", P + n - 1,
                 " positions but the context is ", ctx, " tokens; lower -n or raise --ctx");
+
+  if (target == "cuda") {
+    if (smp.temperature != 0) throw not_supported("sampling on the GPU (--target cuda decodes greedily)");
+    gpu_opt.context = ctx;
+    return generate_cuda(cfg, file ? &*file : nullptr, tok ? &*tok : nullptr, text, prompt, n, gpu_opt, json,
+                         quiet, smp.seed);
+  }
 
   models::RunnerOptions ro;
   ro.threads = int(threads);
@@ -361,13 +471,68 @@ std::vector<DemoRow> smollm2_rows(const DemoContext& ctx) {
 }
 MP_REGISTER_DEMO("smollm2-cpu", 20, smollm2_rows);
 
+// The GPU rows: SmolLM2 greedy in each launch mode, the first tokens checked against the CPU engine's,
+// then ms/token and launches per token over a short decode.
+std::vector<DemoRow> smollm2_gpu_rows(const DemoContext& ctx) {
+  if (!ctx.gpu || !ctx.wants("cuda")) return {};
+  std::vector<DemoRow> rows;
+  try {
+    auto f = models::GgufFile::open(models::default_model_path());
+    auto cfg = models::LlamaConfig::from_gguf(f);
+    auto tok = models::Tokenizer::from_gguf(f);
+    const std::vector<int32_t> prompt = tok.encode("The capital of France is", true);
+    const int n_check = 8, n_time = ctx.quick ? 16 : 64;
+    models::RunnerOptions ro{ThreadPool::default_threads(), 256};
+    auto cpu_runner = models::LlamaRunner::from_gguf(f, ro);
+    std::vector<float> logits = cpu_runner->forward(prompt);
+    std::vector<int32_t> want;
+    for (int i = 0; i < n_check; ++i) {
+      want.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+      if (i + 1 < n_check) logits = cpu_runner->forward({want.back()});
+    }
+    for (auto mode : {cuda::Launch::per_op, cuda::Launch::per_layer, cuda::Launch::megakernel}) {
+      DemoRow row{"smollm2-135m", std::string("cuda:") + cuda::to_string(mode), "", "", true};
+      try {
+        cuda::LlamaGpuOptions o;
+        o.launch = mode, o.context = 256;
+        auto g =
+            cuda::LlamaGpu::create(cuda::shapes_of(cfg, models::rope_frequency), cpu_runner->weights(), o);
+        g->feed(prompt);
+        std::vector<int32_t> got = {g->last_prediction()};
+        auto more = g->generate(n_check - 1);
+        got.insert(got.end(), more.begin(), more.end());
+        const int64_t l0 = g->stats().launches;
+        double t = now_ms();
+        g->generate(n_time);
+        t = now_ms() - t;
+        row.ok = got == want;
+        row.check = row.ok ? "ok (" + std::to_string(n_check) + " greedy tokens = CPU engine)"
+                           : "FAIL: greedy tokens " + jids(got) + " vs CPU " + jids(want);
+        std::ostringstream m;
+        m.precision(3);
+        m << t / n_time << " ms/token, " << double(g->stats().launches - l0) / n_time << " launches/token";
+        row.measure = m.str();
+      } catch (const std::exception& e) {
+        row.ok = false;
+        row.check = std::string("FAIL: ") + e.what();
+      }
+      rows.push_back(row);
+    }
+  } catch (const user_error& e) {
+    rows.push_back({"smollm2-135m", "cuda", std::string("skipped: ") + e.what(), "", true});
+  }
+  return rows;
+}
+MP_REGISTER_DEMO("smollm2-cuda", 21, smollm2_gpu_rows);
+
 }  // namespace
 
 MP_REGISTER_COMMAND(
-    "generate", "generate text from a Llama GGUF model on the CPU (SmolLM2-135M by default)",
+    "generate", "generate text from a Llama GGUF model on the CPU or GPU (SmolLM2-135M by default)",
     "usage: metapipe generate [--model FILE.gguf | --shapes PRESET] [--prompt TEXT | --chat TEXT] [-n N]\n"
     "                         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
-    "                         [--ctx N] [--target cpu] [--json] [--quiet]\n\n"
+    "                         [--ctx N] [--target cpu|cuda] [--launch MODE] [--gpu-weights W]\n"
+    "                         [--gpu-tune LIST] [--json] [--quiet]\n\n"
     "Runs the Llama program that metapipe generates for the model's shapes on the CPU engine with the\n"
     "file's quantized weights, streams the text, then prints prompt and decode tokens/s.\n\n"
     "  --model FILE     a GGUF file (general.architecture llama); default: SmolLM2-135M-Instruct Q4_1,\n"
@@ -383,6 +548,14 @@ MP_REGISTER_COMMAND(
     "  --seed S         seed of the sampler (default: fresh)\n"
     "  --threads N      worker threads (default: all cores)\n"
     "  --ctx N          KV-cache positions (default: prompt + N rounded up to 256, at most the model's)\n"
+    "  --target cuda    decode on the GPU (greedy), printing ms/token, launches per token, bandwidth;\n"
+    "                   --shapes then gives random bf16 weights made on the GPU, each layer its own\n"
+    "  --launch MODE    with --target cuda: per-op (a kernel per operation), per-layer (one per decoder\n"
+    "                   layer) or megakernel (one persistent kernel per token; the default)\n"
+    "  --gpu-weights W  with --target cuda: native (Q8_0 / Q4_1 stay quantized; the default) or bf16\n"
+    "  --gpu-tune LIST  with --target cuda: tuning switches, comma-separated: min-blocks=2|4,\n"
+    "                   prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1\n"
+    "                   (defaults min-blocks=4,prefetch-kib=32,split=balanced,fetch-ahead=1)\n"
     "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
     "                   decode_tokens_per_s, ...}\n"
     "  --quiet          do not stream the text, and no progress line (shown on stderr when it is a\n"

@@ -1,0 +1,416 @@
+// The GPU Llama engine: weights uploaded (kept in Q8_0 / Q4_1 or converted to bf16) or generated on
+// the GPU, the KV cache and activations allocated once, and each position run as the schedule's launch
+// groups of one task kernel. per-op: a launch per operation, blocks take its tasks by index.
+// per-layer and megakernel: a launch per group whose blocks (all resident) fetch tasks from a queue in
+// the schedule's topological order and wait on their producers' counters.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "backends/cuda/llama_gpu.h"
+#include "backends/cuda/llama_kernels.cuh"
+#include "core/checked.h"
+#include "core/error.h"
+
+namespace mp::cuda {
+
+namespace {
+
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail_internal("GPU engine: ", what, ": ", cudaGetErrorString(e));
+}
+#define MP_CUDA(call) check_cuda((call), #call)
+
+// MinBlocks blocks per SM at least: the register budget (65,536 / (256 x MinBlocks) per thread). At 4,
+// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 2 allows up
+// to 128 registers and gives 16 warps per SM, kept for comparison (--gpu-tune min-blocks=2).
+template <int MinBlocks>
+__global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
+  extern __shared__ __align__(16) float smem[];
+  if (!p.dynamic) {
+    for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
+      const GpuTask task = p.tasks[p.group_first_task + i];
+      dev::run_task(p, task, smem);
+      dev::finish_task(p, task);
+    }
+    return;
+  }
+  // The queue: an index past the group's tasks ends the block. With fetch-ahead, thread 0 takes the next
+  // index before the block runs the current task, so the atomic's round trip is off the dependency
+  // chain. Still deadlock-free: the fetched tasks are a prefix of the topological order, and the earliest
+  // unfinished one is the current task of its block (a block holding it ahead runs an earlier task,
+  // which would then be unfinished), whose producers are all earlier, hence finished.
+  __shared__ int s_next;
+  auto fetch = [&]() {
+    const unsigned long long i = atomicAdd(p.heads + p.group, 1ull) - p.head_base;
+    return i < static_cast<unsigned long long>(p.group_tasks) ? int(i) : -1;
+  };
+  if (threadIdx.x == 0) s_next = fetch();
+  __syncthreads();
+  int i = s_next;
+  __syncthreads();
+  while (i >= 0) {
+    if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
+    const GpuTask task = p.tasks[p.group_first_task + i];
+    dev::prefetch_weights(p, p.ops[task.op], task.index);
+    dev::wait_for_producers(p, p.ops[task.op]);
+    dev::run_task(p, task, smem);
+    dev::finish_task(p, task);
+    if (!p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
+    __syncthreads();
+    i = s_next;
+    __syncthreads();
+  }
+}
+
+// splitmix64 of (seed, tensor, element): uniform in [-1, 1).
+__device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + i * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return float(double(z >> 11) * 0x1p-52 - 1.0);
+}
+__global__ void fill_random_bf16(__nv_bfloat16* w, int64_t n, uint64_t seed, float a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = __float2bfloat16_rn(a * hash_uniform(seed, uint64_t(i)));
+}
+__global__ void fill_random_norm(float* w, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = 1.f + 0.1f * hash_uniform(seed, uint64_t(i));
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
+std::string gib(int64_t b) {
+  std::ostringstream os;
+  os.precision(3);
+  os << double(b) / double(1ull << 30) << " GiB";
+  return os.str();
+}
+
+class Engine final : public LlamaGpu {
+ public:
+  Engine(const LlamaGpuShapes& s, const LlamaGpuOptions& o) : shapes_(s), opt_(o) {
+    s.check();
+    int dev = 0, count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      throw not_supported("the GPU engine needs a CUDA GPU and none is visible");
+    }
+    MP_CUDA(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    MP_CUDA(cudaGetDeviceProperties(&prop, dev));
+    MP_USER_CHECK(prop.major == 9, "not supported yet: the GPU engine is built for Hopper (sm_90a); ",
+                  prop.name, " is sm_", prop.major, prop.minor);
+    name_ = prop.name;
+    ctx_ = o.context ? o.context : s.context;
+    MP_USER_CHECK(ctx_ >= 1 && ctx_ <= s.context, "--ctx ", ctx_, " must be in [1, ", s.context,
+                  "] (the model's context length)");
+    const int64_t max_cols = std::max({s.d_model, s.ffn, s.heads * s.head_dim});
+    smem_ = size_t(std::max<int64_t>(max_cols * 4, (256 + 1024 + 2 * dev::kThreads + dev::kWarps) * 4));
+    MP_USER_CHECK(smem_ <= prop.sharedMemPerBlockOptin, "not supported yet: rows of ", max_cols,
+                  " elements need ", smem_, " bytes of shared memory per block; the GPU has ",
+                  prop.sharedMemPerBlockOptin);
+    MP_USER_CHECK(o.min_blocks_per_sm == 2 || o.min_blocks_per_sm == 4, "GPU engine: min_blocks_per_sm ",
+                  o.min_blocks_per_sm, ": the task kernel is built for 2 or 4 blocks per SM");
+    MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
+                  " must be >= 0, or -1 for whole tasks");
+    kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : llama_tasks<2>;
+    MP_CUDA(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_)));
+    int per_sm = 0;
+    MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_));
+    MP_INTERNAL_CHECK(per_sm >= 1, "the task kernel fits no SM");
+    if (o.blocks_per_sm > 0) per_sm = std::min(per_sm, o.blocks_per_sm);
+    stats_.sm_count = prop.multiProcessorCount;
+    stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
+    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split);
+    MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~Engine() override {
+    if (stream_) cudaStreamSynchronize(stream_), cudaStreamDestroy(stream_);
+    for (void* p : allocs_) cudaFree(p);
+  }
+
+  // Memory: the estimate against what is free, before anything large is allocated.
+  void check_memory(const WeightBindings* w) {
+    size_t free = 0, total = 0;
+    MP_CUDA(cudaMemGetInfo(&free, &total));
+    const int64_t need = gpu_bytes_needed(shapes_, w, opt_);
+    const int64_t kv = shapes_.layers * 2 * ctx_ * shapes_.kv_heads * shapes_.head_dim * 2;
+    MP_USER_CHECK(need <= int64_t(free), "the model '", shapes_.name, "' needs ", gib(need),
+                  " of GPU memory (weights ", gib(need - kv), ", KV cache ", gib(kv), " for ", ctx_,
+                  " positions) but ", name_, " has ", gib(int64_t(free)), " free of ", gib(int64_t(total)),
+                  "; lower --ctx or use a smaller model");
+  }
+
+  void* alloc(size_t bytes) {
+    void* p = nullptr;
+    MP_CUDA(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    allocs_.push_back(p);
+    return p;
+  }
+  template <class T>
+  T* upload(const std::vector<T>& v) {
+    T* p = static_cast<T*>(alloc(v.size() * sizeof(T)));
+    MP_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+  }
+
+  void load_weights(const WeightBindings& wb) {
+    for (auto& wr : sched_.weights) {
+      auto it = wb.find(wr.name);
+      MP_USER_CHECK(it != wb.end(), "the model has no tensor '", wr.name, "' (", wr.rows, " x ", wr.cols,
+                    ")");
+      const cpu::QMatrix& m = it->second;
+      MP_USER_CHECK(m.rows * m.cols == wr.rows * wr.cols && m.cols == wr.cols, "tensor '", wr.name, "' is ",
+                    m.rows, " x ", m.cols, "; the model's shapes need ", wr.rows, " x ", wr.cols);
+      const uint64_t rb = *quant::row_bytes(m.type, m.cols);
+      const auto* src = static_cast<const uint8_t*>(m.data);
+      dev::DevWeight d{dev::kF32, int32_t(wr.rows), int32_t(wr.cols), nullptr, nullptr};
+      const int64_t n = wr.rows * wr.cols;
+      if (wr.rows == 1) {  // norm weights: float
+        std::vector<float> f(static_cast<size_t>(n));
+        quant::dequantize_row(m.type, src, f.data(), n);
+        d.q = reinterpret_cast<const uint8_t*>(upload(f));
+      } else if (opt_.weights == GpuWeights::native && m.type == quant::QType::Q8_0) {
+        std::vector<uint8_t> q(static_cast<size_t>(n));
+        std::vector<uint16_t> sc(static_cast<size_t>(n / 32));
+        auto* b = reinterpret_cast<const quant::BlockQ8_0*>(src);
+        for (int64_t i = 0; i < n / 32; ++i) {
+          sc[size_t(i)] = b[i].d;
+          std::memcpy(&q[size_t(i * 32)], b[i].qs, 32);
+        }
+        d.format = dev::kQ8_0, d.q = upload(q), d.s = upload(sc);
+      } else if (opt_.weights == GpuWeights::native && m.type == quant::QType::Q4_1) {
+        std::vector<uint8_t> q(static_cast<size_t>(n / 2));
+        std::vector<uint16_t> sc(static_cast<size_t>(n / 32 * 2));
+        auto* b = reinterpret_cast<const quant::BlockQ4_1*>(src);
+        for (int64_t i = 0; i < n / 32; ++i) {
+          sc[size_t(2 * i)] = b[i].d, sc[size_t(2 * i + 1)] = b[i].m;
+          std::memcpy(&q[size_t(i * 16)], b[i].qs, 16);
+        }
+        d.format = dev::kQ4_1, d.q = upload(q), d.s = upload(sc);
+      } else {  // everything else: bf16
+        std::vector<uint16_t> h(static_cast<size_t>(n));
+        std::vector<float> row(static_cast<size_t>(m.cols));
+        for (int64_t r = 0; r < m.rows; ++r) {
+          quant::dequantize_row(m.type, src + r * rb, row.data(), m.cols);
+          for (int64_t c = 0; c < m.cols; ++c) h[size_t(r * m.cols + c)] = float_to_bf16(row[size_t(c)]);
+        }
+        d.format = dev::kBF16, d.q = reinterpret_cast<const uint8_t*>(upload(h));
+      }
+      dw_.push_back(d);
+      count_weight_bytes(wr, d);
+    }
+  }
+
+  void random_weights(uint64_t seed) {
+    for (size_t i = 0; i < sched_.weights.size(); ++i) {
+      const WeightRef& wr = sched_.weights[i];
+      const int64_t n = wr.rows * wr.cols;
+      dev::DevWeight d{dev::kBF16, int32_t(wr.rows), int32_t(wr.cols), nullptr, nullptr};
+      const uint64_t s = seed * 0x100000001b3ull + i * 0x9e3779b97f4a7c15ull;
+      if (wr.rows == 1) {
+        auto* f = static_cast<float*>(alloc(size_t(n) * 4));
+        fill_random_norm<<<256, 256, 0, stream_>>>(f, n, s);
+        d.format = dev::kF32, d.q = reinterpret_cast<const uint8_t*>(f);
+      } else {
+        auto* h = static_cast<__nv_bfloat16*>(alloc(size_t(n) * 2));
+        // Embedding rows of unit size; projections scaled for unit-variance outputs.
+        const bool emb = wr.name == "token_embd.weight";
+        const float a = emb ? 1.f : float(std::sqrt(3.0 / double(wr.cols)));
+        fill_random_bf16<<<4096, 256, 0, stream_>>>(h, n, s, a);
+        d.q = reinterpret_cast<const uint8_t*>(h);
+      }
+      MP_CUDA(cudaGetLastError());
+      dw_.push_back(d);
+      count_weight_bytes(wr, d);
+    }
+    MP_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void count_weight_bytes(const WeightRef& wr, const dev::DevWeight& d) {
+    const int64_t n = wr.rows * wr.cols;
+    int64_t b = d.format == dev::kF32    ? n * 4
+                : d.format == dev::kBF16 ? n * 2
+                : d.format == dev::kQ8_0 ? n + n / 16
+                                         : n / 2 + n / 8;
+    // The embedding table is read one row per position, unless it is also the LM head.
+    if (wr.name == "token_embd.weight" && !shapes_.tied_embeddings) b /= wr.rows;
+    stats_.weight_bytes += b;
+  }
+
+  void allocate_state() {
+    const int64_t kvw = shapes_.kv_heads * shapes_.head_dim;
+    const size_t kv = size_t(shapes_.layers * ctx_ * kvw);
+    p_ = dev::Params{};
+    p_.cache_k = static_cast<__nv_bfloat16*>(alloc(kv * 2));
+    p_.cache_v = static_cast<__nv_bfloat16*>(alloc(kv * 2));
+    for (int b = 0; b < kBufCount; ++b)
+      p_.buf[b] = static_cast<float*>(alloc(size_t(sched_.buf_elems[size_t(b)]) * 4));
+    p_.argmax_part =
+        static_cast<unsigned long long*>(alloc(size_t(sched_.ops[size_t(sched_.lm_head_op)].tasks) * 8));
+    p_.ops = upload(sched_.ops);
+    p_.deps = upload(sched_.deps.empty() ? std::vector<int32_t>{0} : sched_.deps);
+    p_.tasks = upload(sched_.tasks);
+    p_.weights = upload(dw_);
+    p_.rope_freq = upload(shapes_.rope_freq);
+    prompt_ = static_cast<int32_t*>(alloc(size_t(ctx_) * 4));
+    p_.prompt = prompt_;
+    p_.pred = static_cast<int32_t*>(alloc(size_t(ctx_) * 4));
+    p_.done = static_cast<unsigned long long*>(alloc(sched_.ops.size() * 8));
+    p_.heads = static_cast<unsigned long long*>(alloc(sched_.groups.size() * 8));
+    MP_CUDA(cudaMemset(p_.done, 0, sched_.ops.size() * 8));
+    MP_CUDA(cudaMemset(p_.heads, 0, sched_.groups.size() * 8));
+    MP_CUDA(cudaMemset(p_.pred, 0, size_t(ctx_) * 4));
+    p_.d = int32_t(shapes_.d_model), p_.H = int32_t(shapes_.heads), p_.HKV = int32_t(shapes_.kv_heads);
+    p_.Dh = int32_t(shapes_.head_dim), p_.ffn = int32_t(shapes_.ffn), p_.vocab = int32_t(shapes_.vocab);
+    p_.context = int32_t(ctx_), p_.attn_chunk = sched_.attn_chunk, p_.attn_chunks = sched_.attn_chunks;
+    p_.lm_head_op = sched_.lm_head_op;
+    p_.eps = float(shapes_.rms_eps);
+    group_launches_.assign(sched_.groups.size(), 0);
+    MP_CUDA(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
+  }
+
+  const LlamaSchedule& schedule() const override { return sched_; }
+  int64_t context() const override { return ctx_; }
+  int64_t position() const override { return pos_; }
+  void reset() override {
+    synchronize();
+    pos_ = 0, prompt_end_ = 0;
+  }
+
+  void check_room(int64_t n) const {
+    MP_USER_CHECK(pos_ + n <= ctx_, "the tokens need ", pos_ + n, " positions but the KV cache holds ", ctx_,
+                  "; raise --ctx (at most the model's ", shapes_.context, ") or generate fewer tokens");
+  }
+
+  void feed(const std::vector<int32_t>& tokens) override {
+    MP_USER_CHECK(!tokens.empty(), "feed: no tokens");
+    check_room(int64_t(tokens.size()));
+    for (int32_t t : tokens)
+      MP_USER_CHECK(t >= 0 && t < shapes_.vocab, "token id ", t, " is outside the vocabulary [0, ",
+                    shapes_.vocab, ")");
+    MP_CUDA(cudaStreamSynchronize(stream_));  // earlier positions may still read the prompt buffer
+    MP_CUDA(cudaMemcpy(prompt_ + pos_, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+    prompt_end_ = pos_ + int64_t(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) run_position();
+  }
+
+  std::vector<int32_t> generate(int64_t n) override {
+    MP_USER_CHECK(n >= 0, "generate: ", n, " tokens");
+    MP_USER_CHECK(pos_ >= 1, "generate: feed a prompt first");
+    check_room(n);
+    const int64_t first = pos_;
+    for (int64_t i = 0; i < n; ++i) run_position();
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    if (n)
+      MP_CUDA(cudaMemcpyAsync(out.data(), p_.pred + first, size_t(n) * 4, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return out;
+  }
+
+  int32_t last_prediction() override {
+    MP_USER_CHECK(pos_ >= 1, "no position has run yet");
+    int32_t t = 0;
+    MP_CUDA(cudaMemcpyAsync(&t, p_.pred + pos_ - 1, 4, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return t;
+  }
+
+  std::vector<float> logits() override {
+    std::vector<float> v(static_cast<size_t>(shapes_.vocab));
+    MP_CUDA(cudaMemcpyAsync(v.data(), p_.buf[kLogits], v.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return v;
+  }
+
+  void synchronize() override {
+    cudaError_t e = cudaStreamSynchronize(stream_);
+    if (e != cudaSuccess) fail_internal("GPU engine: a kernel failed: ", cudaGetErrorString(e));
+  }
+  void poison() override {
+    const int64_t kv = shapes_.layers * ctx_ * shapes_.kv_heads * shapes_.head_dim * 2;
+    MP_CUDA(cudaMemsetAsync(p_.cache_k, 0xff, size_t(kv), stream_));
+    MP_CUDA(cudaMemsetAsync(p_.cache_v, 0xff, size_t(kv), stream_));
+    for (int b = 0; b < kBufCount; ++b)
+      MP_CUDA(cudaMemsetAsync(p_.buf[b], 0xff, size_t(sched_.buf_elems[size_t(b)]) * 4, stream_));
+    MP_CUDA(cudaMemsetAsync(p_.argmax_part, 0xff, size_t(sched_.ops[size_t(sched_.lm_head_op)].tasks) * 8,
+                            stream_));
+    MP_CUDA(cudaMemsetAsync(p_.pred, 0xff, size_t(ctx_) * 4, stream_));
+    synchronize();
+  }
+  const LlamaGpuStats& stats() const override { return stats_; }
+  std::string device_name() const override { return name_; }
+
+ private:
+  void run_position() {
+    p_.pos = int32_t(pos_);
+    p_.prompt_end = int32_t(prompt_end_);
+    p_.epoch = static_cast<unsigned long long>(positions_run_ + 1);
+    p_.dynamic = sched_.launch == Launch::per_op ? 0 : 1;
+    p_.prefetch_bytes = opt_.prefetch_bytes;
+    p_.fetch_ahead = opt_.fetch_ahead ? 1 : 0;
+    for (size_t g = 0; g < sched_.groups.size(); ++g) {
+      const LaunchGroup& lg = sched_.groups[g];
+      const int grid = int(std::min<int64_t>(lg.tasks, workers_));
+      p_.group = int32_t(g), p_.group_first_task = lg.first_task, p_.group_tasks = lg.tasks;
+      p_.head_base = group_launches_[g] * static_cast<unsigned long long>(lg.tasks + grid);
+      kernel_<<<grid, dev::kThreads, smem_, stream_>>>(p_);
+      ++group_launches_[g];
+      ++stats_.launches;
+    }
+    MP_CUDA(cudaGetLastError());
+    ++pos_, ++positions_run_, ++stats_.positions;
+    stats_.kv_bytes_read += shapes_.layers * 2 * pos_ * shapes_.kv_heads * shapes_.head_dim * 2;
+  }
+
+  LlamaGpuShapes shapes_;
+  LlamaGpuOptions opt_;
+  LlamaSchedule sched_;
+  std::string name_;
+  int64_t ctx_ = 0, pos_ = 0, prompt_end_ = 0, positions_run_ = 0;
+  int workers_ = 0;
+  size_t smem_ = 0;
+  void (*kernel_)(dev::Params) = nullptr;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> allocs_;
+  std::vector<dev::DevWeight> dw_;
+  std::vector<unsigned long long> group_launches_;
+  dev::Params p_{};
+  int32_t* prompt_ = nullptr;
+  LlamaGpuStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<LlamaGpu> LlamaGpu::create(const LlamaGpuShapes& s, const WeightBindings& w,
+                                           const LlamaGpuOptions& o) {
+  auto e = std::make_unique<Engine>(s, o);
+  e->check_memory(&w);
+  e->load_weights(w);
+  e->allocate_state();
+  return e;
+}
+
+std::unique_ptr<LlamaGpu> LlamaGpu::random(const LlamaGpuShapes& s, const LlamaGpuOptions& o, uint64_t seed) {
+  auto e = std::make_unique<Engine>(s, o);
+  e->check_memory(nullptr);
+  e->random_weights(seed);
+  e->allocate_state();
+  return e;
+}
+
+}  // namespace mp::cuda

@@ -1,0 +1,211 @@
+// The GPU Llama decode engine (batch 1, greedy, KV cache in HBM) in three launch modes: one kernel per
+// operation, one kernel per decoder layer, or one persistent kernel for the whole token whose blocks walk
+// a task queue with dependency counters in global memory. The operation list and the task schedule are
+// built on the host from the model's shapes (plain C++, tested without a GPU); the kernels are in
+// llama_gpu.cu. See docs/llama-gpu.md.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/quant_matmul.h"
+#include "core/quant.h"
+
+namespace mp::cuda {
+
+// Weights by GGUF tensor name: the same type as cpu::WeightBindings (backends/cpu/llm_engine.h).
+using WeightBindings = std::map<std::string, cpu::QMatrix>;
+
+// What the engine needs of a Llama model: its shapes, RMSNorm epsilon and the RoPE frequency of each
+// pair of a head (the model's scaling applied). Made from models::LlamaConfig by shapes_of().
+struct LlamaGpuShapes {
+  std::string name;
+  int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, head_dim = 0, ffn = 0, vocab = 0;
+  int64_t context = 0;  // the model's trained context (the KV cache may hold fewer positions)
+  double rms_eps = 1e-5;
+  std::vector<double> rope_freq;  // head_dim / 2 entries
+  bool tied_embeddings = true;
+  void check() const;  // user_error naming what the GPU engine cannot run
+};
+
+// Any configuration with LlamaConfig's fields and a frequency function such as models::rope_frequency
+// (the engine sits below the models layer, so it takes the fields rather than the type).
+template <class Config, class Freq>
+LlamaGpuShapes shapes_of(const Config& c, Freq freq) {
+  LlamaGpuShapes s;
+  s.name = c.name;
+  s.layers = c.layers, s.d_model = c.d_model, s.heads = c.heads, s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim, s.ffn = c.ffn, s.vocab = c.vocab, s.context = c.context;
+  s.rms_eps = c.rms_eps, s.tied_embeddings = c.tied_embeddings;
+  for (int64_t i = 0; i < c.head_dim / 2; ++i) s.rope_freq.push_back(freq(c, i));
+  return s;
+}
+
+enum class Launch { per_op, per_layer, megakernel };
+const char* to_string(Launch l);            // "per-op", "per-layer", "megakernel"
+Launch parse_launch(const std::string& s);  // user_error listing the modes
+const std::vector<std::string>& launch_names();
+
+// ---- The operation list and the task schedule (host-side, built from the shapes) ----
+
+enum class OpKind : int32_t {
+  embed,         // x = row `token` of the embedding table
+  rmsnorm,       // out = in0 * rsqrt(mean(in0^2) + eps) * weight
+  gemv,          // out[r] = W[r] . in0 (tasks are slices of rows); the LM head also records argmax partials
+  rope,          // rotates the pairs of q (in0) and k (in1) in place by position * frequency
+  kv_append,     // cache_k[pos] = k (in0), cache_v[pos] = v (in1), as bf16
+  rope_append,   // rope, then kv_append, in one task (the fused modes)
+  attention,     // one task per (query head, cache chunk): partial softmax max, sum and weighted V
+  attn_combine,  // one task per head: merges its chunks' partials into out
+  add,           // out += in0 (the residual)
+  silu_mul,      // out = silu(in0) * in1
+  argmax,        // the greedy token of the LM head's partials, stored as the position's prediction
+};
+const char* to_string(OpKind k);
+
+// How a GEMV task fills its input vector in shared memory. The fused modes fold the operation that
+// produces a GEMV's input into the GEMV's staging (each task recomputes it; it is small next to the
+// rows' weights): the RMSNorm of in0 (norm_weight), silu(in0) * in1, or the attention combine of the
+// split-KV partials.
+enum class Stage : int32_t { plain, rmsnorm, silu_mul, attn_combine };
+
+// Activation buffers (fp32) the operations read and write; the engine allocates each once.
+enum Buf : int32_t { kX, kH, kQ, kK, kV, kAttn, kO, kGate, kUp, kAct, kLogits, kPartML, kPartO, kBufCount };
+
+// Plain data, copied to the GPU as is.
+struct GpuOp {
+  OpKind kind;
+  int32_t layer;   // -1 outside the decoder layers
+  int32_t weight;  // index into LlamaSchedule::weights, -1 for none
+  int32_t in0, in1, out;
+  int32_t rows, cols;            // gemv: the matrix; elementwise: elements in `rows`
+  int32_t tasks;                 // tasks the operation is split into
+  int32_t per_task;              // rows (gemv), elements (elementwise), cache positions (attention) per task
+  int32_t first_task;            // index of its first task in LlamaSchedule::tasks
+  int32_t dep_begin, dep_count;  // its producers: LlamaSchedule::deps[dep_begin .. +dep_count)
+  int32_t group;                 // launch group (a kernel launch of per-layer / megakernel mode)
+  Stage stage;                   // gemv: how its input is staged
+  int32_t norm_weight;           // gemv with Stage::rmsnorm: the norm's weight
+  int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
+};
+
+struct GpuTask {
+  int32_t op, index;  // task `index` of operation `op`
+};
+
+struct LaunchGroup {
+  int32_t first_task, tasks;  // a contiguous range of LlamaSchedule::tasks
+  int32_t first_op, ops;
+};
+
+struct WeightRef {
+  std::string name;  // GGUF tensor name ("blk.3.attn_q.weight")
+  int64_t rows, cols;
+};
+
+struct LlamaSchedule {
+  Launch launch = Launch::megakernel;
+  std::vector<GpuOp> ops;  // in a topological order: every producer comes before its consumers
+  std::vector<int32_t> deps;
+  std::vector<GpuTask> tasks;       // the ops' tasks, op by op
+  std::vector<LaunchGroup> groups;  // per-op: one per op; per-layer: embed, one per layer, tail; mega: 1
+  std::vector<WeightRef> weights;
+  std::vector<int64_t> buf_elems;           // per Buf
+  int64_t context = 0;                      // KV-cache positions
+  int32_t attn_chunk = 0, attn_chunks = 0;  // cache positions per attention task, chunks per head
+  int32_t lm_head_op = -1;
+  int64_t launches_per_token() const { return int64_t(groups.size()); }
+  std::string summary() const;  // "megakernel: 1 launch per token, 487 ops, 12,345 tasks"
+};
+
+// How a GEMV's rows are cut into tasks. balanced: the task size (a multiple of 8 rows, one per warp)
+// that minimizes the rows one worker runs, waves x rows per task, for the given workers (ties: fewer,
+// larger tasks). two_per_worker: about two tasks per worker, the smallest multiple of 8 rows that gives it.
+enum class GemvSplit { balanced, two_per_worker };
+
+// Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
+// head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
+// every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul,
+// the attention combine and the residuals into the GEMVs and RoPE into the KV append (9 per layer).
+// user_error when the context does not fit the model's.
+LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
+                             GemvSplit split = GemvSplit::balanced);
+// Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
+int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
+// Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
+// internal_error naming what is wrong. build_schedule's result always passes; tests call it.
+void verify_schedule(const LlamaSchedule& s);
+
+// ---- The engine ----
+
+enum class GpuWeights { native, bf16 };  // native: Q8_0 / Q4_1 stay quantized; others -> bf16
+const char* to_string(GpuWeights w);
+
+struct LlamaGpuOptions {
+  Launch launch = Launch::megakernel;
+  int64_t context = 0;  // KV-cache positions; 0 = the model's context
+  GpuWeights weights = GpuWeights::native;
+  int blocks_per_sm = 0;  // 0: as many as fit
+  // Tuning switches (the defaults are meant to be the fast path; each alternative is the simpler
+  // setting, kept for comparison, see docs/llama-gpu.md):
+  int min_blocks_per_sm = 4;          // the task kernel's register budget: 4 (64 registers) or 2 (128)
+  int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
+  GemvSplit gemv_split = GemvSplit::balanced;
+  bool fetch_ahead = true;  // fused modes: take the next task from the queue before running one
+};
+
+// Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
+//   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1
+// user_error naming the bad item and the accepted ones. Every switch at its alternative:
+// "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0".
+void apply_tuning(const std::string& list, LlamaGpuOptions& o);
+
+struct LlamaGpuStats {
+  int64_t positions = 0;      // positions run
+  int64_t launches = 0;       // kernel launches made for them
+  int64_t weight_bytes = 0;   // bytes of weights one position reads (the embedding table: one row)
+  int64_t kv_bytes_read = 0;  // bytes of KV cache the positions read, summed
+  int workers = 0;            // blocks of the persistent / per-layer kernels
+  int sm_count = 0;
+};
+
+class LlamaGpu {
+ public:
+  // Weights bound by GGUF tensor name (a GGUF file's tensors or random CPU-side blocks); they are
+  // copied to the GPU (converted per `o.weights`), so the source need not outlive the engine.
+  // user_error when a tensor is missing or has the wrong shape, when the model does not fit the GPU
+  // (naming the sizes); not_supported without a usable GPU.
+  static std::unique_ptr<LlamaGpu> create(const LlamaGpuShapes& s, const WeightBindings& w,
+                                          const LlamaGpuOptions& o);
+  // Random bf16 weights generated on the GPU (uniform, scaled to keep activations of unit size).
+  static std::unique_ptr<LlamaGpu> random(const LlamaGpuShapes& s, const LlamaGpuOptions& o, uint64_t seed);
+  virtual ~LlamaGpu() = default;
+
+  virtual const LlamaSchedule& schedule() const = 0;
+  virtual int64_t context() const = 0;
+  virtual int64_t position() const = 0;  // positions already in the cache
+  virtual void reset() = 0;
+
+  // Runs the given tokens at positions position().. (asynchronously: nothing waits for the GPU).
+  // user_error when they do not fit the KV cache (naming both lengths) or an id is out of range.
+  virtual void feed(const std::vector<int32_t>& tokens) = 0;
+  // Runs n positions, each fed the greedy prediction of the one before, and returns the n predictions
+  // they make (waits for the GPU). The prediction of the last fed position is last_prediction().
+  virtual std::vector<int32_t> generate(int64_t n) = 0;
+  virtual int32_t last_prediction() = 0;
+  virtual std::vector<float> logits() = 0;  // the last position's logits (waits for the GPU)
+  virtual void synchronize() = 0;
+  // Fills every activation buffer, the whole KV cache and the predictions with NaN bytes (tests: a value
+  // read before it is written shows up in the logits).
+  virtual void poison() = 0;
+  virtual const LlamaGpuStats& stats() const = 0;
+  virtual std::string device_name() const = 0;
+};
+
+// Bytes the engine allocates on the GPU for these shapes (weights as converted, KV cache, activations):
+// what the memory check compares with the free memory.
+int64_t gpu_bytes_needed(const LlamaGpuShapes& s, const WeightBindings* w, const LlamaGpuOptions& o);
+
+}  // namespace mp::cuda

@@ -1,0 +1,503 @@
+// Device code of the GPU Llama engine: one function per operation kind, each computing one task of an
+// operation (a slice of GEMV rows, a chunk of one head's attention, ...), and the task loop that runs
+// them in all three launch modes. A block of kThreads threads runs one task at a time.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backends/cuda/llama_gpu.h"
+
+namespace mp::cuda::dev {
+
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+
+enum WeightFormat : int32_t { kF32 = 0, kBF16 = 1, kQ8_0 = 2, kQ4_1 = 3 };
+
+// A weight on the GPU. bf16: q holds rows x cols bf16. Q8_0: q holds the int8 values row-major, s one
+// fp16 scale per 32. Q4_1: q holds 16 bytes of nibbles per block of 32 (GGML's order: byte j has element
+// j low, j + 16 high), s one (scale, min) half2 per block. Repacked from GGML's interleaved blocks so
+// that every row is 16-byte aligned.
+struct DevWeight {
+  int32_t format, rows, cols;
+  const uint8_t* q;
+  const void* s;
+};
+
+struct Params {
+  const GpuOp* ops;
+  const int32_t* deps;
+  const GpuTask* tasks;
+  const DevWeight* weights;
+  float* buf[kBufCount];
+  unsigned long long* argmax_part;   // one per LM-head task: (ordered logit bits << 32) | ~row
+  __nv_bfloat16 *cache_k, *cache_v;  // [layers][context][kv_heads * head_dim]
+  const double* rope_freq;
+  const int32_t* prompt;      // tokens fed by the host, by position
+  int32_t* pred;              // greedy prediction made at each position
+  unsigned long long* done;   // per op: tasks finished, summed over all positions run
+  unsigned long long* heads;  // per launch group: tasks fetched, summed over its launches
+  int32_t d, H, HKV, Dh, ffn, vocab, context, attn_chunk, attn_chunks, lm_head_op;
+  float eps;
+  int32_t pos, prompt_end;
+  unsigned long long epoch;  // 1 + positions run before this one: op o is done at epoch * tasks(o)
+  int32_t group, group_first_task, group_tasks;
+  unsigned long long head_base;  // heads[group] before this launch
+  int32_t dynamic;               // 1: fetch tasks from the queue and wait on dependencies
+  int64_t prefetch_bytes;        // L2 prefetch per GEMV task: 0 none, < 0 the whole task
+  int32_t fetch_ahead;           // 1: take the next task index before running the current one
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide sum / max; `scratch` holds kWarps floats. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  v = warp_sum(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) r += scratch[w];
+  return r;
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) r = fmaxf(r, scratch[w]);
+  return r;
+}
+
+// Weights do not change while a kernel runs: read them through the non-coherent path, without
+// allocating in L1 (each byte is read once per token).
+__device__ __forceinline__ uint4 ld_weight(const void* p) {
+  uint4 v;
+  // Not volatile: the loads of an unrolled loop may be issued together, ahead of the arithmetic.
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
+  unsigned long long v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// One element (for the embedding row).
+__device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_t c) {
+  const int64_t i = r * w.cols + c;
+  switch (w.format) {
+    case kF32:
+      return reinterpret_cast<const float*>(w.q)[i];
+    case kBF16:
+      return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(w.q)[i]) << 16);
+    case kQ8_0:
+      return __half2float(reinterpret_cast<const __half*>(w.s)[i / 32]) * float(int8_t(w.q[i]));
+    default: {
+      const int64_t b = i / 32, j = i % 32;
+      const uint8_t byte = w.q[b * 16 + (j & 15)];
+      const float2 dm = __half22float2(reinterpret_cast<const __half2*>(w.s)[b]);
+      return float(j < 16 ? byte & 15 : byte >> 4) * dm.x + dm.y;
+    }
+  }
+}
+
+// The 16-byte pieces of a row a lane reads, kLoads at a time: all kLoads loads are issued before any
+// of their arithmetic, so each lane keeps kLoads x 16 bytes in flight (a warp 2 KiB at kLoads = 4). A
+// plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
+constexpr int kLoads = 4;
+
+template <class Dot>
+__device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
+  float acc = 0;
+  for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
+    uint4 q[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = c0 + 32 * u;
+      q[u] = c < n ? ld_weight(row + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const int c = c0 + 32 * u;
+      if (c < n) acc += dot(q[u], c);
+    }
+  }
+  return acc;
+}
+
+// Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum.
+__device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
+                                         int lane) {
+  float acc = 0;
+  const int cols = w.cols;
+  if (w.format == kBF16) {
+    acc = dot_pieces(w.q + r * int64_t(cols) * 2, cols / 8, lane, [&](const uint4& q, int c) {
+      const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
+      const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
+      float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
+      s += bf16_lo(q.z) * b.x + bf16_hi(q.z) * b.y + bf16_lo(q.w) * b.z + bf16_hi(q.w) * b.w;
+      return s;
+    });
+  } else if (w.format == kQ8_0) {
+    const __half* sc = reinterpret_cast<const __half*>(w.s) + r * int64_t(cols / 32);
+    acc = dot_pieces(w.q + r * int64_t(cols), cols / 16, lane, [&](const uint4& q, int c) {
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      float s = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 a = *reinterpret_cast<const float4*>(x + c * 16 + 4 * k);
+        s += float(int8_t(words[k])) * a.x + float(int8_t(words[k] >> 8)) * a.y +
+             float(int8_t(words[k] >> 16)) * a.z + float(int8_t(words[k] >> 24)) * a.w;
+      }
+      return __half2float(sc[c / 2]) * s;
+    });
+  } else {  // Q4_1: a 16-byte piece is one block of 32
+    const __half2* sc = reinterpret_cast<const __half2*>(w.s) + r * int64_t(cols / 32);
+    acc = dot_pieces(w.q + r * int64_t(cols / 2), cols / 32, lane, [&](const uint4& q, int c) {
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      const float* xb = x + c * 32;
+      float sq = 0, sx = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 lo = *reinterpret_cast<const float4*>(xb + 4 * k);
+        const float4 hi = *reinterpret_cast<const float4*>(xb + 16 + 4 * k);
+        const uint32_t v = words[k];
+        sq += float(v & 15) * lo.x + float((v >> 8) & 15) * lo.y + float((v >> 16) & 15) * lo.z +
+              float((v >> 24) & 15) * lo.w;
+        sq += float((v >> 4) & 15) * hi.x + float((v >> 12) & 15) * hi.y + float((v >> 20) & 15) * hi.z +
+              float((v >> 28) & 15) * hi.w;
+        sx += lo.x + lo.y + lo.z + lo.w + hi.x + hi.y + hi.z + hi.w;
+      }
+      const float2 dm = __half22float2(sc[c]);
+      return dm.x * sq + dm.y * sx;
+    });
+  }
+  return warp_sum(acc);
+}
+
+// Logit v of row r as a key whose unsigned order is (v, then the smaller row first).
+__device__ __forceinline__ unsigned long long argmax_key(float v, int r) {
+  uint32_t u = __float_as_uint(v);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(u) << 32) | (0xffffffffu - uint32_t(r));
+}
+
+// Element e of head h of the attention output: its chunks' partials merged,
+// o = sum_c exp(m_c - m) o_c / sum_c exp(m_c - m) l_c. Shared by the combine operation and the fused
+// staging of the O projection, so both compute the same values.
+__device__ __forceinline__ float combine_element(const Params& p, const float* partial_o, int h, int e) {
+  const int chunks = p.attn_chunks, Dh = p.Dh;
+  const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
+  const float* po = partial_o + int64_t(h) * chunks * Dh;
+  float m = -INFINITY;
+  for (int c = 0; c < chunks; ++c) m = fmaxf(m, ml[2 * c]);
+  float l = 0, o = 0;
+  for (int c = 0; c < chunks; ++c)
+    if (ml[2 * c] != -INFINITY) {
+      const float w = __expf(ml[2 * c] - m);
+      l += w * ml[2 * c + 1];
+      o += w * po[int64_t(c) * Dh + e];
+    }
+  return o / l;
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+
+// out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block.
+__device__ __forceinline__ void rmsnorm_block(const float* in, const float* g, float* out, int n, float eps,
+                                              float* scratch) {
+  float ss = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) ss += in[i] * in[i];
+  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += kThreads) out[i] = in[i] * inv * g[i];
+}
+
+// The GEMV's input vector, into shared memory.
+__device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
+  __shared__ float scratch[kWarps];
+  const float* in = p.buf[op.in0];
+  switch (op.stage) {
+    case Stage::plain:
+      for (int i = threadIdx.x * 4; i < op.cols; i += kThreads * 4)
+        *reinterpret_cast<float4*>(xs + i) = *reinterpret_cast<const float4*>(in + i);
+      break;
+    case Stage::rmsnorm:
+      rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps,
+                    scratch);
+      break;
+    case Stage::silu_mul: {
+      const float* u = p.buf[op.in1];
+      for (int i = threadIdx.x; i < op.cols; i += kThreads) xs[i] = silu_mul(in[i], u[i]);
+      break;
+    }
+    case Stage::attn_combine:
+      for (int i = threadIdx.x; i < op.cols; i += kThreads)
+        xs[i] = combine_element(p, in, i / p.Dh, i % p.Dh);
+      break;
+  }
+  __syncthreads();
+}
+
+__device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
+  const DevWeight w = p.weights[op.weight];
+  float* __restrict__ out = p.buf[op.out];
+  float* xs = smem;
+  stage_input(p, op, xs);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  unsigned long long best = 0;
+  for (int r = r0 + warp; r < r1; r += kWarps) {
+    const float v = dot_row(w, r, xs, lane);
+    if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
+    best = max(best, argmax_key(v, r));
+  }
+  if (lm_head) {  // this task's best row, for the argmax operation
+    __shared__ unsigned long long s_best[kWarps];
+    if (lane == 0) s_best[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < kWarps; ++i) best = max(best, s_best[i]);
+      p.argmax_part[t] = best;
+    }
+  }
+}
+
+__device__ void task_rmsnorm(const Params& p, const GpuOp& op, float* smem) {
+  rmsnorm_block(p.buf[op.in0], reinterpret_cast<const float*>(p.weights[op.weight].q), p.buf[op.out], op.rows,
+                p.eps, smem);
+}
+
+__device__ void task_embed(const Params& p, const GpuOp& op) {
+  const int pos = p.pos;
+  int token = pos < p.prompt_end ? p.prompt[pos] : p.pred[pos - 1];
+  token = min(max(token, 0), p.vocab - 1);  // the host checks fed ids; predictions are in range
+  const DevWeight w = p.weights[op.weight];
+  float* x = p.buf[op.out];
+  for (int i = threadIdx.x; i < op.rows; i += kThreads) x[i] = weight_at(w, token, i);
+}
+
+__device__ void task_rope(const Params& p, const GpuOp& op) {
+  const int qpairs = p.H * p.Dh / 2;
+  for (int i = threadIdx.x; i < op.rows; i += kThreads) {
+    float* v = i < qpairs ? p.buf[op.in0] : p.buf[op.in1];
+    const int col = 2 * (i < qpairs ? i : i - qpairs);
+    double s, c;
+    sincos(double(p.pos) * p.rope_freq[(col % p.Dh) / 2], &s, &c);
+    const float a = v[col], b = v[col + 1];
+    v[col] = a * float(c) - b * float(s);
+    v[col + 1] = b * float(c) + a * float(s);
+  }
+}
+
+__device__ void kv_append(const Params& p, int layer, const float* k, const float* v) {
+  const int64_t kvw = int64_t(p.HKV) * p.Dh, at = (int64_t(layer) * p.context + p.pos) * kvw;
+  for (int i = threadIdx.x; i < kvw; i += kThreads) {
+    p.cache_k[at + i] = __float2bfloat16_rn(k[i]);
+    p.cache_v[at + i] = __float2bfloat16_rn(v[i]);
+  }
+}
+
+// Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
+// valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
+__device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem) {
+  const int Dh = p.Dh, chunks = p.attn_chunks, h = t / chunks, c = t % chunks;
+  const int g = h / (p.H / p.HKV), kvw = p.HKV * Dh;
+  const int start = c * p.attn_chunk, end = min(start + p.attn_chunk, p.pos + 1);
+  float* ml = p.buf[kPartML] + (int64_t(h) * chunks + c) * 2;
+  float* po = p.buf[op.out] + (int64_t(h) * chunks + c) * Dh;
+  if (start >= end) {  // beyond the current position: an empty partial
+    if (threadIdx.x == 0) ml[0] = -INFINITY, ml[1] = 0;
+    for (int e = threadIdx.x; e < Dh; e += kThreads) po[e] = 0;
+    return;
+  }
+  float* qs = smem;                // Dh
+  float* sc = qs + 256;            // attn_chunk scores
+  float* red = sc + p.attn_chunk;  // groups x Dh partial outputs
+  float* scratch = red + 2 * kThreads;
+  const float scale = rsqrtf(float(Dh));
+  for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
+  __syncthreads();
+  const __nv_bfloat16* K = p.cache_k + int64_t(op.layer) * p.context * kvw + g * Dh;
+  const __nv_bfloat16* V = p.cache_v + int64_t(op.layer) * p.context * kvw + g * Dh;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pairs = Dh / 2;
+  for (int j = start + warp; j < end; j += kWarps) {
+    const __nv_bfloat162* k = reinterpret_cast<const __nv_bfloat162*>(K + int64_t(j) * kvw);
+    float s = 0;
+    for (int e = lane; e < pairs; e += 32) {
+      const float2 kv = __bfloat1622float2(k[e]);
+      s += kv.x * qs[2 * e] + kv.y * qs[2 * e + 1];
+    }
+    s = warp_sum(s);
+    if (lane == 0) sc[j - start] = s;
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < end - start; j += kThreads) m = fmaxf(m, sc[j]);
+  m = block_max(m, scratch);
+  float l = 0;
+  for (int j = threadIdx.x; j < end - start; j += kThreads) {
+    const float e = __expf(sc[j] - m);
+    sc[j] = e;
+    l += e;
+  }
+  l = block_sum(l, scratch);  // its barriers also publish sc
+  const int groups = kThreads / pairs, grp = threadIdx.x / pairs, e2 = threadIdx.x % pairs;
+  float2 acc = {0, 0};
+  if (grp < groups)
+    for (int j = start + grp; j < end; j += groups) {
+      const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(V + int64_t(j) * kvw)[e2]);
+      const float w = sc[j - start];
+      acc.x += w * v.x, acc.y += w * v.y;
+    }
+  if (grp < groups) red[grp * Dh + 2 * e2] = acc.x, red[grp * Dh + 2 * e2 + 1] = acc.y;
+  __syncthreads();
+  for (int e = threadIdx.x; e < Dh; e += kThreads) {
+    float o = 0;
+    for (int k = 0; k < groups; ++k) o += red[k * Dh + e];
+    po[e] = o;
+  }
+  if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
+}
+
+__device__ void task_attn_combine(const Params& p, const GpuOp& op, int h) {
+  for (int e = threadIdx.x; e < p.Dh; e += kThreads)
+    p.buf[op.out][h * p.Dh + e] = combine_element(p, p.buf[op.in0], h, e);
+}
+
+__device__ void task_elementwise(const Params& p, const GpuOp& op, int t) {
+  const int b = t * op.per_task, e = min(op.rows, b + op.per_task);
+  float* out = p.buf[op.out];
+  const float* a = p.buf[op.in0];
+  if (op.kind == OpKind::add) {
+    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] += a[i];
+  } else {
+    const float* u = p.buf[op.in1];
+    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] = silu_mul(a[i], u[i]);
+  }
+}
+
+__device__ void task_argmax(const Params& p, const GpuOp& op, float* smem) {
+  unsigned long long best = 0;
+  for (int i = threadIdx.x; i < op.rows; i += kThreads) best = max(best, p.argmax_part[i]);
+  auto* s = reinterpret_cast<unsigned long long*>(smem);
+  s[threadIdx.x] = best;
+  __syncthreads();
+  for (int k = kThreads / 2; k; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x] = max(s[threadIdx.x], s[threadIdx.x + k]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.pred[p.pos] = int32_t(0xffffffffu - uint32_t(s[0] & 0xffffffffu));
+}
+
+__device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
+  const GpuOp& op = p.ops[task.op];
+  switch (op.kind) {
+    case OpKind::embed:
+      task_embed(p, op);
+      break;
+    case OpKind::rmsnorm:
+      task_rmsnorm(p, op, smem);
+      break;
+    case OpKind::gemv:
+      task_gemv(p, op, task.index, task.op == p.lm_head_op, smem);
+      break;
+    case OpKind::rope:
+      task_rope(p, op);
+      break;
+    case OpKind::kv_append:
+      kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]);
+      break;
+    case OpKind::rope_append:
+      task_rope(p, op);
+      __syncthreads();
+      kv_append(p, op.layer, p.buf[op.in1], p.buf[op.out]);
+      break;
+    case OpKind::attention:
+      task_attention(p, op, task.index, smem);
+      break;
+    case OpKind::attn_combine:
+      task_attn_combine(p, op, task.index);
+      break;
+    case OpKind::add:
+    case OpKind::silu_mul:
+      task_elementwise(p, op, task.index);
+      break;
+    case OpKind::argmax:
+      task_argmax(p, op, smem);
+      break;
+  }
+}
+
+// Starts streaming a GEMV task's weight rows from HBM into L2 (the bulk-copy engine's prefetch, no
+// registers or shared memory involved) before the task waits for its producers, so that the weights of
+// the next layer load while the current one finishes. A hint: correctness does not depend on it.
+// At most p.prefetch_bytes of the task's rows (< 0: all of them): every resident block prefetches for
+// the task it holds, so the bytes in L2 at once are up to workers x that bound, and a bound too large
+// for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
+// which then come from HBM twice.
+__device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
+  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0) return;
+  const DevWeight w = p.weights[op.weight];
+  const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
+  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  const uint8_t* base = w.q + r0 * row_bytes;
+  int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
+  if (p.prefetch_bytes > 0) bytes = min(bytes, p.prefetch_bytes & ~int64_t(15));
+  constexpr int64_t kPiece = 1 << 16;
+  for (int64_t off = 0; off < bytes; off += kPiece) {
+    const uint32_t n = uint32_t(min(kPiece, bytes - off));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+  }
+}
+
+// Waits until every producer of `op` has finished its tasks for this position. Acquire loads by one
+// thread, then the block barrier orders the whole block's reads after them. A wait that never ends
+// (a schedule bug) traps after 10 s instead of hanging the GPU.
+__device__ void wait_for_producers(const Params& p, const GpuOp& op) {
+  if (threadIdx.x == 0) {
+    const unsigned long long t0 = global_ns();
+    for (int i = 0; i < op.dep_count; ++i) {
+      const GpuOp& dep = p.ops[p.deps[op.dep_begin + i]];
+      const unsigned long long target = p.epoch * static_cast<unsigned long long>(dep.tasks);
+      const unsigned long long* counter = p.done + p.deps[op.dep_begin + i];
+      while (ld_acquire(counter) < target) {
+        __nanosleep(64);
+        if (global_ns() - t0 > 10000000000ull) __trap();
+      }
+    }
+  }
+  __syncthreads();
+}
+
+__device__ void finish_task(const Params& p, const GpuTask& task) {
+  __syncthreads();  // every thread's writes of the task are issued
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(p.done + task.op, 1ull);
+  }
+}
+
+}  // namespace mp::cuda::dev

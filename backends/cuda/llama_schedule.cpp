@@ -1,0 +1,376 @@
+// The GPU engine's host side that needs no GPU: the operation list of a Llama model (from its shapes),
+// its split into tasks, the launch groups of each mode, and the memory estimate.
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "backends/cuda/llama_gpu.h"
+#include "core/checked.h"
+#include "core/error.h"
+
+namespace mp::cuda {
+
+const std::vector<std::string>& launch_names() {
+  static const std::vector<std::string> n = {"per-op", "per-layer", "megakernel"};
+  return n;
+}
+
+const char* to_string(Launch l) {
+  switch (l) {
+    case Launch::per_op:
+      return "per-op";
+    case Launch::per_layer:
+      return "per-layer";
+    case Launch::megakernel:
+      return "megakernel";
+  }
+  return "?";
+}
+
+Launch parse_launch(const std::string& s) {
+  if (s == "per-op") return Launch::per_op;
+  if (s == "per-layer") return Launch::per_layer;
+  if (s == "megakernel") return Launch::megakernel;
+  fail_user("unknown --launch mode '", s, "'; modes: per-op, per-layer, megakernel");
+}
+
+void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
+  static const char* kItems =
+      "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1";
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    auto bad = [&]() { fail_user("--gpu-tune: '", item, "' is not one of ", kItems, ""); };
+    auto number = [&]() {
+      MP_USER_CHECK(
+          !value.empty() && value.size() <= 9 && value.find_first_not_of("0123456789") == std::string::npos,
+          "--gpu-tune: '", item, "': expected a whole number");
+      return std::stoll(value);
+    };
+    if (key == "min-blocks") {
+      if (value != "2" && value != "4") bad();
+      o.min_blocks_per_sm = int(number());
+    } else if (key == "prefetch-kib") {
+      o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
+    } else if (key == "split") {
+      if (value == "balanced")
+        o.gemv_split = GemvSplit::balanced;
+      else if (value == "two-per-worker")
+        o.gemv_split = GemvSplit::two_per_worker;
+      else
+        bad();
+    } else if (key == "fetch-ahead") {
+      if (value != "0" && value != "1") bad();
+      o.fetch_ahead = value == "1";
+    } else {
+      bad();
+    }
+  }
+}
+
+const char* to_string(GpuWeights w) { return w == GpuWeights::native ? "native" : "bf16"; }
+
+const char* to_string(OpKind k) {
+  switch (k) {
+    case OpKind::embed:
+      return "embed";
+    case OpKind::rmsnorm:
+      return "rmsnorm";
+    case OpKind::gemv:
+      return "gemv";
+    case OpKind::rope:
+      return "rope";
+    case OpKind::kv_append:
+      return "kv_append";
+    case OpKind::rope_append:
+      return "rope_append";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::attn_combine:
+      return "attn_combine";
+    case OpKind::add:
+      return "add";
+    case OpKind::silu_mul:
+      return "silu_mul";
+    case OpKind::argmax:
+      return "argmax";
+  }
+  return "?";
+}
+
+void LlamaGpuShapes::check() const {
+  auto pos = [&](int64_t v, const char* what) {
+    MP_USER_CHECK(v >= 1, "GPU engine: model '", name, "': ", what, " = ", v, " must be >= 1");
+  };
+  pos(layers, "layers");
+  pos(d_model, "d_model");
+  pos(heads, "heads");
+  pos(kv_heads, "kv_heads");
+  pos(head_dim, "head_dim");
+  pos(ffn, "ffn");
+  pos(vocab, "vocab");
+  pos(context, "context");
+  MP_USER_CHECK(heads % kv_heads == 0, "GPU engine: model '", name, "': ", heads,
+                " query heads are not a multiple of ", kv_heads, " kv heads");
+  MP_USER_CHECK(head_dim % 2 == 0 && head_dim <= 256, "GPU engine: model '", name, "': head_dim ", head_dim,
+                " must be even and at most 256");
+  MP_USER_CHECK(int64_t(rope_freq.size()) == head_dim / 2, "GPU engine: model '", name,
+                "': ", rope_freq.size(), " RoPE frequencies for head_dim ", head_dim, " (need head_dim / 2)");
+  // Rows are read in 16-byte pieces of 8 bf16 values.
+  for (auto [v, what] : {std::pair{d_model, "d_model"},
+                         {ffn, "ffn"},
+                         {heads * head_dim, "heads * head_dim"},
+                         {kv_heads * head_dim, "kv_heads * head_dim"}})
+    MP_USER_CHECK(v % 8 == 0, "not supported yet: GPU engine: model '", name, "': ", what, " = ", v,
+                  " is not a multiple of 8");
+  MP_USER_CHECK(layers <= 4096 && d_model <= (1 << 16) && ffn <= (1 << 18) && vocab <= (1 << 24) &&
+                    heads <= 1024 && context <= (1 << 24),
+                "GPU engine: model '", name, "': sizes beyond what the engine indexes (", layers,
+                " layers, d ", d_model, ", FFN ", ffn, ", vocab ", vocab, ")");
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
+std::string layer_name(int64_t l, const char* what) { return "blk." + std::to_string(l) + "." + what; }
+
+}  // namespace
+
+int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
+  MP_USER_CHECK(rows >= 1 && workers >= 1, "GPU engine: a GEMV of ", rows, " rows over ", workers,
+                " workers");
+  if (split == GemvSplit::two_per_worker)
+    return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
+  // A task's 8 warps each run ceil(rows per task / 8) rows; a worker runs ceil(tasks / workers) tasks.
+  const int64_t warp_rows = ceil_div(rows, 8);
+  int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
+  for (int64_t k = 1; k <= 32; ++k) {
+    const int64_t cost = ceil_div(ceil_div(warp_rows, k), workers) * k;
+    if (cost <= best_cost) best = k, best_cost = cost;  // ties: the larger tasks
+    if (k >= warp_rows) break;
+  }
+  return 8 * best;
+}
+
+LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
+                             GemvSplit split) {
+  s.check();
+  MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
+                " positions; it must be in [1, ", s.context, "] (the model's context length)");
+  MP_USER_CHECK(workers >= 1 && workers <= (1 << 20), "GPU engine: ", workers, " workers must be >= 1");
+  LlamaSchedule sc;
+  sc.launch = launch;
+  sc.context = context;
+  const int64_t d = s.d_model, H = s.heads, Dh = s.head_dim, qw = H * Dh, kvw = s.kv_heads * Dh;
+
+  // Attention: enough chunks per head to give every worker a task, 64..1024 cache positions each.
+  int64_t want = std::max<int64_t>(1, workers / H);
+  sc.attn_chunk = int32_t(std::clamp<int64_t>(round_up(ceil_div(context, want), 64), 64, 1024));
+  sc.attn_chunks = int32_t(ceil_div(context, sc.attn_chunk));
+
+  sc.buf_elems.assign(kBufCount, 0);
+  sc.buf_elems[kX] = sc.buf_elems[kH] = sc.buf_elems[kO] = d;
+  sc.buf_elems[kQ] = sc.buf_elems[kAttn] = qw;
+  sc.buf_elems[kK] = sc.buf_elems[kV] = kvw;
+  sc.buf_elems[kGate] = sc.buf_elems[kUp] = sc.buf_elems[kAct] = s.ffn;
+  sc.buf_elems[kLogits] = s.vocab;
+  sc.buf_elems[kPartML] = H * sc.attn_chunks * 2;
+  sc.buf_elems[kPartO] = H * sc.attn_chunks * Dh;
+
+  auto weight = [&](const std::string& name, int64_t rows, int64_t cols) {
+    for (size_t i = 0; i < sc.weights.size(); ++i)
+      if (sc.weights[i].name == name) return int32_t(i);
+    sc.weights.push_back({name, rows, cols});
+    return int32_t(sc.weights.size() - 1);
+  };
+  auto gemv_rows = [&](int64_t rows) { return gemv_rows_per_task(rows, workers, split); };
+  constexpr int64_t kElemsPerTask = 2048;
+  int32_t group = 0;
+  auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,
+                int64_t cols, std::vector<int32_t> deps) {
+    GpuOp o{};
+    o.kind = k, o.layer = int32_t(layer), o.weight = w, o.in0 = in0, o.in1 = in1, o.out = out;
+    o.rows = int32_t(rows), o.cols = int32_t(cols);
+    switch (k) {
+      case OpKind::gemv:
+        o.per_task = int32_t(gemv_rows(rows));
+        break;
+      case OpKind::add:
+      case OpKind::silu_mul:
+        o.per_task = int32_t(kElemsPerTask);
+        break;
+      case OpKind::attention:
+        o.per_task = sc.attn_chunk;
+        break;
+      case OpKind::attn_combine:
+        o.per_task = 1;
+        break;
+      default:
+        o.per_task = int32_t(rows);
+        break;  // one task
+    }
+    o.tasks = k == OpKind::attention ? int32_t(H * sc.attn_chunks) : int32_t(ceil_div(rows, o.per_task));
+    o.first_task = int32_t(sc.tasks.size());
+    for (int32_t t = 0; t < o.tasks; ++t) sc.tasks.push_back({int32_t(sc.ops.size()), t});
+    o.dep_begin = int32_t(sc.deps.size());
+    o.dep_count = int32_t(deps.size());
+    sc.deps.insert(sc.deps.end(), deps.begin(), deps.end());
+    o.group = group;
+    o.stage = Stage::plain, o.norm_weight = -1, o.accumulate = 0;
+    sc.ops.push_back(o);
+    if (launch == Launch::per_op) ++group;
+    return int32_t(sc.ops.size() - 1);
+  };
+  auto next_group = [&] {
+    if (launch == Launch::per_layer) ++group;
+  };
+
+  // A GEMV whose input is staged in a fused way.
+  auto gemv = [&](int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows, int64_t cols,
+                  std::vector<int32_t> deps, Stage st, int32_t norm_w, bool acc) {
+    int32_t i = op(OpKind::gemv, layer, w, in0, in1, out, rows, cols, std::move(deps));
+    sc.ops[size_t(i)].stage = st, sc.ops[size_t(i)].norm_weight = norm_w, sc.ops[size_t(i)].accumulate = acc;
+    return i;
+  };
+  const bool fused = launch != Launch::per_op;
+  const int32_t emb = weight("token_embd.weight", s.vocab, d);
+  int32_t last = op(OpKind::embed, -1, emb, -1, -1, kX, d, d, {});
+  next_group();
+  for (int64_t l = 0; l < s.layers; ++l) {
+    auto w = [&](const char* n, int64_t rows, int64_t cols) { return weight(layer_name(l, n), rows, cols); };
+    const int32_t an = w("attn_norm.weight", 1, d), wq = w("attn_q.weight", qw, d),
+                  wk = w("attn_k.weight", kvw, d), wv = w("attn_v.weight", kvw, d),
+                  wo = w("attn_output.weight", d, qw), fnw = w("ffn_norm.weight", 1, d),
+                  wg = w("ffn_gate.weight", s.ffn, d), wu = w("ffn_up.weight", s.ffn, d),
+                  wd = w("ffn_down.weight", d, s.ffn);
+    if (fused) {
+      int32_t q = gemv(l, wq, kX, -1, kQ, qw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t k = gemv(l, wk, kX, -1, kK, kvw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t v = gemv(l, wv, kX, -1, kV, kvw, d, {last}, Stage::rmsnorm, an, false);
+      int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
+      int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
+      int32_t o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+      int32_t g = gemv(l, wg, kX, -1, kGate, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
+      int32_t u = gemv(l, wu, kX, -1, kUp, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
+      last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, true);
+    } else {
+      int32_t n1 = op(OpKind::rmsnorm, l, an, kX, -1, kH, d, d, {last});
+      int32_t q = op(OpKind::gemv, l, wq, kH, -1, kQ, qw, d, {n1});
+      int32_t k = op(OpKind::gemv, l, wk, kH, -1, kK, kvw, d, {n1});
+      int32_t v = op(OpKind::gemv, l, wv, kH, -1, kV, kvw, d, {n1});
+      int32_t r = op(OpKind::rope, l, -1, kQ, kK, -1, (qw + kvw) / 2, Dh, {q, k});
+      int32_t a = op(OpKind::kv_append, l, -1, kK, kV, -1, kvw, kvw, {r, v});
+      int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {r, a});
+      int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
+      int32_t o = op(OpKind::gemv, l, wo, kAttn, -1, kO, d, qw, {cb});
+      int32_t r1 = op(OpKind::add, l, -1, kO, -1, kX, d, d, {o});
+      int32_t n2 = op(OpKind::rmsnorm, l, fnw, kX, -1, kH, d, d, {r1});
+      int32_t g = op(OpKind::gemv, l, wg, kH, -1, kGate, s.ffn, d, {n2});
+      int32_t u = op(OpKind::gemv, l, wu, kH, -1, kUp, s.ffn, d, {n2});
+      int32_t sm = op(OpKind::silu_mul, l, -1, kGate, kUp, kAct, s.ffn, s.ffn, {g, u});
+      int32_t dn = op(OpKind::gemv, l, wd, kAct, -1, kO, d, s.ffn, {sm});
+      last = op(OpKind::add, l, -1, kO, -1, kX, d, d, {dn});
+    }
+    next_group();
+  }
+  const int32_t onw = weight("output_norm.weight", 1, d);
+  const int32_t out_w = s.tied_embeddings ? emb : weight("output.weight", s.vocab, d);
+  if (fused) {
+    sc.lm_head_op = gemv(-1, out_w, kX, -1, kLogits, s.vocab, d, {last}, Stage::rmsnorm, onw, false);
+  } else {
+    int32_t fn = op(OpKind::rmsnorm, -1, onw, kX, -1, kH, d, d, {last});
+    sc.lm_head_op = op(OpKind::gemv, -1, out_w, kH, -1, kLogits, s.vocab, d, {fn});
+  }
+  op(OpKind::argmax, -1, -1, kLogits, -1, -1, sc.ops[size_t(sc.lm_head_op)].tasks, 0, {sc.lm_head_op});
+
+  // Launch groups: contiguous op ranges.
+  for (size_t i = 0; i < sc.ops.size(); ++i) {
+    const GpuOp& o = sc.ops[i];
+    if (sc.groups.empty() || o.group != int32_t(sc.groups.size() - 1))
+      sc.groups.push_back({o.first_task, 0, int32_t(i), 0});
+    sc.groups.back().tasks += o.tasks;
+    sc.groups.back().ops += 1;
+  }
+  verify_schedule(sc);
+  return sc;
+}
+
+void verify_schedule(const LlamaSchedule& s) {
+  std::vector<int64_t> seen(s.ops.size(), 0);
+  for (size_t t = 0; t < s.tasks.size(); ++t) {
+    const GpuTask& k = s.tasks[t];
+    MP_INTERNAL_CHECK(k.op >= 0 && size_t(k.op) < s.ops.size(), "task ", t, " names op ", k.op);
+    const GpuOp& o = s.ops[size_t(k.op)];
+    MP_INTERNAL_CHECK(k.index >= 0 && k.index < o.tasks && int64_t(t) == int64_t(o.first_task) + k.index,
+                      "task ", t, " is not task ", k.index, " of op ", k.op, " in place");
+    ++seen[size_t(k.op)];
+  }
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const GpuOp& o = s.ops[i];
+    MP_INTERNAL_CHECK(seen[i] == o.tasks && o.tasks >= 1, "op ", i, " (", to_string(o.kind), ") has ",
+                      seen[i], " tasks scheduled of ", o.tasks);
+    for (int32_t j = 0; j < o.dep_count; ++j) {
+      int32_t p = s.deps[size_t(o.dep_begin + j)];
+      MP_INTERNAL_CHECK(p >= 0 && size_t(p) < i, "op ", i, " depends on op ", p,
+                        ", which does not precede it");
+    }
+    if (o.weight >= 0) MP_INTERNAL_CHECK(size_t(o.weight) < s.weights.size(), "op ", i, " weight index");
+    MP_INTERNAL_CHECK((o.stage == Stage::rmsnorm) == (o.norm_weight >= 0) &&
+                          (o.norm_weight < 0 || size_t(o.norm_weight) < s.weights.size()),
+                      "op ", i, " norm weight");
+  }
+  int64_t covered = 0, ops = 0;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    MP_INTERNAL_CHECK(s.groups[g].first_task == covered && s.groups[g].first_op == ops, "launch group ", g,
+                      " does not start where the previous ends");
+    covered += s.groups[g].tasks, ops += s.groups[g].ops;
+  }
+  MP_INTERNAL_CHECK(covered == int64_t(s.tasks.size()) && ops == int64_t(s.ops.size()),
+                    "launch groups cover ", covered, " of ", s.tasks.size(), " tasks");
+}
+
+std::string LlamaSchedule::summary() const {
+  std::ostringstream os;
+  os << to_string(launch) << ": " << launches_per_token() << " launch"
+     << (launches_per_token() == 1 ? "" : "es") << " per token, " << ops.size() << " ops, " << tasks.size()
+     << " tasks, attention " << attn_chunks << " chunk" << (attn_chunks == 1 ? "" : "s") << " of "
+     << attn_chunk << " positions per head";
+  return os.str();
+}
+
+namespace {
+// Bytes of a [rows, cols] weight on the GPU in the format the engine converts it to.
+int64_t device_weight_bytes(quant::QType t, int64_t rows, int64_t cols, bool norm, GpuWeights mode) {
+  int64_t n = mul_sat(rows, cols);
+  if (norm) return mul_sat(n, 4);
+  if (mode == GpuWeights::native && t == quant::QType::Q8_0) return add_sat(n, mul_sat(n / 32, 2));
+  if (mode == GpuWeights::native && t == quant::QType::Q4_1) return add_sat(n / 2, mul_sat(n / 32, 4));
+  return mul_sat(n, 2);
+}
+}  // namespace
+
+int64_t gpu_bytes_needed(const LlamaGpuShapes& s, const WeightBindings* w, const LlamaGpuOptions& o) {
+  int64_t ctx = o.context ? o.context : s.context;
+  LlamaSchedule sc = build_schedule(s, o.launch, ctx, 1);
+  int64_t b = 0;
+  for (auto& wr : sc.weights) {
+    quant::QType t = quant::QType::BF16;
+    if (w)
+      if (auto it = w->find(wr.name); it != w->end()) t = it->second.type;
+    bool norm = wr.rows == 1;
+    b = add_sat(b, device_weight_bytes(t, wr.rows, wr.cols, norm, o.weights));
+  }
+  const int64_t kvw = s.kv_heads * s.head_dim;
+  b = add_sat(b, mul_sat(mul_sat(mul_sat(s.layers, 2), mul_sat(ctx, kvw)), 2));
+  // Activations, with attention partials for the most chunks any worker count gives.
+  int64_t act = 0;
+  for (int i = 0; i < kBufCount; ++i) act = add_sat(act, sc.buf_elems[size_t(i)]);
+  act = add_sat(act, mul_sat(mul_sat(s.heads, ceil_div(ctx, 64)), s.head_dim + 2));
+  return add_sat(b, add_sat(mul_sat(act, 4), mul_sat(ctx, 8)));
+}
+
+}  // namespace mp::cuda

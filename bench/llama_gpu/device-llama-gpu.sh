@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Llama decode on the GPU, on the device machine: builds the metapipe binary (default preset, sm_90a),
+# runs `metapipe generate --target cuda` in the three launch modes (per-op, per-layer, megakernel) on
+# SmolLM2-135M (the installed GGUF when present, and its shapes with random bf16 weights) and on
+# Llama-3.1-8B's shapes (random bf16), each with a KV cache of 1,024 positions: a prompt of about 900
+# tokens is prefilled, then 64 tokens are decoded and timed. Then the PyTorch reference (bench_torch.py:
+# the same architecture, random bf16 weights, eager and CUDA-graph decode steps at the same context)
+# when torch is importable. Prints one table; ratios are against PyTorch with CUDA graphs from the same
+# run. Logs under $OUT.
+#   usage: [OUT=DIR] bench/llama_gpu/device-llama-gpu.sh [--tests] [--ctx N]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-build/llama-gpu-out}"
+mkdir -p "$OUT"
+export PATH="$PATH:/usr/local/cuda/bin"
+tests=0 ctx=1024
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --tests) tests=1 ;;
+    --ctx) ctx="$2"; shift ;;
+    *) echo "device-llama-gpu.sh: unknown option '$1' (usage: see the top of the file)"; exit 2 ;;
+  esac
+  shift
+done
+t0=$(date +%s)
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem,power.limit --format=csv | tee "$OUT/card.txt"
+targets="metapipe"
+[ $tests = 1 ] && targets="metapipe test_llama_gpu_sm90"
+if ! { cmake --preset default >"$OUT/build.log" 2>&1 &&
+       cmake --build build -j16 --target $targets >>"$OUT/build.log" 2>&1; }; then
+  echo "BUILD FAILED (errors from $OUT/build.log):"; grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1
+fi
+echo "build: $(( $(date +%s) - t0 )) s"
+if [ $tests = 1 ]; then
+  ./build/tests/backends/cuda/test_llama_gpu_sm90 >"$OUT/tests.log" 2>&1
+  echo "SM90_LlamaGpu: exit $? ($(grep -cE '^\[       OK' "$OUT/tests.log") passed; $OUT/tests.log)"
+  grep -E "FAILED|max \|diff\||greedy" "$OUT/tests.log" | head -30
+fi
+
+mp=./build/tools/metapipe/metapipe
+prompt_tokens=$(( ctx * 7 / 8 ))
+text=$(python3 -c "print(('The quick brown fox jumps over the lazy dog. ' * 400)[:$prompt_tokens])")
+results="$OUT/results.jsonl"
+: >"$results"
+run() {  # label, then metapipe generate arguments
+  local label="$1"; shift
+  local line
+  line=$(timeout 120 $mp generate --target cuda --ctx "$ctx" -n 64 --json --quiet "$@" 2>>"$OUT/errors.log" | tail -1)
+  if [ -n "$line" ] && [ "${line:0:1}" = "{" ]; then
+    echo "{\"label\": \"$label\", \"run\": $line}" >>"$results"
+  else
+    echo "{\"label\": \"$label\", \"error\": \"see errors.log\"}" >>"$results"
+  fi
+}
+have_gguf=0
+$mp generate --target cuda --ctx 64 -n 1 --quiet >/dev/null 2>&1 && have_gguf=1
+for mode in per-op per-layer megakernel; do
+  [ $have_gguf = 1 ] && run "smollm2-135m GGUF Q4_1 | metapipe $mode" --launch $mode \
+    --prompt "$(python3 -c "print('The quick brown fox jumps over the lazy dog. ' * $(( prompt_tokens / 12 )))")"
+  run "smollm2-135m bf16 | metapipe $mode" --launch $mode --shapes smollm2-135m --prompt "$text"
+  run "llama3.1-8b bf16 | metapipe $mode" --launch $mode --shapes llama3.1-8b --prompt "$text"
+done
+# The megakernel with single tuning switches changed, and with all of them at their alternatives
+# (docs/llama-gpu.md, "Speed"), to see which change moves the time.
+alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0"
+for tune in "$alternatives" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0; do
+  label="megakernel --gpu-tune $tune"
+  [ "$tune" = "$alternatives" ] && label="megakernel, every switch at its alternative"
+  for shapes in smollm2-135m llama3.1-8b; do
+    run "$shapes bf16 | metapipe $label" --launch megakernel --gpu-tune "$tune" --shapes $shapes --prompt "$text"
+  done
+done
+if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  for shapes in smollm2-135m llama3.1-8b; do
+    timeout 120 python3 bench/llama_gpu/bench_torch.py --shapes $shapes --ctx "$ctx" 2>>"$OUT/errors.log" |
+      while read -r line; do echo "{\"label\": \"$shapes bf16 | torch\", \"torch\": $line}" >>"$results"; done
+  done
+else
+  echo "torch is not importable here: the PyTorch rows are not measured" | tee -a "$OUT/errors.log"
+fi
+
+python3 - "$results" "$ctx" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+graph = {}
+for r in rows:
+    t = r.get("torch")
+    if t and t["impl"] == "torch-cuda-graph":
+        graph[t["shapes"]] = t["ms_per_token"]
+print(f"\nLlama decode, batch 1, KV cache of {sys.argv[2]} positions (ms/token over 64 decoded tokens)")
+print(f"| {'model':<22} | {'implementation':<26} | ms/token | tokens/s | launches/token | GB/s | vs torch graph |")
+print("|" + "|".join("-" * w for w in (24, 28, 10, 10, 16, 6, 16)) + "|")
+for r in rows:
+    model, impl = [s.strip() for s in r["label"].split("|")]
+    shapes = model.split()[0]
+    if "run" in r:
+        j = r["run"]
+        ms, lpt, bw = j["ms_per_token"], j["launches_per_token"], j["bandwidth_gb_per_s"]
+    elif "torch" in r:
+        j = r["torch"]
+        ms, lpt, bw = j["ms_per_token"], j.get("kernels_per_token"), None
+        impl = j["impl"]
+    else:
+        print(f"| {model:<22} | {impl:<26} | failed (errors.log) |")
+        continue
+    ratio = f"{graph[shapes] / ms:.2f}x" if shapes in graph and ms else "not measured"
+    f = lambda v, p: "-" if v is None else f"{v:.{p}f}"
+    print(f"| {model:<22} | {impl:<26} | {f(ms, 3):>8} | {f(1e3 / ms if ms else None, 0):>8} | {f(lpt, 0):>14} | "
+          f"{f(bw, 0):>4} | {ratio:>14} |")
+EOF
+echo "done in $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,298 @@
+// The GPU Llama engine's host side, without a GPU: launch-mode parsing, the operation list and task
+// schedule built from the model's shapes (every weight of the model definition read once, every task
+// of every operation scheduled once, dependencies that order every conflicting access to a buffer),
+// the memory estimate, bad input, and the CLI's --target cuda / --launch errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bitset>
+#include <set>
+
+#include "backends/cuda/llama_gpu.h"
+#include "core/device.h"
+#include "models/llama.h"
+#include "tests/support/expect_user_error.h"
+#include "tests/support/run_cli.h"
+
+namespace mp::cuda {
+namespace {
+
+LlamaGpuShapes shapes(const std::string& preset) {
+  return shapes_of(models::LlamaConfig::preset(preset), models::rope_frequency);
+}
+
+TEST(LlamaGpuOptions, LaunchModes) {
+  for (auto& n : launch_names()) EXPECT_EQ(to_string(parse_launch(n)), n);
+  EXPECT_USER_ERROR(parse_launch("fused"),
+                    "unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel");
+}
+
+TEST(LlamaGpuSchedule, LaunchesPerTokenFollowTheMode) {
+  for (const char* preset : {"toy", "smollm2-135m", "llama3.1-8b"}) {
+    SCOPED_TRACE(preset);
+    LlamaGpuShapes s = shapes(preset);
+    const int64_t L = s.layers;
+    EXPECT_EQ(build_schedule(s, Launch::per_op, 64, 528).launches_per_token(), 1 + 16 * L + 3);
+    EXPECT_EQ(build_schedule(s, Launch::per_layer, 64, 528).launches_per_token(), L + 2);
+    EXPECT_EQ(build_schedule(s, Launch::megakernel, 64, 528).launches_per_token(), 1);
+  }
+}
+
+TEST(LlamaGpuSchedule, ReadsEveryWeightOfTheModel) {
+  for (const char* preset : {"toy", "smollm2-135m", "llama3.1-8b"})
+    for (Launch m : {Launch::per_op, Launch::megakernel}) {
+      SCOPED_TRACE(std::string(preset) + " " + to_string(m));
+      auto c = models::LlamaConfig::preset(preset);
+      auto sc = build_schedule(shapes(preset), m, 64, 100);
+      std::vector<std::string> got, want = models::weight_names(c);
+      for (auto& w : sc.weights) got.push_back(w.name);
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(got, want);
+      std::map<int32_t, int> uses;
+      for (auto& o : sc.ops) {
+        if (o.weight >= 0) ++uses[o.weight];
+        if (o.norm_weight >= 0) ++uses[o.norm_weight];
+      }
+      for (size_t i = 0; i < sc.weights.size(); ++i) {
+        const std::string& n = sc.weights[i].name;
+        // The tied embedding table is read by the embedding and by the LM head; in the fused modes each
+        // GEMV after a norm stages the norm itself (q, k, v after attn_norm; gate, up after ffn_norm).
+        int expect = n == "token_embd.weight" && c.tied_embeddings ? 2 : 1;
+        if (m != Launch::per_op && n.find("attn_norm") != std::string::npos) expect = 3;
+        if (m != Launch::per_op && n.find("ffn_norm") != std::string::npos) expect = 2;
+        EXPECT_EQ(uses[int32_t(i)], expect) << n;
+      }
+    }
+}
+
+// Every task once; GEMV tasks cover their rows exactly once; attention has a task per (head, chunk).
+TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
+  for (int64_t workers : {1, 7, 132, 528, 1056})
+    for (GemvSplit split : {GemvSplit::balanced, GemvSplit::two_per_worker})
+      for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
+        auto sc = build_schedule(shapes("smollm2-135m"), m, 1000, workers, split);
+        EXPECT_NO_THROW(verify_schedule(sc));
+        std::set<std::pair<int32_t, int32_t>> seen;
+        for (auto& t : sc.tasks) EXPECT_TRUE(seen.insert({t.op, t.index}).second);
+        int64_t sum = 0;
+        for (auto& o : sc.ops) sum += o.tasks;
+        EXPECT_EQ(sum, int64_t(sc.tasks.size()));
+        for (auto& o : sc.ops) {
+          if (o.kind == OpKind::gemv) {
+            std::vector<int> hit(size_t(o.rows), 0);
+            for (int32_t t = 0; t < o.tasks; ++t)
+              for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r)
+                ++hit[size_t(r)];
+            EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
+            EXPECT_EQ(o.per_task % 8, 0);  // whole warps
+          }
+          if (o.kind == OpKind::attention) {
+            EXPECT_EQ(o.tasks, 9 * sc.attn_chunks);
+            EXPECT_GE(int64_t(sc.attn_chunk) * sc.attn_chunks, 1000);
+            EXPECT_LT(int64_t(sc.attn_chunk) * (sc.attn_chunks - 1), 1000);
+          }
+        }
+        // Groups: contiguous, in order; per-layer groups hold one layer each.
+        for (auto& g : sc.groups)
+          for (int32_t i = g.first_op; i < g.first_op + g.ops; ++i)
+            EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
+        if (m == Launch::per_layer)
+          for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
+            EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer
+            EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
+          }
+      }
+}
+
+// The balanced split never gives a worker more rows than two tasks per worker does (the makespan of a
+// wave model: waves x warp rows per task), and picks the sizes worked out by hand for Llama 3.1 8B on
+// 132 SMs x 3 blocks: FFN gate / up 14,336 rows -> 40 per task (359 tasks, one wave) where two per
+// worker gives 24 (598 tasks, two waves); 4,096 rows -> 16 (256 tasks, one wave).
+TEST(LlamaGpuSchedule, BalancedGemvSplit) {
+  auto makespan = [](int64_t rows, int64_t workers, int64_t per_task) {
+    const int64_t tasks = (rows + per_task - 1) / per_task;
+    return (tasks + workers - 1) / workers * ((per_task + 7) / 8);
+  };
+  for (int64_t rows : {8, 64, 192, 576, 1024, 1536, 4096, 14336, 49152, 128256})
+    for (int64_t workers : {1, 7, 132, 264, 396, 528, 1056}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, " + std::to_string(workers) + " workers");
+      const int64_t b = gemv_rows_per_task(rows, workers, GemvSplit::balanced);
+      const int64_t t = gemv_rows_per_task(rows, workers, GemvSplit::two_per_worker);
+      EXPECT_EQ(b % 8, 0);
+      EXPECT_GE(b, 8);
+      EXPECT_LE(b, 256);
+      EXPECT_LE(makespan(rows, workers, b), makespan(rows, workers, t));
+    }
+  EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::balanced), 40);
+  EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::two_per_worker), 24);
+  EXPECT_EQ(gemv_rows_per_task(4096, 396, GemvSplit::balanced), 16);
+}
+
+TEST(LlamaGpuOptions, Tuning) {
+  LlamaGpuOptions o;
+  EXPECT_EQ(o.min_blocks_per_sm, 4);
+  EXPECT_EQ(o.prefetch_bytes, 32 << 10);
+  apply_tuning("min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0", o);
+  EXPECT_EQ(o.min_blocks_per_sm, 2);
+  EXPECT_EQ(o.prefetch_bytes, -1);
+  EXPECT_EQ(o.gemv_split, GemvSplit::two_per_worker);
+  EXPECT_FALSE(o.fetch_ahead);
+  apply_tuning("prefetch-kib=0,fetch-ahead=1,split=balanced,min-blocks=4", o);
+  EXPECT_EQ(o.prefetch_bytes, 0);
+  EXPECT_TRUE(o.fetch_ahead);
+  EXPECT_EQ(o.gemv_split, GemvSplit::balanced);
+  EXPECT_EQ(o.min_blocks_per_sm, 4);
+  EXPECT_USER_ERROR(apply_tuning("min-blocks=3", o),
+                    "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
+  EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o),
+                    "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
+  EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
+}
+
+// The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
+// (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
+TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
+  for (Launch m : {Launch::per_op, Launch::megakernel}) {
+    SCOPED_TRACE(to_string(m));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132);
+    const size_t n = sc.ops.size();
+    ASSERT_LE(n, 64u);
+    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : 1 + 9 * 2 + 2u);
+    std::vector<std::bitset<64>> anc(n);
+    for (size_t i = 0; i < n; ++i) {
+      const GpuOp& o = sc.ops[i];
+      EXPECT_EQ(o.dep_count == 0, o.kind == OpKind::embed) << i;
+      for (int32_t j = 0; j < o.dep_count; ++j) {
+        size_t p = size_t(sc.deps[size_t(o.dep_begin + j)]);
+        anc[i] |= anc[p];
+        anc[i].set(p);
+      }
+    }
+    // Buffers each op reads and writes; the KV cache of layer l and the argmax partials get ids of their own.
+    const int kCache = kBufCount, kArgmax = kBufCount + 100;
+    auto access = [&](const GpuOp& o, std::set<int>& r, std::set<int>& w) {
+      switch (o.kind) {
+        case OpKind::embed:
+          w = {o.out};
+          break;
+        case OpKind::rmsnorm:
+          r = {o.in0}, w = {o.out};
+          break;
+        case OpKind::gemv:
+          r = {o.in0}, w = {o.out};
+          if (o.stage == Stage::silu_mul) r.insert(o.in1);
+          if (o.stage == Stage::attn_combine) r.insert(kPartML);
+          if (o.accumulate) r.insert(o.out);
+          if (&o - sc.ops.data() == sc.lm_head_op) w.insert(kArgmax);
+          break;
+        case OpKind::rope:
+          r = w = {o.in0, o.in1};
+          break;
+        case OpKind::kv_append:
+          r = {o.in0, o.in1}, w = {kCache + o.layer};
+          break;
+        case OpKind::rope_append:
+          r = {o.in0, o.in1, o.out}, w = {o.in0, o.in1, kCache + o.layer};
+          break;
+        case OpKind::attention:
+          r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO};
+          break;
+        case OpKind::attn_combine:
+          r = {kPartML, kPartO}, w = {o.out};
+          break;
+        case OpKind::add:
+          r = {o.in0, o.out}, w = {o.out};
+          break;
+        case OpKind::silu_mul:
+          r = {o.in0, o.in1}, w = {o.out};
+          break;
+        case OpKind::argmax:
+          r = {kArgmax};
+          break;
+      }
+    };
+    int conflicts = 0;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = i + 1; j < n; ++j) {
+        std::set<int> ri, wi, rj, wj;
+        access(sc.ops[i], ri, wi);
+        access(sc.ops[j], rj, wj);
+        bool conflict = false;
+        for (int b : wi) conflict |= rj.count(b) || wj.count(b);
+        for (int b : wj) conflict |= ri.count(b);
+        if (!conflict) continue;
+        ++conflicts;
+        EXPECT_TRUE(anc[j].test(i)) << "ops " << i << " (" << to_string(sc.ops[i].kind) << ") and " << j
+                                    << " (" << to_string(sc.ops[j].kind)
+                                    << ") share a buffer but are not ordered";
+      }
+    EXPECT_GT(conflicts, 40);  // buffers are reused by every layer
+  }
+}
+
+TEST(LlamaGpuSchedule, BadInput) {
+  auto s = shapes("smollm2-135m");
+  EXPECT_USER_ERROR(build_schedule(s, Launch::megakernel, 9000, 132),
+                    "a KV cache of 9000 positions; it must be in [1, 8192]");
+  auto odd = s;
+  odd.d_model = 580;
+  EXPECT_USER_ERROR(odd.check(), "not supported yet: GPU engine: model 'smollm2-135m': d_model = 580");
+  auto big = s;
+  big.head_dim = 512;
+  big.rope_freq.resize(256);
+  EXPECT_USER_ERROR(big.check(), "head_dim 512 must be even and at most 256");
+  auto nofreq = s;
+  nofreq.rope_freq.clear();
+  EXPECT_USER_ERROR(nofreq.check(), "0 RoPE frequencies for head_dim 64");
+  auto gqa = s;
+  gqa.kv_heads = 2;
+  EXPECT_USER_ERROR(gqa.check(), "9 query heads are not a multiple of 2 kv heads");
+}
+
+TEST(LlamaGpuMemory, EstimateCountsWeightsAndCache) {
+  LlamaGpuOptions o;
+  o.context = 1024;
+  // Llama 3.1 8B in bf16: 8.03e9 parameters, 2 bytes each; KV cache 32 layers x 2 x 1024 x 1024 x 2 bytes.
+  int64_t b = gpu_bytes_needed(shapes("llama3.1-8b"), nullptr, o);
+  const int64_t kv = 32LL * 2 * 1024 * 1024 * 2;
+  EXPECT_GT(b, 16'000'000'000LL + kv);
+  EXPECT_LT(b, 16'200'000'000LL + kv);
+}
+
+TEST(LlamaGpuEngine, WithoutAGpuSaysSo) {
+  if (query_gpu()) GTEST_SKIP() << "a GPU is present (SM90_LlamaGpu* covers the engine)";
+  LlamaGpuOptions o;
+  o.context = 64;
+  try {
+    LlamaGpu::random(shapes("toy"), o, 1);
+    ADD_FAILURE() << "expected not_supported";
+  } catch (const not_supported& e) {
+    EXPECT_NE(std::string(e.what()).find("not supported yet: the GPU engine"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
+  auto r = test::run_cli("generate --shapes toy --target cuda --launch fused -n 2");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("unknown --launch mode 'fused'; modes: per-op, per-layer, megakernel"),
+            std::string::npos)
+      << r.out;
+  auto c = test::run_cli("generate --shapes toy --launch per-op -n 2");
+  EXPECT_EQ(c.status, 2) << c.out;
+  EXPECT_NE(c.out.find("--launch needs --target cuda"), std::string::npos) << c.out;
+  auto t = test::run_cli("generate --shapes toy --gpu-tune min-blocks=2 -n 2");
+  EXPECT_EQ(t.status, 2) << t.out;
+  EXPECT_NE(t.out.find("--gpu-tune needs --target cuda"), std::string::npos) << t.out;
+  auto b = test::run_cli("generate --shapes toy --target cuda --gpu-tune split=even -n 2");
+  EXPECT_EQ(b.status, 1) << b.out;
+  EXPECT_NE(b.out.find("--gpu-tune: 'split=even' is not one of"), std::string::npos) << b.out;
+  if (query_gpu()) return;
+  auto g = test::run_cli("generate --shapes toy --target cuda -n 2");
+  EXPECT_EQ(g.status, 1) << g.out;
+  EXPECT_NE(g.out.find("not supported yet: the GPU engine"), std::string::npos) << g.out;
+  EXPECT_EQ(std::count(g.out.begin(), g.out.end(), '\n'), 1) << g.out;
+}
+
+}  // namespace
+}  // namespace mp::cuda
