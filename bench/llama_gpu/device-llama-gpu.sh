@@ -7,17 +7,19 @@
 # the same architecture, random bf16 weights, eager and CUDA-graph decode steps at the same context)
 # when torch is importable. Prints one table; ratios are against PyTorch with CUDA graphs from the same
 # run. Logs under $OUT.
-#   usage: [OUT=DIR] bench/llama_gpu/device-llama-gpu.sh [--tests] [--ctx N]
+#   usage: [OUT=DIR] bench/llama_gpu/device-llama-gpu.sh [--tests] [--ctx N] [--no-tune]
+# --no-tune leaves out the megakernel's --gpu-tune rows (12 of the 20 runs).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/llama-gpu-out}"
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=0 ctx=1024
+tests=0 ctx=1024 with_tune=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) tests=1 ;;
     --ctx) ctx="$2"; shift ;;
+    --no-tune) with_tune=0 ;;
     *) echo "device-llama-gpu.sh: unknown option '$1' (usage: see the top of the file)"; exit 2 ;;
   esac
   shift
@@ -63,7 +65,8 @@ done
 # The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
 alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0"
-for tune in "$alternatives" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0; do
+[ $with_tune = 1 ] || alternatives=""
+for tune in ${alternatives:+"$alternatives" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0}; do
   label="megakernel --gpu-tune $tune"
   [ "$tune" = "$alternatives" ] && label="megakernel, every switch at its alternative"
   for shapes in smollm2-135m llama3.1-8b; do
