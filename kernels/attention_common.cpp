@@ -51,6 +51,10 @@ void check_attention_decode_shape(const AttentionShape& s) {
                 " (use the forward kernel for more)");
 }
 
+const char* attention_backward_impl_name(attention_backward_impl impl) {
+  return impl == attention_backward_impl::wgmma ? "wgmma" : "cuda-core";
+}
+
 double default_attention_scale(int dim) { return 1.0 / std::sqrt(double(dim)); }
 
 // Decode blocks per KV slice of one KV head: the group's query heads times the query rows, in blocks of
