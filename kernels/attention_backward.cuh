@@ -130,8 +130,8 @@ __global__ void attn_bwd_dq_round(const float* acc, __nv_bfloat16* dq, size_t n)
 // The backward's setup shared by both implementations: the parameters, the workspace (D and the fp32
 // dQ buffer, zeroed) and the D = rowsum(dO * O) kernel.
 inline cudaError_t backward_prologue(bwd_params& p, const AttentionShape& s, const void* q, const void* k,
-                                     const void* v, const void* o, const float* lse, const void* d_o, void* dk,
-                                     void* dv, float scale, bool causal, cudaStream_t stream) {
+                                     const void* v, const void* o, const float* lse, const void* d_o,
+                                     void* dk, void* dv, float scale, bool causal, cudaStream_t stream) {
   p = bwd_params{};
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
@@ -160,7 +160,8 @@ inline cudaError_t backward_prologue(bwd_params& p, const AttentionShape& s, con
 }
 
 // dQ from the fp32 buffer to bf16.
-inline cudaError_t backward_epilogue(const bwd_params& p, const AttentionShape& s, void* dq, cudaStream_t stream) {
+inline cudaError_t backward_epilogue(const bwd_params& p, const AttentionShape& s, void* dq,
+                                     cudaStream_t stream) {
   attn_bwd_dq_round<<<1024, 256, 0, stream>>>(p.dq_acc, static_cast<__nv_bfloat16*>(dq), s.q_elems());
   return cudaGetLastError();
 }

@@ -82,7 +82,9 @@ struct attn_bwd_wgmma_kernel {
     tile::tma::prefetch_map(&g.d_o);
   }
   // Iteration it: query head hk * group + it / q_tiles, query tile q_first + it % q_tiles.
-  __device__ static int head_of(const globals& g, const item& w, int it) { return w.hk * g.group + it / w.q_tiles; }
+  __device__ static int head_of(const globals& g, const item& w, int it) {
+    return w.hk * g.group + it / w.q_tiles;
+  }
   __device__ static int q0_of(const item& w, int it) { return (w.q_first + it % w.q_tiles) * BM; }
 
   __device__ static void load(stage& s, finish_smem& f, const globals& g, const item& w, int it,
@@ -109,7 +111,7 @@ struct attn_bwd_wgmma_kernel {
     using namespace mp::tile;
     const int lane = threadIdx.x % warp_threads, t = warpgroup::thread_in_group();
     const int h = head_of(g, w, it), q0 = q0_of(w, it);
-    const int kc0 = w.k0 + 64 * consumer;                                  // this consumer's first key
+    const int kc0 = w.k0 + 64 * consumer;                                   // this consumer's first key
     const int key_row = kc0 + 16 * warpgroup::warpid() + lane / 4;          // the lane's first key (+8)
     const size_t head_row = (size_t(w.b) * g.heads + h) * size_t(g.seq_q);  // row 0 of head h
 
@@ -231,7 +233,8 @@ struct attn_bwd_wgmma_kernel {
         for (int f2 = hh; f2 < 4; f2 += 2) {
           const float2 a = st.dk.tiles[0][j][f2], b = st.dv.tiles[0][j][f2];
           const int col = 16 * j + 8 * (f2 >> 1);
-          *reinterpret_cast<__nv_bfloat162*>(dk + col) = __float22bfloat162_rn(float2{a.x * g.scale, a.y * g.scale});
+          *reinterpret_cast<__nv_bfloat162*>(dk + col) =
+              __float22bfloat162_rn(float2{a.x * g.scale, a.y * g.scale});
           *reinterpret_cast<__nv_bfloat162*>(dv + col) = __float22bfloat162_rn(b);
         }
     }

@@ -316,7 +316,8 @@ cudaError_t run_backward_wgmma(const AttentionShape& s, const void* q, const voi
   g.heads = s.heads, g.group = s.group(), g.seq_q = s.seq_q, g.seq_kv = s.seq_kv;
   g.kv_tiles = (s.seq_kv + K::BN - 1) / K::BN;
   const long long work = 1ll * s.batch * s.kv_heads * g.kv_tiles;
-  MP_USER_CHECK(work < (1ll << 31), "attention backward: ", s.str(), " has too many key tiles for one launch");
+  MP_USER_CHECK(work < (1ll << 31), "attention backward: ", s.str(),
+                " has too many key tiles for one launch");
   g.work = int(work);
   g.offset = s.seq_kv - s.seq_q;
   g.scale = scale;

@@ -44,7 +44,8 @@ void llama(std::vector<Case>& v) {
 void backward(std::vector<Case>& v) {
   for (bool causal : {false, true}) {
     for (int d : {64, 128})
-      for (int n : {2048, 8192}) v.push_back({"bwd-wg", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
+      for (int n : {2048, 8192})
+        v.push_back({"bwd-wg", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
     v.push_back({"bwd-wg", shape(1, 32, 8, 4096, 4096, 128), causal});
     v.push_back({"bwd", shape(8, 16, 16, 2048, 2048, 128), causal});
   }

@@ -306,8 +306,8 @@ TEST(AttentionCli, HelpListsTheOptions) {
   auto r = cli("attention --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe attention", 0), 0u) << r.out;
-  for (const char* o :
-       {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--backward-impl", "--decode", "--check-only"})
+  for (const char* o : {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--backward-impl",
+                        "--decode", "--check-only"})
     EXPECT_NE(r.out.find("\n  " + std::string(o) + " "), std::string::npos) << o << " not explained:\n"
                                                                             << r.out;
 }

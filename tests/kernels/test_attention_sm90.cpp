@@ -70,8 +70,9 @@ void expect_ok(const AttentionShape& s, attention_pass pass, bool causal,
   opt.full_reference_limit = 1ll << 25;  // every row up to about 0.1 s of CPU reference, sampled rows above
   const auto r = check_attention(s, pass, opt);
   EXPECT_TRUE(r.ok) << s.str() << (causal ? " causal" : "")
-                    << (pass == attention_pass::backward ? std::string(" ") + attention_backward_impl_name(impl)
-                                                         : std::string())
+                    << (pass == attention_pass::backward
+                            ? std::string(" ") + attention_backward_impl_name(impl)
+                            : std::string())
                     << " seed " << r.seed << ": " << r.summary();
 }
 }  // namespace

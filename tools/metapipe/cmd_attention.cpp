@@ -67,8 +67,9 @@ int run_attention(Args& a) {
   s.heads = int(h), s.kv_heads = int(hkv), s.seq_q = int(nq), s.seq_kv = int(nkv);
   s.dim = int(dim.value_or(128));
   if (impl == kernels::attention_backward_impl::wgmma && s.dim == 256)
-    throw not_supported("--backward-impl wgmma for --dim 256 (the dK and dV accumulators would need 256 "
-                        "registers per thread); use --backward-impl cuda-core");
+    throw not_supported(
+        "--backward-impl wgmma for --dim 256 (the dK and dV accumulators would need 256 "
+        "registers per thread); use --backward-impl cuda-core");
   const auto pass = decode     ? kernels::attention_pass::decode
                     : backward ? kernels::attention_pass::backward
                                : kernels::attention_pass::forward;
@@ -84,10 +85,10 @@ int run_attention(Args& a) {
   opt.backward_impl = impl;
   if (seed) opt.seed = uint64_t(*seed);
   const auto r = kernels::check_attention(s, pass, opt);
-  const std::string what = decode     ? "split-KV decode"
-                           : backward ? std::string("forward + backward (") +
-                                            kernels::attention_backward_impl_name(impl) + ")"
-                                      : "forward";
+  const std::string what =
+      decode     ? "split-KV decode"
+      : backward ? std::string("forward + backward (") + kernels::attention_backward_impl_name(impl) + ")"
+                 : "forward";
   std::cout << "attention " << s.str() << (causal ? " causal" : "") << ", " << what << ", bf16, on "
             << gpu->name << "\n";
   if (decode)
