@@ -285,7 +285,7 @@ TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 33);  // 8 x 33 = 264
   EXPECT_EQ(attention_decode_splits(shape(8, 32, 8, 1, 8192, 128), 132), 4);    // 64 x 4 = 256
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 256), 132), 16);  // one block per SM at d256
-  EXPECT_EQ(attention_decode_splits(shape(64, 32, 8, 1, 32768, 128), 132), 1);  // more blocks than slots
+  EXPECT_EQ(attention_decode_splits(shape(64, 32, 8, 1, 8192, 128), 132), 1);   // more blocks than slots
   EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
 }
 
