@@ -127,10 +127,12 @@ __global__ void attn_bwd_dq_round(const float* acc, __nv_bfloat16* dq, size_t n)
     dq[i] = __float2bfloat16_rn(acc[i]);
 }
 
-cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
-                            const void* o, const float* lse, const void* d_o, void* dq, void* dk, void* dv,
-                            float scale, bool causal, cudaStream_t stream) {
-  bwd_params p{};
+// The backward's setup shared by both implementations: the parameters, the workspace (D and the fp32
+// dQ buffer, zeroed) and the D = rowsum(dO * O) kernel.
+inline cudaError_t backward_prologue(bwd_params& p, const AttentionShape& s, const void* q, const void* k,
+                                     const void* v, const void* o, const float* lse, const void* d_o,
+                                     void* dk, void* dv, float scale, bool causal, cudaStream_t stream) {
+  p = bwd_params{};
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
   p.v = static_cast<const __nv_bfloat16*>(v);
@@ -147,21 +149,45 @@ cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* 
   p.dq_acc = static_cast<float*>(attention_workspace(stream, s.q_elems() * sizeof(float), 3));
   if (cudaError_t e = cudaMemsetAsync(p.dq_acc, 0, s.q_elems() * sizeof(float), stream); e != cudaSuccess)
     return e;
+  const unsigned blocks = unsigned((rows + 7) / 8);
+  if (s.dim == 64)
+    attn_bwd_delta<64><<<blocks, 256, 0, stream>>>(p, rows);
+  else if (s.dim == 128)
+    attn_bwd_delta<128><<<blocks, 256, 0, stream>>>(p, rows);
+  else
+    attn_bwd_delta<256><<<blocks, 256, 0, stream>>>(p, rows);
+  return cudaGetLastError();
+}
+
+// dQ from the fp32 buffer to bf16.
+inline cudaError_t backward_epilogue(const bwd_params& p, const AttentionShape& s, void* dq,
+                                     cudaStream_t stream) {
+  attn_bwd_dq_round<<<1024, 256, 0, stream>>>(p.dq_acc, static_cast<__nv_bfloat16*>(dq), s.q_elems());
+  return cudaGetLastError();
+}
+
+// The CUDA-core backward (attention_backward_impl::cuda_core).
+cudaError_t launch_backward(const AttentionShape& s, const void* q, const void* k, const void* v,
+                            const void* o, const float* lse, const void* d_o, void* dq, void* dk, void* dv,
+                            float scale, bool causal, cudaStream_t stream) {
   MP_USER_CHECK(s.kv_heads < 65536 && s.batch < 65536, "attention backward: ", s.str(),
                 " needs more blocks than a launch grid has (batch and kv_heads below 65536)");
+  bwd_params p;
+  if (cudaError_t e = backward_prologue(p, s, q, k, v, o, lse, d_o, dk, dv, scale, causal, stream);
+      e != cudaSuccess)
+    return e;
   const dim3 grid(unsigned((s.seq_kv + bwd_keys - 1) / bwd_keys), unsigned(s.kv_heads), unsigned(s.batch));
   auto go = [&]<int D>() -> cudaError_t {
-    attn_bwd_delta<D><<<unsigned((rows + 7) / 8), 256, 0, stream>>>(p, rows);
     static const cudaError_t attr =
         cudaFuncSetAttribute(attn_bwd_kv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, bwd_smem_bytes<D>);
     if (attr != cudaSuccess) return attr;
     attn_bwd_kv<D><<<grid, bwd_threads, bwd_smem_bytes<D>, stream>>>(p);
-    attn_bwd_dq_round<<<1024, 256, 0, stream>>>(p.dq_acc, static_cast<__nv_bfloat16*>(dq), s.q_elems());
     return cudaGetLastError();
   };
-  if (s.dim == 64) return go.template operator()<64>();
-  if (s.dim == 128) return go.template operator()<128>();
-  return go.template operator()<256>();
+  cudaError_t e = s.dim == 64    ? go.template operator()<64>()
+                  : s.dim == 128 ? go.template operator()<128>()
+                                 : go.template operator()<256>();
+  return e != cudaSuccess ? e : backward_epilogue(p, s, dq, stream);
 }
 
 }  // namespace

@@ -153,7 +153,7 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   ck(cudaMemset(dv.p, 0xFF, nkv * 2), "poison dV");
   ck(cudaDeviceSynchronize(), "random dO");
   attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o.p, dq.p, dk.p, dv.p,
-                     float(scale), opt.causal, nullptr);
+                     float(scale), opt.causal, nullptr, opt.backward_impl);
   ck(cudaDeviceSynchronize(), "the attention backward");
   const auto hdo = download_bf16(d_o.p, nq), hdq = download_bf16(dq.p, nq), hdk = download_bf16(dk.p, nkv),
              hdv = download_bf16(dv.p, nkv);
@@ -225,7 +225,7 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
 }
 
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples,
-                               double batch_ms) {
+                               double batch_ms, attention_backward_impl impl) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   MP_USER_CHECK(samples >= 1 && samples <= 10000, "attention timing: samples must be 1 to 10000, got ",
                 samples);
@@ -251,7 +251,7 @@ AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, boo
       attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
     else
       attention_backward(s, q.p, k.p, v.p, o.p, static_cast<const float*>(lse.p), d_o->p, dq->p, dk->p, dv->p,
-                         scale, causal, nullptr);
+                         scale, causal, nullptr, impl);
   };
   cudaEvent_t e0, e1;
   ck(cudaEventCreate(&e0), "event");

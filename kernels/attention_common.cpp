@@ -51,6 +51,10 @@ void check_attention_decode_shape(const AttentionShape& s) {
                 " (use the forward kernel for more)");
 }
 
+const char* attention_backward_impl_name(attention_backward_impl impl) {
+  return impl == attention_backward_impl::wgmma ? "wgmma" : "cuda-core";
+}
+
 double default_attention_scale(int dim) { return 1.0 / std::sqrt(double(dim)); }
 
 // Decode blocks per KV slice of one KV head: the group's query heads times the query rows, in blocks of
@@ -63,11 +67,15 @@ static int decode_row_groups(const AttentionShape& s) {
 int attention_decode_splits(const AttentionShape& s, int sms) {
   check_attention_decode_shape(s);
   MP_USER_CHECK(sms > 0, "attention decode: the SM count must be positive, got ", sms);
-  // Two blocks per SM fill the GPU (a decode block holds 40 to 80 KB of shared memory); each slice keeps
-  // at least 256 keys so that the combine step stays small next to the cache reads, and at most 64
-  // slices (the combine's workspace).
+  // The blocks of one wave: two per SM at dims 64 and 128 (256 threads of at most 128 registers), one at
+  // 256 (200 registers). The slice count is the most that still fits one wave (rounded down): a grid of
+  // 1.2 waves, which rounding up gave for batch 8 of 32:8 heads (5 slices x 64 blocks on 264 slots), runs
+  // its last 0.2 wave on a fifth of the GPU and costs as much as a second full one. Each slice keeps at
+  // least 256 keys so that the combine step stays small next to the cache reads, and there are at most
+  // 64 slices (the combine's workspace).
   const long long blocks = 1ll * s.batch * s.kv_heads * decode_row_groups(s);
-  const long long want = (2ll * sms + blocks - 1) / blocks;
+  const long long slots = 1ll * sms * (s.dim <= 128 ? 2 : 1);
+  const long long want = slots / blocks;
   const long long most = std::max(1, (s.seq_kv + 255) / 256);
   return int(std::clamp(want, 1ll, std::min(most, 64ll)));
 }

@@ -20,7 +20,8 @@ void attention_decode(const AttentionShape& s, const void*, const void*, const v
   no_cuda("the attention decode kernel");
 }
 void attention_backward(const AttentionShape& s, const void*, const void*, const void*, const void*,
-                        const float*, const void*, void*, void*, void*, float, bool, CUstream_st*) {
+                        const float*, const void*, void*, void*, void*, float, bool, CUstream_st*,
+                        attention_backward_impl) {
   check_attention_shape(s);
   no_cuda("the attention backward kernel");
 }
@@ -29,7 +30,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   no_cuda("the attention check");
 }
-AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool, int, double) {
+AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool, int, double,
+                               attention_backward_impl) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   no_cuda("attention timing");
 }

@@ -7,7 +7,8 @@
 // quad, exp2 with the scale folded into log2 e), converts P to bf16 in registers and issues O += P V
 // (RS-form wgmma, P from registers) asynchronously; the two warpgroups take turns issuing S (named barriers),
 // so that one's softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward
-// (CUDA cores, fp32 atomics for dQ) are in attention_decode.cuh and attention_backward.cuh.
+// (wgmma, one block per KV tile; and the CUDA-core fallback) are in attention_decode.cuh,
+// attention_backward_sm90.cuh and attention_backward.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "kernels/attention_backward.cuh"
+#include "kernels/attention_backward_sm90.cuh"
 #include "kernels/attention_decode.cuh"
 #include "tile/tile.cuh"
 #include "tile/tma_host.h"
@@ -290,6 +292,41 @@ void run_forward(const AttentionShape& s, const void* q, const void* k, const vo
   check_cuda(pc::launch<K>(g, stream, g.work), "the attention forward launch");
 }
 
+// The wgmma backward (attention_backward_sm90.cuh): D and the zeroed dQ buffer first, then a block per
+// 128-key tile of each (batch, KV head), then dQ rounded to bf16.
+template <int D, bool Causal>
+cudaError_t run_backward_wgmma(const AttentionShape& s, const void* q, const void* k, const void* v,
+                               const void* o, const float* lse, const void* d_o, void* dq, void* dk, void* dv,
+                               float scale, cudaStream_t stream) {
+  using K = attn_bwd_wgmma_kernel<D, Causal>;
+  bwd_params p;
+  if (cudaError_t e = backward_prologue(p, s, q, k, v, o, lse, d_o, dk, dv, scale, Causal, stream);
+      e != cudaSuccess)
+    return e;
+  attn_bwd_globals g{};
+  g.q = map_of<typename K::row_tile>(q, s.batch, s.heads, s.seq_q, D);
+  g.d_o = map_of<typename K::row_tile>(d_o, s.batch, s.heads, s.seq_q, D);
+  g.k = map_of<typename K::row_tile>(k, s.batch, s.kv_heads, s.seq_kv, D);
+  g.v = map_of<typename K::row_tile>(v, s.batch, s.kv_heads, s.seq_kv, D);
+  g.lse = lse;
+  g.delta = p.delta;
+  g.dq_acc = p.dq_acc;
+  g.dk = static_cast<bf16*>(dk);
+  g.dv = static_cast<bf16*>(dv);
+  g.heads = s.heads, g.group = s.group(), g.seq_q = s.seq_q, g.seq_kv = s.seq_kv;
+  g.kv_tiles = (s.seq_kv + K::BN - 1) / K::BN;
+  const long long work = 1ll * s.batch * s.kv_heads * g.kv_tiles;
+  MP_USER_CHECK(work < (1ll << 31), "attention backward: ", s.str(),
+                " has too many key tiles for one launch");
+  g.work = int(work);
+  g.offset = s.seq_kv - s.seq_q;
+  g.scale = scale;
+  g.scale_log2 = float(double(scale) * 1.4426950408889634);
+  // One block per work item (K and V live in the finish region; tile/pipeline.cuh).
+  if (cudaError_t e = pc::launch<K>(g, stream, g.work); e != cudaSuccess) return e;
+  return backward_epilogue(p, s, dq, stream);
+}
+
 void check_pointers(std::initializer_list<std::pair<const void*, const char*>> ps) {
   for (auto [p, name] : ps)
     MP_USER_CHECK(p && reinterpret_cast<uintptr_t>(p) % 16 == 0, "attention: ", name,
@@ -331,7 +368,7 @@ void attention_decode(const AttentionShape& s, const void* q, const void* k, con
 
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
                         const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale,
-                        bool causal, CUstream_st* stream) {
+                        bool causal, CUstream_st* stream, attention_backward_impl impl) {
   check_attention_shape(s);
   check_scale(scale);
   check_pointers({{q, "Q"},
@@ -343,8 +380,19 @@ void attention_backward(const AttentionShape& s, const void* q, const void* k, c
                   {dq, "dQ"},
                   {dk, "dK"},
                   {dv, "dV"}});
-  check_cuda(launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, stream),
-             "the attention backward launch");
+  if (impl == attention_backward_impl::cuda_core)
+    return check_cuda(launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, stream),
+                      "the attention backward launch");
+  if (s.dim == 256)
+    throw mp::not_supported(
+        "the wgmma attention backward for dim 256 (its dK and dV accumulators would "
+        "need 256 registers per thread); use the CUDA-core backward (attention_backward_impl::cuda_core)");
+  auto go = [&]<int D>() {
+    check_cuda(causal ? run_backward_wgmma<D, true>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream)
+                      : run_backward_wgmma<D, false>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream),
+               "the wgmma attention backward launch");
+  };
+  s.dim == 64 ? go.template operator()<64>() : go.template operator()<128>();
 }
 
 }  // namespace mp::kernels

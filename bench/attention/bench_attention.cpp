@@ -17,7 +17,7 @@ using namespace mp::kernels;
 
 namespace {
 struct Case {
-  const char* pass;  // fwd, bwd, decode
+  const char* pass;  // fwd, bwd (the CUDA-core backward), bwd-wg (the wgmma backward), decode
   AttentionShape s;
   bool causal;
 };
@@ -39,11 +39,15 @@ void llama(std::vector<Case>& v) {
   for (int b : {1, 8})
     for (int kv : {8192, 32768}) v.push_back({"decode", shape(b, 32, 8, 1, kv, 128), false});
 }
-// The backward (CUDA cores so far) at the protocol's 2k, d128, and the Llama prefill.
+// The backward at the protocol's 2k, d128, and the Llama prefill: the wgmma one on the protocol's dims 64
+// and 128 too, the CUDA-core one (slow: about 100 ms a launch) on two shapes for the A/B.
 void backward(std::vector<Case>& v) {
   for (bool causal : {false, true}) {
+    for (int d : {64, 128})
+      for (int n : {2048, 8192})
+        v.push_back({"bwd-wg", shape(16384 / n, 2048 / d, 2048 / d, n, n, d), causal});
+    v.push_back({"bwd-wg", shape(1, 32, 8, 4096, 4096, 128), causal});
     v.push_back({"bwd", shape(8, 16, 16, 2048, 2048, 128), causal});
-    v.push_back({"bwd", shape(1, 32, 8, 4096, 4096, 128), causal});
   }
 }
 [[noreturn]] void usage(const char* why) {
@@ -81,19 +85,22 @@ int main(int argc, char** argv) {
   std::printf("pass,dim,causal,batch,heads,kv_heads,seq_q,seq_kv,status,ms,tflops,gbps\n");
   int failed = 0;
   for (const Case& c : cases) {
-    const auto pass = !std::strcmp(c.pass, "fwd")   ? attention_pass::forward
-                      : !std::strcmp(c.pass, "bwd") ? attention_pass::backward
-                                                    : attention_pass::decode;
+    const bool bwd_wgmma = !std::strcmp(c.pass, "bwd-wg");
+    const auto impl = bwd_wgmma ? attention_backward_impl::wgmma : attention_backward_impl::cuda_core;
+    const auto pass = !std::strcmp(c.pass, "fwd")                ? attention_pass::forward
+                      : !std::strcmp(c.pass, "bwd") || bwd_wgmma ? attention_pass::backward
+                                                                 : attention_pass::decode;
     const auto& s = c.s;
     std::string status = "ok";
     AttentionTiming t;
     try {
       AttentionCheckOptions opt;
       opt.causal = c.causal;
+      opt.backward_impl = impl;
       opt.full_reference_limit = 0;  // sampled rows: the check must not take longer than the timing
       const auto r = check_attention(s, pass, opt);
       if (!r.ok) status = "FAIL";
-      if (r.ok) t = time_attention(s, pass, c.causal, samples, batch_ms);
+      if (r.ok) t = time_attention(s, pass, c.causal, samples, batch_ms, impl);
     } catch (const mp::user_error& e) {
       std::fprintf(stderr, "%s %s: %s\n", c.pass, s.str().c_str(), e.what());
       status = "ERROR";

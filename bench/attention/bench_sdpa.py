@@ -24,7 +24,7 @@ def flops(row):
     f = 4.0 * row["batch"] * row["heads"] * row["seq_q"] * row["seq_kv"] * row["dim"]
     if row["causal"]:
         f /= 2
-    if row["pass"] == "bwd":
+    if row["pass"].startswith("bwd"):
         f *= 2.5
     return f
 
@@ -54,7 +54,7 @@ def time_fn(fn, samples, batch_ms):
 def make_fn(row, backend):
     b, h, hkv, nq, nkv, d = (row[k] for k in ("batch", "heads", "kv_heads", "seq_q", "seq_kv", "dim"))
     dev, dt = "cuda", torch.bfloat16
-    train = row["pass"] == "bwd"
+    train = row["pass"].startswith("bwd")
     q = torch.randn(b, h, nq, d, device=dev, dtype=dt, requires_grad=train)
     k = torch.randn(b, hkv, nkv, d, device=dev, dtype=dt, requires_grad=train)
     v = torch.randn(b, hkv, nkv, d, device=dev, dtype=dt, requires_grad=train)

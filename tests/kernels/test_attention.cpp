@@ -138,6 +138,14 @@ TEST(Attention, EntryPointsRejectBadArguments) {
               attention_forward(shape(1, 4, 4, 8, 8, 64), buf, buf, buf, buf, nullptr, -1.f, false, nullptr);
             }).find("scale must be a positive finite number"),
             std::string::npos);
+  // Dim 256 has no wgmma backward: said before anything runs, naming the fallback.
+  const std::string no256 = error_of([&] {
+    attention_backward(shape(1, 4, 4, 8, 8, 256), buf, buf, buf, buf, reinterpret_cast<float*>(buf), buf, buf,
+                       buf, buf, 1.f, false, nullptr, attention_backward_impl::wgmma);
+  });
+  EXPECT_NE(no256.find("not supported yet: the wgmma attention backward for dim 256"), std::string::npos)
+      << no256;
+  EXPECT_NE(no256.find("cuda_core"), std::string::npos) << no256;
 #else
   EXPECT_NE(error_of([&] {
               attention_forward(shape(1, 4, 4, 8, 8, 64), &dummy, &dummy, &dummy, &dummy, nullptr, 1.f, false,
@@ -145,6 +153,12 @@ TEST(Attention, EntryPointsRejectBadArguments) {
             }).find("not supported yet"),
             std::string::npos);
 #endif
+}
+
+TEST(Attention, BackwardImplementationNames) {
+  EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::cuda_core), "cuda-core");
+  EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::wgmma), "wgmma");
+  EXPECT_EQ(AttentionCheckOptions{}.backward_impl, attention_backward_impl::cuda_core);
 }
 
 TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
@@ -266,6 +280,12 @@ TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
   EXPECT_LE(attention_decode_splits(shape(8, 32, 8, 1, 32768, 128), 132), s132);  // more batch: fewer
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);       // a short cache: one slice
   EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);      // >= 256 keys per slice
+  // One wave of two blocks per SM: the Llama-3.1-8B layouts at 8k and 32k keys fill 132 SMs without a tail.
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 8192, 128), 132), 32);   // 8 x 32 = 256 <= 264 blocks
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 33);  // 8 x 33 = 264
+  EXPECT_EQ(attention_decode_splits(shape(8, 32, 8, 1, 8192, 128), 132), 4);    // 64 x 4 = 256
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 256), 132), 16);  // one block per SM at d256
+  EXPECT_EQ(attention_decode_splits(shape(64, 32, 8, 1, 8192, 128), 132), 1);   // more blocks than slots
   EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
 }
 
@@ -286,8 +306,8 @@ TEST(AttentionCli, HelpListsTheOptions) {
   auto r = cli("attention --help");
   EXPECT_EQ(r.status, 0);
   EXPECT_EQ(r.out.rfind("usage: metapipe attention", 0), 0u) << r.out;
-  for (const char* o :
-       {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--decode", "--check-only"})
+  for (const char* o : {"--seq", "--batch", "--heads", "--dim", "--causal", "--backward", "--backward-impl",
+                        "--decode", "--check-only"})
     EXPECT_NE(r.out.find("\n  " + std::string(o) + " "), std::string::npos) << o << " not explained:\n"
                                                                             << r.out;
 }
@@ -299,6 +319,9 @@ TEST(AttentionCli, BadUsageIsOneLine) {
                             {"attention --seq 128 --heads 8:", "--heads takes a positive number"},
                             {"attention --seq 128 --backward --decode", "exclude each other"},
                             {"attention --seq 128 --samples 0", "--samples is 1 to 1000"},
+                            {"attention --seq 128 --backward-impl wgmma", "--backward-impl needs --backward"},
+                            {"attention --seq 128 --backward --backward-impl tensor",
+                             "--backward-impl is cuda-core or wgmma, got 'tensor'"},
                             {"attention --seq 128 --window 4", "--window"}}) {
     auto r = cli(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;
@@ -311,7 +334,9 @@ TEST(AttentionCli, BadShapeIsAUserError) {
   for (auto [args, says] :
        {std::pair<const char*, const char*>{"attention --seq 128 --dim 96", "dim=96 is not supported"},
         {"attention --seq 128 --heads 6:4", "heads=6 is not a multiple of kv_heads=4"},
-        {"attention --seq 17:4096 --decode", "seq_q=17 query rows"}}) {
+        {"attention --seq 17:4096 --decode", "seq_q=17 query rows"},
+        {"attention --seq 128 --dim 256 --backward --backward-impl wgmma",
+         "not supported yet: --backward-impl wgmma for --dim 256"}}) {
     auto r = cli(args);
     EXPECT_EQ(r.status, 1) << args << ": " << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << args << ": " << r.out;

@@ -61,13 +61,19 @@ class Watchdog {
   std::thread thread_;
 };
 
-void expect_ok(const AttentionShape& s, attention_pass pass, bool causal) {
+void expect_ok(const AttentionShape& s, attention_pass pass, bool causal,
+               attention_backward_impl impl = attention_backward_impl::cuda_core) {
   Watchdog dog(60);
   AttentionCheckOptions opt;
   opt.causal = causal;
+  opt.backward_impl = impl;
   opt.full_reference_limit = 1ll << 25;  // every row up to about 0.1 s of CPU reference, sampled rows above
   const auto r = check_attention(s, pass, opt);
-  EXPECT_TRUE(r.ok) << s.str() << (causal ? " causal" : "") << " seed " << r.seed << ": " << r.summary();
+  EXPECT_TRUE(r.ok) << s.str() << (causal ? " causal" : "")
+                    << (pass == attention_pass::backward
+                            ? std::string(" ") + attention_backward_impl_name(impl)
+                            : std::string())
+                    << " seed " << r.seed << ": " << r.summary();
 }
 }  // namespace
 
@@ -122,4 +128,23 @@ TEST(SM90_AttentionBackward, GradientsAgainstFp64) {
     }
   expect_ok(shape(1, 4, 1, 1, 1, 64), attention_pass::backward, true);
   expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true);  // sampled rows and keys
+}
+
+// The Tensor-Core backward (dims 64 and 128) against the same fp64 gradients: partial key tiles (one
+// consumer's keys all past the end at 33), partial query tiles, GQA and MQA sums of dK, dV inside the
+// block, seq_q != seq_kv both ways (rows that see no key: LSE = -inf), several query tiles per key tile.
+TEST(SM90_AttentionBackward, WgmmaGradientsAgainstFp64) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  constexpr auto wgmma = attention_backward_impl::wgmma;
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      expect_ok(shape(1, 4, 2, 130, 130, d), attention_pass::backward, causal, wgmma);
+      expect_ok(shape(1, 2, 1, 33, 70, d), attention_pass::backward, causal, wgmma);
+      expect_ok(shape(2, 4, 1, 17, 17, d), attention_pass::backward, causal, wgmma);
+      expect_ok(shape(1, 4, 2, 300, 1000, d), attention_pass::backward, causal, wgmma);
+      expect_ok(shape(1, 4, 4, 257, 128, d), attention_pass::backward, causal, wgmma);
+    }
+  expect_ok(shape(1, 4, 1, 1, 1, 64), attention_pass::backward, true, wgmma);
+  expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true, wgmma);  // sampled rows and keys
+  expect_ok(shape(1, 32, 8, 2048, 2048, 128), attention_pass::backward, false, wgmma);  // Llama-3.1-8B layout
 }

@@ -43,6 +43,7 @@ int run_attention(Args& a) {
   const auto dim = a.integer({"--dim"});
   const auto samples = a.integer({"--samples"});
   const auto seed = a.integer({"--seed"});
+  const auto impl_name = a.value({"--backward-impl"});
   a.finish();
   if (backward && decode)
     throw usage_error("--backward and --decode exclude each other (the decode has no backward)");
@@ -51,12 +52,24 @@ int run_attention(Args& a) {
   if (batch && (*batch < 1 || *batch > (1ll << 30))) throw usage_error("--batch is a positive number");
   if (dim && (*dim < 1 || *dim > (1ll << 30))) throw usage_error("--dim is a positive number");
   if (seed && *seed < 1) throw usage_error("--seed is a positive number");
+  if (impl_name && !backward) throw usage_error("--backward-impl needs --backward");
+  auto impl = kernels::attention_backward_impl::cuda_core;
+  if (impl_name) {
+    if (*impl_name == "wgmma")
+      impl = kernels::attention_backward_impl::wgmma;
+    else if (*impl_name != "cuda-core")
+      throw usage_error("--backward-impl is cuda-core or wgmma, got '" + *impl_name + "'");
+  }
   kernels::AttentionShape s;
   s.batch = int(batch.value_or(1));
   const auto [h, hkv] = pair_of("--heads", heads.value_or("16"));
   const auto [nq, nkv] = pair_of("--seq", *seq);
   s.heads = int(h), s.kv_heads = int(hkv), s.seq_q = int(nq), s.seq_kv = int(nkv);
   s.dim = int(dim.value_or(128));
+  if (impl == kernels::attention_backward_impl::wgmma && s.dim == 256)
+    throw not_supported(
+        "--backward-impl wgmma for --dim 256 (the dK and dV accumulators would need 256 "
+        "registers per thread); use --backward-impl cuda-core");
   const auto pass = decode     ? kernels::attention_pass::decode
                     : backward ? kernels::attention_pass::backward
                                : kernels::attention_pass::forward;
@@ -69,9 +82,13 @@ int run_attention(Args& a) {
 
   kernels::AttentionCheckOptions opt;
   opt.causal = causal;
+  opt.backward_impl = impl;
   if (seed) opt.seed = uint64_t(*seed);
   const auto r = kernels::check_attention(s, pass, opt);
-  const char* what = decode ? "split-KV decode" : backward ? "forward + backward" : "forward";
+  const std::string what =
+      decode     ? "split-KV decode"
+      : backward ? std::string("forward + backward (") + kernels::attention_backward_impl_name(impl) + ")"
+                 : "forward";
   std::cout << "attention " << s.str() << (causal ? " causal" : "") << ", " << what << ", bf16, on "
             << gpu->name << "\n";
   if (decode)
@@ -79,7 +96,7 @@ int run_attention(Args& a) {
               << " KV slices per KV head\n";
   std::cout << "check:  " << r.summary() << " against CPU fp64 (seed " << r.seed << ")\n";
   if (!check_only) {
-    const auto t = kernels::time_attention(s, pass, causal, int(samples.value_or(10)));
+    const auto t = kernels::time_attention(s, pass, causal, int(samples.value_or(10)), 200, impl);
     std::printf("ours:   %s  %.1f TFLOP/s", format_ms(t.ms).c_str(), t.tflops);
     if (decode) std::printf("  %.0f GB/s of K and V", double(s.kv_elems()) * 2 * 2 / (t.ms * 1e-3) / 1e9);
     std::printf(" (median of %d batches of %d launches)\n", int(samples.value_or(10)), t.batch_launches);
@@ -93,7 +110,8 @@ int run_attention(Args& a) {
 MP_REGISTER_COMMAND(
     "attention", "FlashAttention forward, backward and split-KV decode on the GPU with the tile layer",
     "usage: metapipe attention --seq N[:Nkv] [--batch B] [--heads H[:Hkv]] [--dim D] [--causal]\n"
-    "                          [--backward | --decode] [--check-only] [--samples N] [--seed S]\n\n"
+    "                          [--backward [--backward-impl cuda-core|wgmma] | --decode] [--check-only]\n"
+    "                          [--samples N] [--seed S]\n\n"
     "Runs attention on fresh random bf16 inputs of shape (batch, heads, seq, dim) with the tile layer's\n"
     "Hopper kernels, checks O and the row log-sum-exp (and with --backward dQ, dK, dV) against a CPU fp64\n"
     "reference (every row for small shapes, sampled rows for large ones), then times it (median of\n"
@@ -107,6 +125,8 @@ MP_REGISTER_COMMAND(
     "  --dim D           head dim: 64, 128 (default) or 256\n"
     "  --causal          causal mask\n"
     "  --backward        also run and check the backward (dQ, dK, dV), and time it\n"
+    "  --backward-impl I the backward's implementation: cuda-core (default; every dim) or wgmma (Tensor\n"
+    "                    Cores, dims 64 and 128)\n"
     "  --decode          the split-KV decode kernel (1 to 16 query rows)\n"
     "  --check-only      check, do not time\n"
     "  --samples N       timed batches (default 10)\n"
