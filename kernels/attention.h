@@ -59,18 +59,20 @@ void attention_decode(const AttentionShape& s, const void* q, const void* k, con
                       float* lse, float scale, bool causal, CUstream_st* stream);
 
 // The backward's two implementations. wgmma: a block per 128-key tile of a (batch, KV head), S, dP, dV,
-// dK and dQ on Tensor Cores (dims 64 and 128; dim 256 throws mp::not_supported). cuda_core: the first
-// version, CUDA cores only, every dim; the default until the wgmma one has been validated on the device.
-enum class attention_backward_impl { cuda_core, wgmma };
-// "cuda-core" / "wgmma".
+// dK and dQ on Tensor Cores (dims 64 and 128; dim 256 throws mp::not_supported). cuda_core: CUDA cores
+// only, every dim, about 50x slower. automatic (the default): wgmma where it exists, cuda_core for dim 256.
+enum class attention_backward_impl { automatic, cuda_core, wgmma };
+// "auto" / "cuda-core" / "wgmma".
 const char* attention_backward_impl_name(attention_backward_impl impl);
+// The implementation `impl` runs for head dim `dim`: automatic resolved, the others as given.
+attention_backward_impl attention_backward_resolve(attention_backward_impl impl, int dim);
 
 // dQ, dK, dV (bf16, shaped as Q, K, V) from dO, the forward's O and LSE; dK and dV are summed over the
 // query heads of a group. fp32 accumulation.
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,
                         const float* lse, const void* d_o, void* dq, void* dk, void* dv, float scale,
                         bool causal, CUstream_st* stream,
-                        attention_backward_impl impl = attention_backward_impl::cuda_core);
+                        attention_backward_impl impl = attention_backward_impl::automatic);
 
 // The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI).
 int attention_decode_splits(const AttentionShape& s, int sms);
@@ -96,7 +98,7 @@ struct AttentionCheckOptions {
   long long full_reference_limit = 1ll << 28;
   double scale = 0;  // 0: 1 / sqrt(dim)
   bool causal = false;
-  attention_backward_impl backward_impl = attention_backward_impl::cuda_core;
+  attention_backward_impl backward_impl = attention_backward_impl::automatic;
 };
 
 struct AttentionCheckResult {
@@ -126,7 +128,7 @@ struct AttentionTiming {
 };
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples = 10,
                                double batch_ms = 200,
-                               attention_backward_impl impl = attention_backward_impl::cuda_core);
+                               attention_backward_impl impl = attention_backward_impl::automatic);
 double attention_flops(const AttentionShape& s, attention_pass pass, bool causal);
 
 }  // namespace mp::kernels

@@ -51,7 +51,13 @@ void check_attention_decode_shape(const AttentionShape& s) {
                 " (use the forward kernel for more)");
 }
 
+attention_backward_impl attention_backward_resolve(attention_backward_impl impl, int dim) {
+  if (impl != attention_backward_impl::automatic) return impl;
+  return dim == 256 ? attention_backward_impl::cuda_core : attention_backward_impl::wgmma;
+}
+
 const char* attention_backward_impl_name(attention_backward_impl impl) {
+  if (impl == attention_backward_impl::automatic) return "auto";
   return impl == attention_backward_impl::wgmma ? "wgmma" : "cuda-core";
 }
 

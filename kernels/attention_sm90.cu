@@ -380,6 +380,7 @@ void attention_backward(const AttentionShape& s, const void* q, const void* k, c
                   {dq, "dQ"},
                   {dk, "dK"},
                   {dv, "dV"}});
+  impl = attention_backward_resolve(impl, s.dim);
   if (impl == attention_backward_impl::cuda_core)
     return check_cuda(launch_backward(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, stream),
                       "the attention backward launch");

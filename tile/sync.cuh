@@ -169,6 +169,17 @@ __device__ inline void stmatrix_x4(uint32_t addr, uint32_t v0, uint32_t v1, uint
                : "memory");
 }
 
+// A 1-D bulk copy (cp.async.bulk, the TMA engine without a tensor map) of `bytes` contiguous bytes from
+// global memory into this block's shared memory, completing on `bar` (whose phase expects the bytes
+// through expect_bytes). Both addresses and `bytes` are multiples of 16. For streams that are contiguous
+// in memory (a GEMV's weight rows): the bytes in flight cost no registers.
+__device__ inline void load_bulk(void* dst, const void* src, uint32_t bytes, semaphore& bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+               "l"(src), "r"(bytes), "r"(bar.addr())
+               : "memory");
+}
+
 // Writes by ordinary stores (st.shared, stmatrix) that TMA or wgmma read next need this in the writer.
 __device__ inline void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 

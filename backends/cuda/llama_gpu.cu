@@ -29,7 +29,8 @@ void check_cuda(cudaError_t e, const char* what) {
 // to 128 registers and gives 16 warps per SM, kept for comparison (--gpu-tune min-blocks=2).
 template <int MinBlocks>
 __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
-  extern __shared__ __align__(16) float smem[];
+  extern __shared__ __align__(128) float smem[];
+  dev::init_stream(p, reinterpret_cast<uint8_t*>(smem));
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
       const GpuTask task = p.tasks[p.group_first_task + i];
@@ -119,10 +120,20 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(ctx_ >= 1 && ctx_ <= s.context, "--ctx ", ctx_, " must be in [1, ", s.context,
                   "] (the model's context length)");
     const int64_t max_cols = std::max({s.d_model, s.ffn, s.heads * s.head_dim});
-    smem_ = size_t(std::max<int64_t>(max_cols * 4, (256 + 1024 + 2 * dev::kThreads + dev::kWarps) * 4));
+    const int64_t staging = std::max<int64_t>(max_cols * 4, (256 + 1024 + 2 * dev::kThreads + dev::kWarps) * 4);
+    MP_USER_CHECK(o.stream_depth >= 0 && o.stream_depth <= dev::kMaxStreamDepth, "GPU engine: stream_depth ",
+                  o.stream_depth, " must be in [0, ", dev::kMaxStreamDepth, "]");
+    MP_USER_CHECK(o.stream_seg_bytes >= 1024 && o.stream_seg_bytes <= 16384 && o.stream_seg_bytes % 1024 == 0,
+                  "GPU engine: stream_seg_bytes ", o.stream_seg_bytes, " must be 1, 2, ... or 16 KiB");
+    ring_off_ = (staging + 127) / 128 * 128;
+    const int64_t ring = o.stream_depth ? dev::kRingHeader + int64_t(dev::kWarps) * o.stream_depth *
+                                                                  o.stream_seg_bytes
+                                        : 0;
+    smem_ = size_t(ring_off_ + ring);
     MP_USER_CHECK(smem_ <= prop.sharedMemPerBlockOptin, "not supported yet: rows of ", max_cols,
-                  " elements need ", smem_, " bytes of shared memory per block; the GPU has ",
-                  prop.sharedMemPerBlockOptin);
+                  " elements and a weight ring of ", ring, " bytes need ", smem_,
+                  " bytes of shared memory per block; the GPU has ", prop.sharedMemPerBlockOptin,
+                  " (lower --gpu-tune stream= or seg-kib=)");
     MP_USER_CHECK(o.min_blocks_per_sm == 2 || o.min_blocks_per_sm == 4, "GPU engine: min_blocks_per_sm ",
                   o.min_blocks_per_sm, ": the task kernel is built for 2 or 4 blocks per SM");
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
@@ -363,6 +374,9 @@ class Engine final : public LlamaGpu {
     p_.dynamic = sched_.launch == Launch::per_op ? 0 : 1;
     p_.prefetch_bytes = opt_.prefetch_bytes;
     p_.fetch_ahead = opt_.fetch_ahead ? 1 : 0;
+    p_.stream_depth = opt_.stream_depth;
+    p_.stream_seg = int32_t(opt_.stream_seg_bytes);
+    p_.ring_off = int32_t(ring_off_);
     for (size_t g = 0; g < sched_.groups.size(); ++g) {
       const LaunchGroup& lg = sched_.groups[g];
       const int grid = int(std::min<int64_t>(lg.tasks, workers_));
@@ -384,6 +398,7 @@ class Engine final : public LlamaGpu {
   int64_t ctx_ = 0, pos_ = 0, prompt_end_ = 0, positions_run_ = 0;
   int workers_ = 0;
   size_t smem_ = 0;
+  int64_t ring_off_ = 0;
   void (*kernel_)(dev::Params) = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocs_;

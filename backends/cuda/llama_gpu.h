@@ -154,12 +154,17 @@ struct LlamaGpuOptions {
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
   GemvSplit gemv_split = GemvSplit::balanced;
   bool fetch_ahead = true;  // fused modes: take the next task from the queue before running one
+  // bf16 GEMV weights streamed through a shared-memory ring by bulk copies: segments in flight per warp
+  // (0: register loads, as the quantized formats always use) and the bytes of one segment.
+  int stream_depth = 4;
+  int64_t stream_seg_bytes = 4096;
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
-//   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1
+//   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8,
+//   seg-kib=1..16
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
-// "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0".
+// "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);
 
 struct LlamaGpuStats {

@@ -8,10 +8,16 @@
 #include <cstdint>
 
 #include "backends/cuda/llama_gpu.h"
+#include "tile/sync.cuh"
 
 namespace mp::cuda::dev {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
+// The streamed GEMV's ring (Params::stream_depth > 0): at ring_off in the dynamic shared memory, the
+// semaphores (kWarps x kMaxStreamDepth), one sequence counter per warp, then each warp's
+// stream_depth x stream_seg bytes.
+constexpr int kMaxStreamDepth = 8;
+constexpr int kRingHeader = 640;  // 8 x 8 x 8 bytes of semaphores + 8 x 4 of counters, rounded up to 128
 
 enum WeightFormat : int32_t { kF32 = 0, kBF16 = 1, kQ8_0 = 2, kQ4_1 = 3 };
 
@@ -47,6 +53,9 @@ struct Params {
   int32_t dynamic;               // 1: fetch tasks from the queue and wait on dependencies
   int64_t prefetch_bytes;        // L2 prefetch per GEMV task: 0 none, < 0 the whole task
   int32_t fetch_ahead;           // 1: take the next task index before running the current one
+  int32_t stream_depth;          // bf16 GEMV rows streamed through shared memory: segments per warp (0: off)
+  int32_t stream_seg;            // bytes per segment (a multiple of 16)
+  int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -261,6 +270,80 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
   __syncthreads();
 }
 
+// The streamed GEMV's semaphores and counters: initialized once per kernel launch by the block.
+__device__ __forceinline__ void init_stream(const Params& p, uint8_t* smem) {
+  if (p.stream_depth == 0) return;
+  auto* bars = reinterpret_cast<tile::semaphore*>(smem + p.ring_off);
+  auto* seq = reinterpret_cast<uint32_t*>(smem + p.ring_off + kWarps * kMaxStreamDepth * 8);
+  if (threadIdx.x < kWarps * kMaxStreamDepth) tile::init_semaphore(bars[threadIdx.x], 1);
+  if (threadIdx.x < kWarps) seq[threadIdx.x] = 0;
+  tile::fence_barrier_init();
+  __syncthreads();
+}
+
+// Rows r0 + warp, r0 + warp + kWarps, ... < r1 of a bf16 W dotted with x, their weights streamed through
+// shared memory by bulk copies (the TMA engine: the bytes in flight cost no registers, so a warp keeps
+// stream_depth x stream_seg bytes loading, where register loads keep 2 KiB). Each warp streams its rows'
+// segments through its own ring and is its own producer: once all its lanes have read a segment
+// (__syncwarp), lane 0 refills that slot with the segment stream_depth ahead, so no barrier spans warps.
+// The warp's sequence counter carries the ring's phases from one task to the next.
+__device__ void gemv_rows_streamed(const Params& p, const DevWeight& w, int r0, int r1,
+                                   const float* __restrict__ xs, float* __restrict__ out, bool accumulate,
+                                   unsigned long long& best, uint8_t* smem) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int D = p.stream_depth;
+  const uint32_t seg = uint32_t(p.stream_seg);
+  auto* bars = reinterpret_cast<tile::semaphore*>(smem + p.ring_off) + warp * kMaxStreamDepth;
+  auto* seqp = reinterpret_cast<uint32_t*>(smem + p.ring_off + kWarps * kMaxStreamDepth * 8) + warp;
+  uint8_t* ring = smem + p.ring_off + kRingHeader + size_t(warp) * D * seg;
+  const int64_t row_bytes = int64_t(w.cols) * 2;
+  const int spr = int((row_bytes + seg - 1) / seg);  // segments per row
+  const int nrows = r1 - r0 > warp ? (r1 - r0 - warp + kWarps - 1) / kWarps : 0;
+  const int total = nrows * spr;
+  const uint32_t q0 = *seqp;
+  auto seg_bytes = [&](int s) { return uint32_t(min(int64_t(seg), row_bytes - int64_t(s) * seg)); };
+  auto issue = [&](int i) {  // lane 0: segment i of this warp's stream into its slot
+    const int row = r0 + warp + (i / spr) * kWarps, s = i % spr;
+    const uint32_t bytes = seg_bytes(s);
+    const int slot = int((q0 + uint32_t(i)) % uint32_t(D));
+    tile::expect_bytes(bars[slot], bytes);
+    tile::load_bulk(ring + size_t(slot) * seg, w.q + int64_t(row) * row_bytes + int64_t(s) * seg, bytes,
+                    bars[slot]);
+  };
+  if (lane == 0)
+    for (int i = 0; i < min(D, total); ++i) issue(i);
+  float acc = 0;
+  for (int i = 0; i < total; ++i) {
+    const uint32_t q = q0 + uint32_t(i);
+    const int slot = int(q % uint32_t(D)), s = i % spr;
+    tile::wait(bars[slot], (q / uint32_t(D)) & 1u);
+    const uint8_t* src = ring + size_t(slot) * seg;
+    const float* x = xs + int64_t(s) * (seg / 2);
+    const int pieces = int(seg_bytes(s) / 16);
+    for (int c = lane; c < pieces; c += 32) {
+      const uint4 qv = *reinterpret_cast<const uint4*>(src + c * 16);
+      const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
+      const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
+      // The register path's order: the same lanes take the same 16-byte pieces (a segment is a multiple
+      // of 32 pieces), and each piece is summed as one term.
+      float t = bf16_lo(qv.x) * a.x + bf16_hi(qv.x) * a.y + bf16_lo(qv.y) * a.z + bf16_hi(qv.y) * a.w;
+      t += bf16_lo(qv.z) * b.x + bf16_hi(qv.z) * b.y + bf16_lo(qv.w) * b.z + bf16_hi(qv.w) * b.w;
+      acc += t;
+    }
+    if (s == spr - 1) {
+      const float v = warp_sum(acc);
+      acc = 0;
+      const int row = r0 + warp + (i / spr) * kWarps;
+      if (lane == 0) out[row] = accumulate ? out[row] + v : v;
+      best = max(best, argmax_key(v, row));
+    }
+    __syncwarp();  // every lane has read the slot
+    if (lane == 0 && i + D < total) issue(i + D);
+  }
+  if (lane == 0) *seqp = q0 + uint32_t(total);
+  __syncwarp();
+}
+
 __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
   const DevWeight w = p.weights[op.weight];
   float* __restrict__ out = p.buf[op.out];
@@ -269,10 +352,14 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   unsigned long long best = 0;
-  for (int r = r0 + warp; r < r1; r += kWarps) {
-    const float v = dot_row(w, r, xs, lane);
-    if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
-    best = max(best, argmax_key(v, r));
+  if (p.stream_depth > 0 && w.format == kBF16) {
+    gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
+  } else {
+    for (int r = r0 + warp; r < r1; r += kWarps) {
+      const float v = dot_row(w, r, xs, lane);
+      if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
+      best = max(best, argmax_key(v, r));
+    }
   }
   if (lm_head) {  // this task's best row, for the argmax operation
     __shared__ unsigned long long s_best[kWarps];

@@ -36,7 +36,8 @@ Launch parse_launch(const std::string& s) {
 
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
-      "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1";
+      "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8, "
+      "seg-kib=1..16";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -61,6 +62,14 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
         o.gemv_split = GemvSplit::two_per_worker;
       else
         bad();
+    } else if (key == "stream") {
+      const long long d = number();
+      if (d > 8) bad();
+      o.stream_depth = int(d);
+    } else if (key == "seg-kib") {
+      const long long k = number();
+      if (k < 1 || k > 16) bad();
+      o.stream_seg_bytes = k * 1024;
     } else if (key == "fetch-ahead") {
       if (value != "0" && value != "1") bad();
       o.fetch_ahead = value == "1";

@@ -8,18 +8,22 @@
 # when torch is importable. Prints one table; ratios are against PyTorch with CUDA graphs from the same
 # run. Logs under $OUT.
 #   usage: [OUT=DIR] bench/llama_gpu/device-llama-gpu.sh [--tests] [--ctx N] [--no-tune]
-# --no-tune leaves out the megakernel's --gpu-tune rows (12 of the 20 runs).
+#                    [--tunes 'LIST;LIST...'] [--only-8b]
+# --no-tune leaves out the megakernel's --gpu-tune rows; --tunes replaces the default set of them with
+# the given --gpu-tune lists (separated by ';'); --only-8b leaves out the SmolLM2 rows.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/llama-gpu-out}"
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=0 ctx=1024 with_tune=1
+tests=0 ctx=1024 with_tune=1 tunes="" only8b=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) tests=1 ;;
     --ctx) ctx="$2"; shift ;;
     --no-tune) with_tune=0 ;;
+    --tunes) tunes="$2"; shift ;;
+    --only-8b) only8b=1 ;;
     *) echo "device-llama-gpu.sh: unknown option '$1' (usage: see the top of the file)"; exit 2 ;;
   esac
   shift
@@ -56,25 +60,34 @@ run() {  # label, then metapipe generate arguments
 }
 have_gguf=0
 $mp generate --target cuda --ctx 64 -n 1 --quiet >/dev/null 2>&1 && have_gguf=1
+[ $only8b = 1 ] && have_gguf=0
 for mode in per-op per-layer megakernel; do
   [ $have_gguf = 1 ] && run "smollm2-135m GGUF Q4_1 | metapipe $mode" --launch $mode \
     --prompt "$(python3 -c "print('The quick brown fox jumps over the lazy dog. ' * $(( prompt_tokens / 12 )))")"
-  run "smollm2-135m bf16 | metapipe $mode" --launch $mode --shapes smollm2-135m --prompt "$text"
+  [ $only8b = 1 ] || run "smollm2-135m bf16 | metapipe $mode" --launch $mode --shapes smollm2-135m --prompt "$text"
   run "llama3.1-8b bf16 | metapipe $mode" --launch $mode --shapes llama3.1-8b --prompt "$text"
 done
 # The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
-alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0"
-[ $with_tune = 1 ] || alternatives=""
-for tune in ${alternatives:+"$alternatives" min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker fetch-ahead=0}; do
+alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0"
+tune_list=("$alternatives" stream=0 stream=2 stream=3,seg-kib=2 stream=8,seg-kib=2 min-blocks=2 prefetch-kib=0
+           prefetch-kib=all split=two-per-worker fetch-ahead=0)
+[ -n "$tunes" ] && IFS=';' read -r -a tune_list <<<"$tunes"
+[ $with_tune = 1 ] || tune_list=()
+shape_list="smollm2-135m llama3.1-8b"
+[ $only8b = 1 ] && shape_list="llama3.1-8b"
+# per-op with register loads: the streamed GEMV's effect without the fused modes' queue.
+[ ${#tune_list[@]} -gt 0 ] && run "llama3.1-8b bf16 | metapipe per-op --gpu-tune stream=0" --launch per-op \
+  --gpu-tune stream=0 --shapes llama3.1-8b --prompt "$text"
+for tune in "${tune_list[@]}"; do
   label="megakernel --gpu-tune $tune"
   [ "$tune" = "$alternatives" ] && label="megakernel, every switch at its alternative"
-  for shapes in smollm2-135m llama3.1-8b; do
+  for shapes in $shape_list; do
     run "$shapes bf16 | metapipe $label" --launch megakernel --gpu-tune "$tune" --shapes $shapes --prompt "$text"
   done
 done
 if python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  for shapes in smollm2-135m llama3.1-8b; do
+  for shapes in $shape_list; do
     timeout 120 python3 bench/llama_gpu/bench_torch.py --shapes $shapes --ctx "$ctx" 2>>"$OUT/errors.log" |
       while read -r line; do echo "{\"label\": \"$shapes bf16 | torch\", \"torch\": $line}" >>"$results"; done
   done

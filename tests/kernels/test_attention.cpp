@@ -158,7 +158,16 @@ TEST(Attention, EntryPointsRejectBadArguments) {
 TEST(Attention, BackwardImplementationNames) {
   EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::cuda_core), "cuda-core");
   EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::wgmma), "wgmma");
-  EXPECT_EQ(AttentionCheckOptions{}.backward_impl, attention_backward_impl::cuda_core);
+  EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::automatic), "auto");
+  EXPECT_EQ(AttentionCheckOptions{}.backward_impl, attention_backward_impl::automatic);
+  // automatic: Tensor Cores where the wgmma backward exists, CUDA cores for dim 256; explicit stays.
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 64), attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 128), attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 256),
+            attention_backward_impl::cuda_core);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::cuda_core, 64),
+            attention_backward_impl::cuda_core);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::wgmma, 256), attention_backward_impl::wgmma);
 }
 
 TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
@@ -321,7 +330,7 @@ TEST(AttentionCli, BadUsageIsOneLine) {
                             {"attention --seq 128 --samples 0", "--samples is 1 to 1000"},
                             {"attention --seq 128 --backward-impl wgmma", "--backward-impl needs --backward"},
                             {"attention --seq 128 --backward --backward-impl tensor",
-                             "--backward-impl is cuda-core or wgmma, got 'tensor'"},
+                             "--backward-impl is auto, cuda-core or wgmma, got 'tensor'"},
                             {"attention --seq 128 --window 4", "--window"}}) {
     auto r = cli(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out;

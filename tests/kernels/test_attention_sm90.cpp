@@ -147,4 +147,21 @@ TEST(SM90_AttentionBackward, WgmmaGradientsAgainstFp64) {
   expect_ok(shape(1, 4, 1, 1, 1, 64), attention_pass::backward, true, wgmma);
   expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true, wgmma);  // sampled rows and keys
   expect_ok(shape(1, 32, 8, 2048, 2048, 128), attention_pass::backward, false, wgmma);  // Llama-3.1-8B layout
+  // The default (automatic): wgmma at dim 128, the CUDA-core fallback at dim 256.
+  expect_ok(shape(1, 4, 2, 130, 130, 128), attention_pass::backward, true, attention_backward_impl::automatic);
+  expect_ok(shape(1, 4, 2, 130, 130, 256), attention_pass::backward, true, attention_backward_impl::automatic);
+}
+
+// Every pass and implementation on small shapes (partial tiles, GQA, seq_q != seq_kv, a few decode
+// slices): the suite compute-sanitizer runs (scripts/device-check --sanitize), where the large shapes of
+// the other suites would take too long under the tools.
+TEST(SM90_AttentionSmall, EveryPassOnSmallShapes) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims) {
+    expect_ok(shape(1, 4, 2, 70, 130, d), attention_pass::forward, true);
+    expect_ok(shape(1, 4, 2, 70, 130, d), attention_pass::forward, false);
+    expect_ok(shape(1, 8, 2, 4, 3000, d), attention_pass::decode, true);
+    expect_ok(shape(1, 4, 2, 70, 130, d), attention_pass::backward, true, attention_backward_impl::automatic);
+  }
+  expect_ok(shape(1, 4, 2, 70, 130, 64), attention_pass::backward, true, attention_backward_impl::cuda_core);
 }

@@ -53,12 +53,14 @@ int run_attention(Args& a) {
   if (dim && (*dim < 1 || *dim > (1ll << 30))) throw usage_error("--dim is a positive number");
   if (seed && *seed < 1) throw usage_error("--seed is a positive number");
   if (impl_name && !backward) throw usage_error("--backward-impl needs --backward");
-  auto impl = kernels::attention_backward_impl::cuda_core;
+  auto impl = kernels::attention_backward_impl::automatic;
   if (impl_name) {
     if (*impl_name == "wgmma")
       impl = kernels::attention_backward_impl::wgmma;
-    else if (*impl_name != "cuda-core")
-      throw usage_error("--backward-impl is cuda-core or wgmma, got '" + *impl_name + "'");
+    else if (*impl_name == "cuda-core")
+      impl = kernels::attention_backward_impl::cuda_core;
+    else if (*impl_name != "auto")
+      throw usage_error("--backward-impl is auto, cuda-core or wgmma, got '" + *impl_name + "'");
   }
   kernels::AttentionShape s;
   s.batch = int(batch.value_or(1));
@@ -66,6 +68,7 @@ int run_attention(Args& a) {
   const auto [nq, nkv] = pair_of("--seq", *seq);
   s.heads = int(h), s.kv_heads = int(hkv), s.seq_q = int(nq), s.seq_kv = int(nkv);
   s.dim = int(dim.value_or(128));
+  impl = kernels::attention_backward_resolve(impl, s.dim);
   if (impl == kernels::attention_backward_impl::wgmma && s.dim == 256)
     throw not_supported(
         "--backward-impl wgmma for --dim 256 (the dK and dV accumulators would need 256 "
@@ -110,7 +113,7 @@ int run_attention(Args& a) {
 MP_REGISTER_COMMAND(
     "attention", "FlashAttention forward, backward and split-KV decode on the GPU with the tile layer",
     "usage: metapipe attention --seq N[:Nkv] [--batch B] [--heads H[:Hkv]] [--dim D] [--causal]\n"
-    "                          [--backward [--backward-impl cuda-core|wgmma] | --decode] [--check-only]\n"
+    "                          [--backward [--backward-impl auto|cuda-core|wgmma] | --decode] [--check-only]\n"
     "                          [--samples N] [--seed S]\n\n"
     "Runs attention on fresh random bf16 inputs of shape (batch, heads, seq, dim) with the tile layer's\n"
     "Hopper kernels, checks O and the row log-sum-exp (and with --backward dQ, dK, dV) against a CPU fp64\n"
@@ -125,8 +128,8 @@ MP_REGISTER_COMMAND(
     "  --dim D           head dim: 64, 128 (default) or 256\n"
     "  --causal          causal mask\n"
     "  --backward        also run and check the backward (dQ, dK, dV), and time it\n"
-    "  --backward-impl I the backward's implementation: cuda-core (default; every dim) or wgmma (Tensor\n"
-    "                    Cores, dims 64 and 128)\n"
+    "  --backward-impl I the backward's implementation: auto (default: wgmma, or cuda-core for dim 256),\n"
+    "                    wgmma (Tensor Cores, dims 64 and 128) or cuda-core (CUDA cores, every dim)\n"
     "  --decode          the split-KV decode kernel (1 to 16 query rows)\n"
     "  --check-only      check, do not time\n"
     "  --samples N       timed batches (default 10)\n"

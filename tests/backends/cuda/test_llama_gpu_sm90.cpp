@@ -310,6 +310,38 @@ TEST(SM90_LlamaGpu, Bf16WeightsAndContextLimit) {
   EXPECT_USER_ERROR(native->generate(1), "feed a prompt first");
 }
 
+// bf16 GEMV rows streamed through the shared-memory ring (bulk copies) against the register loads, on
+// SmolLM2-135M's shapes (rows of 1,152 and 3,072 bytes) with weights converted to bf16, in each launch
+// mode: the 4 KiB segments hold a whole row; 1 KiB segments split rows into 2 or 3 with a partial last
+// one, over a ring of 3. The lanes sum the same pieces in the same order, so the logits agree up to the
+// compiler's contractions (1e-4 of the largest) and the greedy tokens are the same.
+TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
+  Watchdog wd(300);
+  auto c = models::LlamaConfig::preset("smollm2-135m");
+  const int64_t ctx = 48;
+  models::RunnerOptions ro;
+  ro.context = ctx;
+  auto runner = models::LlamaRunner::random(c, ro, 23, quant::QType::Q8_0);
+  const std::vector<int32_t> prompt = {1, 17, 400, 9000, 31, 5};
+  for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
+    SCOPED_TRACE(to_string(m));
+    auto run = [&](const char* tune) {
+      LlamaGpuOptions o;
+      o.launch = m, o.context = ctx, o.weights = GpuWeights::bf16;
+      apply_tuning(tune, o);
+      auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+      return run_gpu(*g, prompt, 12);
+    };
+    const Decode regs = run("stream=0"), whole = run("stream=4,seg-kib=4"), split = run("stream=3,seg-kib=1");
+    ASSERT_TRUE(all_finite(whole.first_logits) && all_finite(split.first_logits));
+    EXPECT_LE(max_diff(whole.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
+    EXPECT_LE(max_diff(split.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
+    EXPECT_EQ(whole.tokens, regs.tokens);
+    EXPECT_EQ(split.tokens, regs.tokens);
+  }
+}
+
 TEST(SM90_LlamaGpu, ModelThatDoesNotFitSaysHowMuch) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
   auto c = models::LlamaConfig::preset("llama3.1-8b");
