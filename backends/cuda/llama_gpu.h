@@ -156,7 +156,7 @@ struct LlamaGpuOptions {
   bool fetch_ahead = true;  // fused modes: take the next task from the queue before running one
   // bf16 GEMV weights streamed through a shared-memory ring by bulk copies: segments in flight per warp
   // (0: register loads, as the quantized formats always use) and the bytes of one segment.
-  int stream_depth = 4;
+  int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
 };
 

@@ -147,9 +147,9 @@ TEST(LlamaGpuOptions, Tuning) {
                     "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
   EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o),
                     "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
-  EXPECT_EQ(o.stream_depth, 4);
-  apply_tuning("stream=0,seg-kib=16", o);
   EXPECT_EQ(o.stream_depth, 0);
+  apply_tuning("stream=6,seg-kib=16", o);
+  EXPECT_EQ(o.stream_depth, 6);
   EXPECT_EQ(o.stream_seg_bytes, 16384);
   EXPECT_USER_ERROR(apply_tuning("stream=9", o), "--gpu-tune: 'stream=9' is not one of");
   EXPECT_USER_ERROR(apply_tuning("seg-kib=0", o), "--gpu-tune: 'seg-kib=0' is not one of");
