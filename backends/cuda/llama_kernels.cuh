@@ -235,13 +235,51 @@ __device__ __forceinline__ float combine_element(const Params& p, const float* p
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
 
+// The small operations are latency-bound: one block walks a few thousand values that sit in L2. A loop
+// that loads, computes and stores one value per iteration pays a full L2 round trip per iteration (the
+// compiler cannot move a load above a store that may alias it), about 10 us for 4,096 values; so each
+// thread issues kBatch independent 16-byte loads before it uses any of them, and the block then needs
+// one or two round trips per pass.
+constexpr int kBatch = 4;
+
+__device__ __forceinline__ float4 f4_load(const float* p, int i4, int n4) {
+  return i4 < n4 ? reinterpret_cast<const float4*>(p)[i4] : make_float4(0, 0, 0, 0);
+}
+
+// out[i] = f(a[i], b[i]) for i < n by the whole block, float4 at a time, kBatch loads in flight per
+// thread (a, b and out 16-byte aligned; a tail of n % 4 values goes one by one).
+template <class F>
+__device__ __forceinline__ void map2_block(const float* __restrict__ a, const float* __restrict__ b, float* out,
+                                           int n, F f) {
+  const int n4 = n / 4;
+  for (int i0 = threadIdx.x; i0 < n4; i0 += kThreads * kBatch) {
+    float4 x[kBatch], y[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) x[u] = f4_load(a, i0 + u * kThreads, n4), y[u] = f4_load(b, i0 + u * kThreads, n4);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * kThreads < n4)
+        reinterpret_cast<float4*>(out)[i0 + u * kThreads] =
+            make_float4(f(x[u].x, y[u].x), f(x[u].y, y[u].y), f(x[u].z, y[u].z), f(x[u].w, y[u].w));
+  }
+  for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) out[i] = f(a[i], b[i]);
+}
+
 // out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block.
 __device__ __forceinline__ void rmsnorm_block(const float* in, const float* g, float* out, int n, float eps,
                                               float* scratch) {
+  const int n4 = n / 4;
   float ss = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) ss += in[i] * in[i];
+  for (int i0 = threadIdx.x; i0 < n4; i0 += kThreads * kBatch) {
+    float4 x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) x[u] = f4_load(in, i0 + u * kThreads, n4);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) ss += x[u].x * x[u].x + x[u].y * x[u].y + x[u].z * x[u].z + x[u].w * x[u].w;
+  }
+  for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) ss += in[i] * in[i];
   const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += kThreads) out[i] = in[i] * inv * g[i];
+  map2_block(in, g, out, n, [inv](float x, float w) { return x * inv * w; });
 }
 
 // The GEMV's input vector, into shared memory.
@@ -250,18 +288,15 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
   const float* in = p.buf[op.in0];
   switch (op.stage) {
     case Stage::plain:
-      for (int i = threadIdx.x * 4; i < op.cols; i += kThreads * 4)
-        *reinterpret_cast<float4*>(xs + i) = *reinterpret_cast<const float4*>(in + i);
+      map2_block(in, in, xs, op.cols, [](float x, float) { return x; });
       break;
     case Stage::rmsnorm:
       rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps,
                     scratch);
       break;
-    case Stage::silu_mul: {
-      const float* u = p.buf[op.in1];
-      for (int i = threadIdx.x; i < op.cols; i += kThreads) xs[i] = silu_mul(in[i], u[i]);
+    case Stage::silu_mul:
+      map2_block(in, p.buf[op.in1], xs, op.cols, silu_mul);
       break;
-    }
     case Stage::attn_combine:
       for (int i = threadIdx.x; i < op.cols; i += kThreads)
         xs[i] = combine_element(p, in, i / p.Dh, i % p.Dh);
@@ -383,27 +418,63 @@ __device__ void task_embed(const Params& p, const GpuOp& op) {
   token = min(max(token, 0), p.vocab - 1);  // the host checks fed ids; predictions are in range
   const DevWeight w = p.weights[op.weight];
   float* x = p.buf[op.out];
-  for (int i = threadIdx.x; i < op.rows; i += kThreads) x[i] = weight_at(w, token, i);
-}
-
-__device__ void task_rope(const Params& p, const GpuOp& op) {
-  const int qpairs = p.H * p.Dh / 2;
-  for (int i = threadIdx.x; i < op.rows; i += kThreads) {
-    float* v = i < qpairs ? p.buf[op.in0] : p.buf[op.in1];
-    const int col = 2 * (i < qpairs ? i : i - qpairs);
-    double s, c;
-    sincos(double(p.pos) * p.rope_freq[(col % p.Dh) / 2], &s, &c);
-    const float a = v[col], b = v[col + 1];
-    v[col] = a * float(c) - b * float(s);
-    v[col + 1] = b * float(c) + a * float(s);
+  for (int i0 = threadIdx.x; i0 < op.rows; i0 += kThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) v[u] = i0 + u * kThreads < op.rows ? weight_at(w, token, i0 + u * kThreads) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * kThreads < op.rows) x[i0 + u * kThreads] = v[u];
   }
 }
 
+// Rotates the query and key pairs by the position's angles. The Dh / 2 angles (in double, as the CPU
+// reference computes them) go into a table in shared memory first, then every pair is one float2 load,
+// kBatch in flight per thread.
+__device__ void task_rope(const Params& p, const GpuOp& op, float* smem) {
+  const int half = p.Dh / 2, qpairs = p.H * half;
+  float2* cs = reinterpret_cast<float2*>(smem);  // (cos, sin) per frequency
+  for (int j = threadIdx.x; j < half; j += kThreads) {
+    double s, c;
+    sincos(double(p.pos) * p.rope_freq[j], &s, &c);
+    cs[j] = make_float2(float(c), float(s));
+  }
+  __syncthreads();
+  auto at = [&](int i) {
+    float* v = i < qpairs ? p.buf[op.in0] : p.buf[op.in1];
+    return reinterpret_cast<float2*>(v) + (i < qpairs ? i : i - qpairs);
+  };
+  for (int i0 = threadIdx.x; i0 < op.rows; i0 += kThreads * kBatch) {
+    float2 x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) x[u] = i0 + u * kThreads < op.rows ? *at(i0 + u * kThreads) : make_float2(0, 0);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= op.rows) continue;
+      const float2 r = cs[(i < qpairs ? i : i - qpairs) % half];
+      *at(i) = make_float2(x[u].x * r.x - x[u].y * r.y, x[u].y * r.x + x[u].x * r.y);
+    }
+  }
+  __syncthreads();  // the table is read before the block's next use of shared memory
+}
+
 __device__ void kv_append(const Params& p, int layer, const float* k, const float* v) {
-  const int64_t kvw = int64_t(p.HKV) * p.Dh, at = (int64_t(layer) * p.context + p.pos) * kvw;
-  for (int i = threadIdx.x; i < kvw; i += kThreads) {
-    p.cache_k[at + i] = __float2bfloat16_rn(k[i]);
-    p.cache_v[at + i] = __float2bfloat16_rn(v[i]);
+  const int kvw = p.HKV * p.Dh;
+  const int64_t at = (int64_t(layer) * p.context + p.pos) * kvw;
+  for (int i0 = threadIdx.x; i0 < kvw; i0 += kThreads * kBatch) {
+    float a[kBatch], b[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = min(i0 + u * kThreads, kvw - 1);
+      a[u] = k[i], b[u] = v[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * kThreads < kvw) {
+        p.cache_k[at + i0 + u * kThreads] = __float2bfloat16_rn(a[u]);
+        p.cache_v[at + i0 + u * kThreads] = __float2bfloat16_rn(b[u]);
+      }
   }
 }
 
@@ -478,11 +549,18 @@ __device__ void task_elementwise(const Params& p, const GpuOp& op, int t) {
   const int b = t * op.per_task, e = min(op.rows, b + op.per_task);
   float* out = p.buf[op.out];
   const float* a = p.buf[op.in0];
-  if (op.kind == OpKind::add) {
-    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] += a[i];
-  } else {
-    const float* u = p.buf[op.in1];
-    for (int i = b + threadIdx.x; i < e; i += kThreads) out[i] = silu_mul(a[i], u[i]);
+  const bool add = op.kind == OpKind::add;
+  const float* c = add ? out : p.buf[op.in1];
+  for (int i0 = b + threadIdx.x; i0 < e; i0 += kThreads * kBatch) {
+    float x[kBatch], y[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = min(i0 + u * kThreads, e - 1);
+      x[u] = a[i], y[u] = c[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * kThreads < e) out[i0 + u * kThreads] = add ? y[u] + x[u] : silu_mul(x[u], y[u]);
   }
 }
 
@@ -512,13 +590,13 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
       task_gemv(p, op, task.index, task.op == p.lm_head_op, smem);
       break;
     case OpKind::rope:
-      task_rope(p, op);
+      task_rope(p, op, smem);
       break;
     case OpKind::kv_append:
       kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]);
       break;
     case OpKind::rope_append:
-      task_rope(p, op);
+      task_rope(p, op, smem);
       __syncthreads();
       kv_append(p, op.layer, p.buf[op.in1], p.buf[op.out]);
       break;
