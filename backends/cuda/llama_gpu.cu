@@ -146,7 +146,7 @@ class Engine final : public LlamaGpu {
     if (o.blocks_per_sm > 0) per_sm = std::min(per_sm, o.blocks_per_sm);
     stats_.sm_count = prop.multiProcessorCount;
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
-    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split);
+    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.fuse_combine);
     MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~Engine() override {

@@ -127,11 +127,14 @@ enum class GemvSplit { balanced, two_per_worker };
 
 // Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
 // head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
-// every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul,
-// the attention combine and the residuals into the GEMVs and RoPE into the KV append (9 per layer).
+// every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul and
+// the residuals into the GEMVs and RoPE into the KV append (10 per layer). The split-KV combine stays an
+// operation of its own (a task per head) unless `fuse_combine`: then every task of the O projection
+// merges all heads' partials itself while staging its input (9 per layer, the combine done once per
+// task instead of once).
 // user_error when the context does not fit the model's.
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split = GemvSplit::balanced);
+                             GemvSplit split = GemvSplit::balanced, bool fuse_combine = false);
 // Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
@@ -158,11 +161,12 @@ struct LlamaGpuOptions {
   // (0: register loads, as the quantized formats always use) and the bytes of one segment.
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
+  bool fuse_combine = false;  // fused modes: the attention combine inside the O projection's staging
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
 //   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8,
-//   seg-kib=1..16
+//   seg-kib=1..16, combine=separate|fused
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);

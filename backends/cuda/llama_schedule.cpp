@@ -37,7 +37,7 @@ Launch parse_launch(const std::string& s) {
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8, "
-      "seg-kib=1..16";
+      "seg-kib=1..16, combine=separate|fused";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -70,6 +70,9 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       const long long k = number();
       if (k < 1 || k > 16) bad();
       o.stream_seg_bytes = k * 1024;
+    } else if (key == "combine") {
+      if (value != "separate" && value != "fused") bad();
+      o.fuse_combine = value == "fused";
     } else if (key == "fetch-ahead") {
       if (value != "0" && value != "1") bad();
       o.fetch_ahead = value == "1";
@@ -166,7 +169,7 @@ int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
 }
 
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split) {
+                             GemvSplit split, bool fuse_combine) {
   s.check();
   MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
                 " positions; it must be in [1, ", s.context, "] (the model's context length)");
@@ -262,7 +265,13 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       int32_t v = gemv(l, wv, kX, -1, kV, kvw, d, {last}, Stage::rmsnorm, an, false);
       int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
       int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
-      int32_t o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+      int32_t o = -1;
+      if (fuse_combine) {
+        o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+      } else {
+        const int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
+        o = gemv(l, wo, kAttn, -1, kX, d, qw, {cb}, Stage::plain, -1, true);
+      }
       int32_t g = gemv(l, wg, kX, -1, kGate, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
       int32_t u = gemv(l, wu, kX, -1, kUp, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
       last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, true);

@@ -69,16 +69,16 @@ for mode in per-op per-layer megakernel; do
 done
 # The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
-alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0"
-tune_list=("$alternatives" stream=0 stream=2 stream=3,seg-kib=2 stream=8,seg-kib=2 min-blocks=2 prefetch-kib=0
+alternatives="min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=4,combine=fused"
+tune_list=("$alternatives" combine=fused stream=4 stream=2 stream=3,seg-kib=2 stream=8,seg-kib=2 min-blocks=2 prefetch-kib=0
            prefetch-kib=all split=two-per-worker fetch-ahead=0)
 [ -n "$tunes" ] && IFS=';' read -r -a tune_list <<<"$tunes"
 [ $with_tune = 1 ] || tune_list=()
 shape_list="smollm2-135m llama3.1-8b"
 [ $only8b = 1 ] && shape_list="llama3.1-8b"
-# per-op with register loads: the streamed GEMV's effect without the fused modes' queue.
-[ ${#tune_list[@]} -gt 0 ] && run "llama3.1-8b bf16 | metapipe per-op --gpu-tune stream=0" --launch per-op \
-  --gpu-tune stream=0 --shapes llama3.1-8b --prompt "$text"
+# per-op with the streamed GEMV: its effect without the fused modes' queue.
+[ ${#tune_list[@]} -gt 0 ] && run "llama3.1-8b bf16 | metapipe per-op --gpu-tune stream=4" --launch per-op \
+  --gpu-tune stream=4 --shapes llama3.1-8b --prompt "$text"
 for tune in "${tune_list[@]}"; do
   label="megakernel --gpu-tune $tune"
   [ "$tune" = "$alternatives" ] && label="megakernel, every switch at its alternative"

@@ -99,7 +99,7 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
             EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
         if (m == Launch::per_layer)
           for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
-            EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer
+            EXPECT_EQ(sc.groups[g].ops, 10);  // the fused layer (the combine its own operation)
             EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
           }
       }
@@ -153,18 +153,25 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_EQ(o.stream_seg_bytes, 16384);
   EXPECT_USER_ERROR(apply_tuning("stream=9", o), "--gpu-tune: 'stream=9' is not one of");
   EXPECT_USER_ERROR(apply_tuning("seg-kib=0", o), "--gpu-tune: 'seg-kib=0' is not one of");
+  EXPECT_FALSE(o.fuse_combine);
+  apply_tuning("combine=fused", o);
+  EXPECT_TRUE(o.fuse_combine);
+  EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
   EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
 
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
 // (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
 TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
-  for (Launch m : {Launch::per_op, Launch::megakernel}) {
-    SCOPED_TRACE(to_string(m));
-    auto sc = build_schedule(shapes("toy"), m, 64, 132);
+  for (int variant = 0; variant < 3; ++variant) {
+    // per-op; megakernel with the combine as its own operation; megakernel with it in the O projection
+    const Launch m = variant == 0 ? Launch::per_op : Launch::megakernel;
+    const bool fuse = variant == 2;
+    SCOPED_TRACE(std::string(to_string(m)) + (fuse ? " combine=fused" : ""));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, fuse);
     const size_t n = sc.ops.size();
     ASSERT_LE(n, 64u);
-    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : 1 + 9 * 2 + 2u);
+    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : fuse ? 1 + 9 * 2 + 2u : 1 + 10 * 2 + 2u);
     std::vector<std::bitset<64>> anc(n);
     for (size_t i = 0; i < n; ++i) {
       const GpuOp& o = sc.ops[i];
