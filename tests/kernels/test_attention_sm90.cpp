@@ -9,14 +9,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
 
 #include "core/device.h"
 #include "kernels/attention.h"
+#include "tests/support/watchdog.h"
 
 using namespace mp::kernels;
 
@@ -30,40 +28,10 @@ AttentionShape shape(int b, int h, int hkv, int nq, int nkv, int d) {
   s.batch = b, s.heads = h, s.kv_heads = hkv, s.seq_q = nq, s.seq_kv = nkv, s.dim = d;
   return s;
 }
-// Ends the process if a check takes longer than `seconds`: a kernel whose semaphore wait never completes
-// then fails the suite in bounded time instead of hanging ctest.
-class Watchdog {
- public:
-  explicit Watchdog(int seconds)
-      : thread_([this, seconds] {
-          std::unique_lock<std::mutex> lock(mutex_);
-          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
-            std::fprintf(stderr,
-                         "attention check not finished after %d s (a GPU kernel that never completes?)\n",
-                         seconds);
-            std::fflush(stderr);
-            std::_Exit(3);
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 void expect_ok(const AttentionShape& s, attention_pass pass, bool causal,
                attention_backward_impl impl = attention_backward_impl::cuda_core) {
-  Watchdog dog(60);
+  mp::test::Watchdog dog(60, "attention check");
   AttentionCheckOptions opt;
   opt.causal = causal;
   opt.backward_impl = impl;

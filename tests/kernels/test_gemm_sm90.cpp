@@ -4,15 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "kernels/gemm_check.h"
+#include "tests/support/watchdog.h"
 
 using namespace mp::kernels;
 
@@ -26,35 +24,6 @@ struct Shape {
   int m, n, k;
 };
 
-// Ends the process with a message if the scope takes longer than `seconds`: a kernel that never finishes
-// (a barrier wait that never completes) then fails its test in minutes instead of hanging ctest.
-class Watchdog {
- public:
-  Watchdog(int seconds, const char* what)
-      : thread_([this, seconds, what] {
-          std::unique_lock<std::mutex> lock(mutex_);
-          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
-            std::fprintf(stderr, "%s: not finished after %d s (a GPU kernel that never completes?)\n", what,
-                         seconds);
-            std::fflush(stderr);
-            std::_Exit(3);
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 void check_all(const std::vector<Shape>& shapes, const GemmSchedule& sched = {},
                const std::vector<out_type>& outs = {out_type::bf16, out_type::f32}) {
@@ -100,7 +69,7 @@ TEST(SM90_Gemm, LargeAndNonSquare) {
 // (whose counters the next launch reuses).
 TEST(SM90_Gemm, BackToBackChains) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(300, "SM90_Gemm.BackToBackChains");
+  mp::test::Watchdog dog(300, "SM90_Gemm.BackToBackChains");
   std::vector<GemmSchedule> scheds = tile_heights();
   scheds.push_back({});
   scheds.back().split_k = 2;
@@ -128,7 +97,7 @@ GemmSchedule split_pairs() {
 // and one block per item.
 TEST(SM90_Gemm, SplitReduce) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(300, "SM90_Gemm.SplitReduce");
+  mp::test::Watchdog dog(300, "SM90_Gemm.SplitReduce");
   // A launch with more tile counters than the one before it, and no more partial sums: with counters and
   // partials in one allocation, such a launch would read old partials as counters.
   GemmSchedule ws = split_pairs();
@@ -148,7 +117,7 @@ TEST(SM90_Gemm, SplitReduce) {
 // that do not divide the K steps, partial tiles.
 TEST(SM90_Gemm, SplitLead) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(300, "SM90_Gemm.SplitLead");
+  mp::test::Watchdog dog(300, "SM90_Gemm.SplitLead");
   for (int lead : {1, 7}) {
       GemmSchedule s = split_pairs();
       s.split_lead = lead;
@@ -172,7 +141,7 @@ TEST(SM90_Gemm, SplitLead) {
 // reducer is then off, since not every block need be resident).
 TEST(SM90_Gemm, SplitReducers) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(300, "SM90_Gemm.SplitReducers");
+  mp::test::Watchdog dog(300, "SM90_Gemm.SplitReducers");
   for (bool fixed : {true, false})
     for (int lead : {0, 2}) {
       GemmSchedule s;
@@ -208,7 +177,7 @@ TEST(SM90_Gemm, SplitKAndSmallM) {
 // two thirds full, which other tests' shapes reach.
 TEST(SM90_Gemm, StreamK) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(600, "SM90_Gemm.StreamK");
+  mp::test::Watchdog dog(600, "SM90_Gemm.StreamK");
   GemmSchedule sk;
   sk.stream_k = stream_k_mode::on;
   check_all({{2304, 2560, 352}, {2304, 2560, 352}, {2320, 2576, 400}, {2304, 2560, 16}, {4096, 4096, 1024}},
@@ -285,7 +254,7 @@ TEST(SM90_Gemm, EverySchedule) {
 // filled and released so that the launch ends: no hang (the watchdog) and no CUDA error.
 TEST(SM90_Gemm, DiagnosticsRunToTheEnd) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
-  Watchdog dog(120, "SM90_Gemm.DiagnosticsRunToTheEnd");
+  mp::test::Watchdog dog(120, "SM90_Gemm.DiagnosticsRunToTheEnd");
   for (int which = 0; which < 2; ++which)
     for (int m : {128, 4096}) {  // 64-row tiles split 2 ways; 128 x 256 whole-tile
       GemmCheckOptions opt;

@@ -12,11 +12,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
-#include <thread>
 
 #include "backends/cpu/llm_engine.h"
 #include "backends/cuda/llama_gpu.h"
@@ -28,6 +25,7 @@
 #include "models/model_cache.h"
 #include "models/tokenizer.h"
 #include "tests/support/expect_user_error.h"
+#include "tests/support/watchdog.h"
 
 namespace mp::cuda {
 namespace {
@@ -37,33 +35,6 @@ bool have_hopper() {
   return g && gpu_is_hopper(*g);
 }
 
-// Ends the process if the scope takes longer than `seconds` (a dependency wait that never completes
-// fails the test instead of hanging ctest; the kernel's own wait also traps after 10 s).
-class Watchdog {
- public:
-  explicit Watchdog(int seconds)
-      : thread_([this, seconds] {
-          std::unique_lock<std::mutex> lock(mutex_);
-          if (!cv_.wait_for(lock, std::chrono::seconds(seconds), [this] { return done_; })) {
-            std::fprintf(stderr, "GPU Llama test: not finished after %d s\n", seconds);
-            std::_Exit(3);
-          }
-        }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
 
 LlamaGpuShapes shapes(const models::LlamaConfig& c) { return shapes_of(c, models::rope_frequency); }
 
@@ -156,7 +127,7 @@ bool all_finite(const std::vector<float>& v) {
 // value it sees).
 TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  Watchdog wd(600);  // room for compute-sanitizer, which slows every launch
+  test::Watchdog wd(600, "GPU Llama test");  // room for compute-sanitizer, which slows every launch
   auto c = models::LlamaConfig::preset("toy");
   const int64_t ctx = 64;
   models::RunnerOptions ro;
@@ -229,7 +200,7 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
 //   step with a CPU margin below the tolerance (all 32 if there is none).
 TEST(SM90_LlamaGpu, SmolLM2ShapesRandomWeightsTokensEqualTheCpu) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  Watchdog wd(600);
+  test::Watchdog wd(600, "GPU Llama test");
   auto c = models::LlamaConfig::preset("smollm2-135m");
   const int64_t ctx = 128;
   const int n = 32;
@@ -289,7 +260,7 @@ TEST(SM90_LlamaGpu, SmolLM2ShapesRandomWeightsTokensEqualTheCpu) {
 // and a position beyond the KV cache is a user error naming both lengths.
 TEST(SM90_LlamaGpu, Bf16WeightsAndContextLimit) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  Watchdog wd(120);
+  test::Watchdog wd(120, "GPU Llama test");
   auto c = models::LlamaConfig::preset("toy");
   models::RunnerOptions ro;
   ro.context = 16;
@@ -317,7 +288,7 @@ TEST(SM90_LlamaGpu, Bf16WeightsAndContextLimit) {
 // compiler's contractions (1e-4 of the largest) and the greedy tokens are the same.
 TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  Watchdog wd(300);
+  test::Watchdog wd(300, "GPU Llama test");
   auto c = models::LlamaConfig::preset("smollm2-135m");
   const int64_t ctx = 48;
   models::RunnerOptions ro;
@@ -365,7 +336,7 @@ TEST(SM90_LlamaGpu, SmolLM2TokensAndLogitsEqualTheCpuPath) {
   } catch (const user_error& e) {
     GTEST_SKIP() << e.what();
   }
-  Watchdog wd(300);
+  test::Watchdog wd(300, "GPU Llama test");
   auto f = models::GgufFile::open(path);
   auto c = models::LlamaConfig::from_gguf(f);
   auto tok = models::Tokenizer::from_gguf(f);
