@@ -25,8 +25,9 @@ void check_cuda(cudaError_t e, const char* what) {
 #define MP_CUDA(call) check_cuda((call), #call)
 
 // MinBlocks blocks per SM at least: the register budget (65,536 / (256 x MinBlocks) per thread). At 4,
-// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 2 allows up
-// to 128 registers and gives 16 warps per SM, kept for comparison (--gpu-tune min-blocks=2).
+// 32 warps per SM keep 16-byte weight loads in flight where shared memory allows 4 blocks; 3 (85
+// registers) is what 8B's shared memory allows anyway, room for 8 loads in flight per lane
+// (--gpu-tune loads=8); 2 allows up to 128 registers and gives 16 warps per SM (--gpu-tune min-blocks=2).
 template <int MinBlocks>
 __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
   extern __shared__ __align__(128) float smem[];
@@ -34,7 +35,7 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
       const GpuTask task = p.tasks[p.group_first_task + i];
-      dev::run_task(p, task, smem);
+      dev::run_task<(MinBlocks < 4)>(p, task, smem);
       dev::finish_task(p, task);
     }
     return;
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     const GpuTask task = p.tasks[p.group_first_task + i];
     dev::prefetch_weights(p, p.ops[task.op], task.index);
     dev::wait_for_producers(p, p.ops[task.op]);
-    dev::run_task(p, task, smem);
+    dev::run_task<(MinBlocks < 4)>(p, task, smem);
     dev::finish_task(p, task);
     if (!p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     __syncthreads();
@@ -134,11 +135,15 @@ class Engine final : public LlamaGpu {
                   " elements and a weight ring of ", ring, " bytes need ", smem_,
                   " bytes of shared memory per block; the GPU has ", prop.sharedMemPerBlockOptin,
                   " (lower --gpu-tune stream= or seg-kib=)");
-    MP_USER_CHECK(o.min_blocks_per_sm == 2 || o.min_blocks_per_sm == 4, "GPU engine: min_blocks_per_sm ",
-                  o.min_blocks_per_sm, ": the task kernel is built for 2 or 4 blocks per SM");
+    MP_USER_CHECK(o.min_blocks_per_sm >= 2 && o.min_blocks_per_sm <= 4, "GPU engine: min_blocks_per_sm ",
+                  o.min_blocks_per_sm, ": the task kernel is built for 2, 3 or 4 blocks per SM");
+    MP_USER_CHECK(o.gemv_loads == 4 || o.gemv_loads == 8, "GPU engine: gemv_loads ", o.gemv_loads,
+                  " must be 4 or 8");
+    MP_USER_CHECK(o.gemv_loads == 4 || o.min_blocks_per_sm < 4, "--gpu-tune loads=8 needs the registers of ",
+                  "min-blocks=3 or 2 (the 4-block kernel has 64 per thread)");
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
                   " must be >= 0, or -1 for whole tasks");
-    kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : llama_tasks<2>;
+    kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : o.min_blocks_per_sm == 3 ? llama_tasks<3> : llama_tasks<2>;
     MP_CUDA(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_)));
     int per_sm = 0;
     MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_));
@@ -377,6 +382,7 @@ class Engine final : public LlamaGpu {
     p_.stream_depth = opt_.stream_depth;
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);
     p_.ring_off = int32_t(ring_off_);
+    p_.loads = opt_.gemv_loads;
     for (size_t g = 0; g < sched_.groups.size(); ++g) {
       const LaunchGroup& lg = sched_.groups[g];
       const int grid = int(std::min<int64_t>(lg.tasks, workers_));

@@ -153,7 +153,8 @@ struct LlamaGpuOptions {
   int blocks_per_sm = 0;  // 0: as many as fit
   // Tuning switches (the defaults are meant to be the fast path; each alternative is the simpler
   // setting, kept for comparison, see docs/llama-gpu.md):
-  int min_blocks_per_sm = 4;          // the task kernel's register budget: 4 (64 registers) or 2 (128)
+  int min_blocks_per_sm = 4;  // the task kernel's register budget: 4 (64 registers), 3 (85) or 2 (128)
+  int gemv_loads = 4;         // register-load GEMV: 16-byte loads a lane issues before using them, 4 or 8
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
   GemvSplit gemv_split = GemvSplit::balanced;
   bool fetch_ahead = true;  // fused modes: take the next task from the queue before running one
@@ -165,8 +166,8 @@ struct LlamaGpuOptions {
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
-//   min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8,
-//   seg-kib=1..16, combine=separate|fused
+//   min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1,
+//   stream=0..8, seg-kib=1..16, combine=separate|fused
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);

@@ -56,6 +56,7 @@ struct Params {
   int32_t stream_depth;          // bf16 GEMV rows streamed through shared memory: segments per warp (0: off)
   int32_t stream_seg;            // bytes per segment (a multiple of 16)
   int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
+  int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -133,12 +134,11 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
   }
 }
 
-// The 16-byte pieces of a row a lane reads, kLoads at a time: all kLoads loads are issued before any
-// of their arithmetic, so each lane keeps kLoads x 16 bytes in flight (a warp 2 KiB at kLoads = 4). A
+// The 16-byte pieces of a row a lane reads, Loads at a time (Params::loads: 4 or 8): all of them are
+// issued before any of their arithmetic, so each lane keeps Loads x 16 bytes in flight (a warp 2 KiB at
+// 4). Each lane adds its pieces in the same order whatever Loads is, so the sums do not depend on it. A
 // plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
-constexpr int kLoads = 4;
-
-template <class Dot>
+template <int kLoads, class Dot>
 __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
   float acc = 0;
   for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
@@ -158,12 +158,13 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
 }
 
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum.
+template <int kLoads>
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
                                          int lane) {
   float acc = 0;
   const int cols = w.cols;
   if (w.format == kBF16) {
-    acc = dot_pieces(w.q + r * int64_t(cols) * 2, cols / 8, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols) * 2, cols / 8, lane, [&](const uint4& q, int c) {
       const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
       const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
       float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
@@ -172,7 +173,7 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
     });
   } else if (w.format == kQ8_0) {
     const __half* sc = reinterpret_cast<const __half*>(w.s) + r * int64_t(cols / 32);
-    acc = dot_pieces(w.q + r * int64_t(cols), cols / 16, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols), cols / 16, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       float s = 0;
 #pragma unroll
@@ -185,7 +186,7 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
     });
   } else {  // Q4_1: a 16-byte piece is one block of 32
     const __half2* sc = reinterpret_cast<const __half2*>(w.s) + r * int64_t(cols / 32);
-    acc = dot_pieces(w.q + r * int64_t(cols / 2), cols / 32, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols / 2), cols / 32, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       const float* xb = x + c * 32;
       float sq = 0, sx = 0;
@@ -379,6 +380,8 @@ __device__ void gemv_rows_streamed(const Params& p, const DevWeight& w, int r0, 
   __syncwarp();
 }
 
+// Wide: the kernel has the registers for 8 loads in flight per lane (built for at most 3 blocks per SM).
+template <bool Wide>
 __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
   const DevWeight w = p.weights[op.weight];
   float* __restrict__ out = p.buf[op.out];
@@ -391,7 +394,7 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
     gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
   } else {
     for (int r = r0 + warp; r < r1; r += kWarps) {
-      const float v = dot_row(w, r, xs, lane);
+      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane) : dot_row<4>(w, r, xs, lane);
       if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
       best = max(best, argmax_key(v, r));
     }
@@ -577,6 +580,7 @@ __device__ void task_argmax(const Params& p, const GpuOp& op, float* smem) {
   if (threadIdx.x == 0) p.pred[p.pos] = int32_t(0xffffffffu - uint32_t(s[0] & 0xffffffffu));
 }
 
+template <bool Wide>
 __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
   const GpuOp& op = p.ops[task.op];
   switch (op.kind) {
@@ -587,7 +591,7 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
       task_rmsnorm(p, op, smem);
       break;
     case OpKind::gemv:
-      task_gemv(p, op, task.index, task.op == p.lm_head_op, smem);
+      task_gemv<Wide>(p, op, task.index, task.op == p.lm_head_op, smem);
       break;
     case OpKind::rope:
       task_rope(p, op, smem);

@@ -36,8 +36,8 @@ Launch parse_launch(const std::string& s) {
 
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
-      "min-blocks=2|4, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8, "
-      "seg-kib=1..16, combine=separate|fused";
+      "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
+      "stream=0..8, seg-kib=1..16, combine=separate|fused";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -51,8 +51,11 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       return std::stoll(value);
     };
     if (key == "min-blocks") {
-      if (value != "2" && value != "4") bad();
+      if (value != "2" && value != "3" && value != "4") bad();
       o.min_blocks_per_sm = int(number());
+    } else if (key == "loads") {
+      if (value != "4" && value != "8") bad();
+      o.gemv_loads = int(number());
     } else if (key == "prefetch-kib") {
       o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
     } else if (key == "split") {

@@ -143,8 +143,12 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_TRUE(o.fetch_ahead);
   EXPECT_EQ(o.gemv_split, GemvSplit::balanced);
   EXPECT_EQ(o.min_blocks_per_sm, 4);
-  EXPECT_USER_ERROR(apply_tuning("min-blocks=3", o),
-                    "--gpu-tune: 'min-blocks=3' is not one of min-blocks=2|4");
+  apply_tuning("min-blocks=3,loads=8", o);
+  EXPECT_EQ(o.min_blocks_per_sm, 3);
+  EXPECT_EQ(o.gemv_loads, 8);
+  EXPECT_USER_ERROR(apply_tuning("min-blocks=5", o),
+                    "--gpu-tune: 'min-blocks=5' is not one of min-blocks=2|3|4, loads=4|8");
+  EXPECT_USER_ERROR(apply_tuning("loads=6", o), "--gpu-tune: 'loads=6' is not one of");
   EXPECT_USER_ERROR(apply_tuning("prefetch-kib=-5", o),
                     "--gpu-tune: 'prefetch-kib=-5': expected a whole number");
   EXPECT_EQ(o.stream_depth, 0);

@@ -171,7 +171,7 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
     SCOPED_TRACE("megakernel, tuning alternatives");
     LlamaGpuOptions o;
     o.launch = Launch::megakernel, o.context = ctx;
-    apply_tuning("min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,combine=fused", o);
+    apply_tuning("min-blocks=3,loads=8,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,combine=fused", o);
     auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
     Decode r = run_gpu(*g, prompt, n);
     EXPECT_LE(max_diff(r.first_logits, runs[2].first_logits), 1e-4 * max_abs(runs[2].first_logits));
