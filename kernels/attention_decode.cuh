@@ -160,11 +160,6 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
     const int i = (rg * decode_rows + r) % p.seq_q;
     return min(end, i + p.seq_kv - p.seq_q + 1);
   };
-  for (int e = t; e < decode_rows * V16; e += decode_threads) {
-    const int r = e / V16, c = e % V16;
-    *reinterpret_cast<uint4*>(&qs[r * P + 8 * c]) =
-        r < rows ? reinterpret_cast<const uint4*>(p.q + row_index(r) * D)[c] : make_uint4(0, 0, 0, 0);
-  }
   const int chunks = end > begin ? (end - begin + C - 1) / C : 0;
   const size_t kv_base = (size_t(b) * p.kv_heads + hk) * size_t(p.seq_kv) * D;
   const __nv_bfloat16* kg = p.k + kv_base;
@@ -187,6 +182,13 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
   };
 #pragma unroll
   for (int j = 0; j < S - 1; ++j) issue(j);
+  // Q after the first chunks' copies, so that its load latency overlaps theirs (the loop's first barrier
+  // publishes it).
+  for (int e = t; e < decode_rows * V16; e += decode_threads) {
+    const int r = e / V16, c = e % V16;
+    *reinterpret_cast<uint4*>(&qs[r * P + 8 * c]) =
+        r < rows ? reinterpret_cast<const uint4*>(p.q + row_index(r) * D)[c] : make_uint4(0, 0, 0, 0);
+  }
 
   const int lim0 = limit(g), lim1 = limit(g + 8);
   float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g, g + 8 (log2 domain, quad-uniform)
