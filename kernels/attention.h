@@ -31,9 +31,31 @@ struct AttentionShape {
 constexpr int attention_dims[] = {64, 128, 256};
 // At most this many query rows for attention_decode.
 constexpr int attention_decode_max_rows = 16;
-// Query rows (query heads of a group times query rows) one decode block takes; a group with more is
-// split into row groups, each reading the KV slice again.
-constexpr int attention_decode_block_rows = 32;
+// Query rows (query heads of a group times query rows) one decode block takes (the M = 16 of its
+// mma.sync tiles); a group with more is split into row groups, each reading the KV slice again.
+constexpr int attention_decode_block_rows = 16;
+
+// The decode kernel's shared-memory ring for a head dim: K and V stream through `stages` chunks of
+// `chunk_keys` keys each (rows padded by 16 bytes), copied by cp.async `stages - 1` chunks ahead of the
+// compute; `blocks_per_sm` blocks of `smem_bytes` each are resident on an SM (sm_90: 228 KB of shared
+// memory per SM, at most 227 KB per block, 1 KB reserved per block). Host code, so that tests check it.
+struct AttentionDecodeRing {
+  int chunk_keys = 0, stages = 0, blocks_per_sm = 0, stage_bytes = 0, smem_bytes = 0;
+};
+constexpr AttentionDecodeRing attention_decode_ring(int dim) {
+  AttentionDecodeRing r;
+  r.chunk_keys = 64;
+  r.blocks_per_sm = dim <= 128 ? 2 : 1;
+  const int row_bytes = (dim + 8) * 2;
+  r.stage_bytes = 2 * r.chunk_keys * row_bytes;            // a K chunk and a V chunk
+  const int fixed = attention_decode_block_rows * row_bytes  // the block's Q rows
+                    + 1024;                                  // per-warp softmax state, the combine's flag
+  const int budget = (228 * 1024) / r.blocks_per_sm - 1024;  // per block, below the 227 KB limit
+  r.stages = (budget - fixed) / r.stage_bytes;
+  if (r.stages > 8) r.stages = 8;  // beyond 7 chunks in flight per block the copies gain nothing
+  r.smem_bytes = r.stages * r.stage_bytes + fixed;
+  return r;
+}
 
 // One-line mp::user_error naming the argument when the shape cannot run: a dim other than 64, 128, 256;
 // heads not a multiple of kv_heads; a zero or negative size; sizes whose element counts overflow.
@@ -74,8 +96,12 @@ void attention_backward(const AttentionShape& s, const void* q, const void* k, c
                         bool causal, CUstream_st* stream,
                         attention_backward_impl impl = attention_backward_impl::automatic);
 
-// The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI).
+// The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI): the
+// most slices that keep the grid within one wave of resident blocks, each of at least 256 keys, at most
+// 64, and no slice empty.
 int attention_decode_splits(const AttentionShape& s, int sms);
+// Keys per slice for `splits` slices: the length over the count, rounded up to whole 64-key chunks.
+int attention_decode_slice(const AttentionShape& s, int splits);
 
 // ---- CPU fp64 references (inputs as float, already rounded to bf16 by the caller if wanted) ----
 // Rows: the query rows (b, h, i) to compute, as flat indices into (batch, heads, seq_q); empty = all.

@@ -70,20 +70,29 @@ static int decode_row_groups(const AttentionShape& s) {
   return (rows + attention_decode_block_rows - 1) / attention_decode_block_rows;
 }
 
+int attention_decode_slice(const AttentionShape& s, int splits) {
+  check_attention_decode_shape(s);
+  MP_USER_CHECK(splits > 0, "attention decode: the split count must be positive, got ", splits);
+  const int chunk = attention_decode_ring(s.dim).chunk_keys;
+  const int per = (s.seq_kv + splits - 1) / splits;
+  return (per + chunk - 1) / chunk * chunk;
+}
+
 int attention_decode_splits(const AttentionShape& s, int sms) {
   check_attention_decode_shape(s);
   MP_USER_CHECK(sms > 0, "attention decode: the SM count must be positive, got ", sms);
-  // The blocks of one wave: two per SM at dims 64 and 128 (256 threads of at most 128 registers), one at
-  // 256 (200 registers). The slice count is the most that still fits one wave (rounded down): a grid of
-  // 1.2 waves, which rounding up gave for batch 8 of 32:8 heads (5 slices x 64 blocks on 264 slots), runs
-  // its last 0.2 wave on a fifth of the GPU and costs as much as a second full one. Each slice keeps at
-  // least 256 keys so that the combine step stays small next to the cache reads, and there are at most
-  // 64 slices (the combine's workspace).
+  // The slice count is the most that still fits one wave of resident blocks (rounded down): a grid of
+  // 1.2 waves runs its last 0.2 wave on a fifth of the GPU and costs as much as a second full one. Within
+  // the wave every slice streams one contiguous range of the cache through its block's ring. Each slice
+  // keeps at least 256 keys so that writing and combining the partials stays small next to the cache
+  // reads, and there are at most 64 slices (the combine's scratch). Slices are whole 64-key chunks, so
+  // the count is then the number of non-empty ones (33 wanted of 8192 keys: 256-key slices, 32 of them).
   const long long blocks = 1ll * s.batch * s.kv_heads * decode_row_groups(s);
-  const long long slots = 1ll * sms * (s.dim <= 128 ? 2 : 1);
-  const long long want = slots / blocks;
+  const long long slots = 1ll * sms * attention_decode_ring(s.dim).blocks_per_sm;
   const long long most = std::max(1, (s.seq_kv + 255) / 256);
-  return int(std::clamp(want, 1ll, std::min(most, 64ll)));
+  const int want = int(std::clamp(slots / blocks, 1ll, std::min(most, 64ll)));
+  const int slice = attention_decode_slice(s, want);
+  return (s.seq_kv + slice - 1) / slice;
 }
 
 double attention_flops(const AttentionShape& s, attention_pass pass, bool causal) {

@@ -1,11 +1,13 @@
-// Split-KV decode attention (1 to 16 query rows against a long cache) on CUDA cores: a block takes one
-// slice of one KV head's cache and the query rows of that head's group (its query heads times the query
-// rows, attention_decode_block_rows at a time), so the slice is read from memory once for all of them.
-// Keys go through shared memory in chunks of 64 with 16-byte loads, the next chunk's loads in flight
-// (registers) while the current one is computed; each block writes its slice's O (normalized) and
-// log2-sum-exp to a workspace, and a combine kernel weighs the slices by their LSEs. Memory-bound at 1 to
-// 4 rows per KV head; with many rows per block the score and P V loops on CUDA cores become the limit.
-// Included once, by attention_sm90.cu.
+// Split-KV decode attention (1 to 16 query rows against a long cache): a block takes one slice of one KV
+// head's cache and up to 16 query rows of that head's group (its query heads times the query rows), so the
+// slice is read from memory once for all of them. K and V stream through a shared-memory ring of 64-key
+// chunks filled by cp.async several chunks ahead of the compute (the copies, not the compute, set the
+// pace); each of the block's four warps takes 16 keys of a chunk and keeps its own online softmax:
+// S = Q K^T and O^T += V^T P^T on mma.sync (bf16 in, fp32 accumulators), P passed from the first
+// product's accumulators to the second's B operand in registers. At the end of its slice a block merges
+// its warps, writes the slice's normalized O and log2-sum-exp to a workspace, and the block that finishes
+// a (batch, KV head, row group) last (a counter in global memory) combines the slices into O and the LSE,
+// so one launch does the whole decode. Included once, by attention_sm90.cu.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -18,8 +20,9 @@
 namespace mp::kernels {
 namespace {
 
-// Per-stream, grow-only device buffers for the kernels' fp32 partials (slot: which buffer).
-void* attention_workspace(cudaStream_t stream, size_t bytes, int slot) {
+// Per-stream, grow-only device buffers for the kernels' fp32 partials (slot: which buffer). With `zeroed`,
+// a buffer is cleared when it is allocated (the decode's counters, which every launch leaves at zero).
+void* attention_workspace(cudaStream_t stream, size_t bytes, int slot, bool zeroed = false) {
   struct entry {
     cudaStream_t s;
     int slot;
@@ -27,223 +30,379 @@ void* attention_workspace(cudaStream_t stream, size_t bytes, int slot) {
     size_t bytes;
   };
   thread_local std::vector<entry> ws;
+  auto clear = [&](void* p) {
+    if (zeroed && cudaMemsetAsync(p, 0, bytes, stream) != cudaSuccess)
+      fail_user("attention: clearing a ", bytes, "-byte workspace failed");
+  };
   for (auto& e : ws)
     if (e.s == stream && e.slot == slot) {
       if (e.bytes < bytes) {
         if (cudaFreeAsync(e.p, stream) != cudaSuccess || cudaMallocAsync(&e.p, bytes, stream) != cudaSuccess)
           fail_user("attention: allocating a ", bytes, "-byte workspace failed");
         e.bytes = bytes;
+        clear(e.p);
       }
       return e.p;
     }
   void* p = nullptr;
   if (cudaMallocAsync(&p, bytes, stream) != cudaSuccess)
     fail_user("attention: allocating a ", bytes, "-byte workspace failed");
+  clear(p);
   ws.push_back({stream, slot, p, bytes});
   return p;
 }
 
-// Two blocks per SM for D <= 128 (__launch_bounds__ below): a memory-bound kernel needs the warps in flight.
-constexpr int decode_chunk = 64, decode_threads = 256, decode_rows = attention_decode_block_rows;
+constexpr int decode_threads = 128, decode_warps = decode_threads / 32, decode_rows = attention_decode_block_rows;
+template <int D>
+constexpr AttentionDecodeRing decode_ring = attention_decode_ring(D);
 
 struct decode_params {
   const __nv_bfloat16 *q, *k, *v;
-  float* part_o;    // (batch, heads, seq_q, splits, dim): each slice's normalized O
-  float* part_lse;  // (batch, heads, seq_q, splits): each slice's log2-sum-exp (log2 domain)
+  __nv_bfloat16* o;
+  float* lse;         // may be null
+  float* part_o;      // (batch, heads, seq_q, splits, dim): each slice's normalized O (splits > 1)
+  float* part_lse;    // (batch, heads, seq_q, splits): each slice's log2-sum-exp (log2 domain)
+  unsigned* counter;  // (batch, kv_heads * row_groups): slices done; the last one resets it to 0
   int heads, kv_heads, group, seq_q, seq_kv, splits, slice, row_groups;
   int causal;
   float scale_log2;
 };
 
-template <int D>
-constexpr int decode_smem_bytes =
-    2 * (decode_rows + 2 * decode_chunk) * (D + 8) + decode_rows*(decode_chunk + 1) * 4 + 3 * decode_rows * 4;
+// ---- the instructions, one wrapper each ----
+__device__ inline uint32_t decode_smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+// 16 bytes global -> shared, bypassing L1; with in == false the 16 bytes are zero-filled and nothing is read.
+__device__ inline void decode_cp_async16(uint32_t dst, const void* src, bool in) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+}
+__device__ inline void decode_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ inline void decode_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// Four 8x8 b16 matrices, matrix i's rows at the addresses of lanes 8i..8i+7; lane l gets row l/4, columns
+// 2(l%4), +1 of each (the mma.sync A / B fragment of a row-major tile).
+__device__ inline void decode_ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// The same, transposed: lane l gets rows 2(l%4), +1 of column l/4.
+__device__ inline void decode_ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c (16x8 fp32) += a (16x16 bf16, row-major fragment) * b (16x8 bf16, column fragment).
+__device__ inline void decode_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ inline uint32_t decode_pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 
-template <int D>
-__global__ void __launch_bounds__(decode_threads, D <= 128 ? 2 : 1) attn_decode_split(const decode_params p) {
-  constexpr int P = D + 8;    // padded row (bf16): rows 16 bytes apart modulo 128, so 16-byte reads of 8
-                              // consecutive rows hit different banks
+// NT: 8-row tiles of O^T (1 for at most 8 rows per block, the GQA group of one decode step; else 2).
+//
+// Per warp and 16 keys (the warp's quarter of a chunk), g = lane / 4, q = lane % 4:
+//   S = Q K^T: m16n8k16 with M = the block's 16 rows (Q from shared, rows past `rows` zero), N = 8 keys
+//     (two tiles), K = 16 dims per step; accumulator sc[tile] holds rows g (0, 1) and g + 8 (2, 3) at
+//     keys 8 tile + 2q, +1.
+//   O^T += V^T P^T: M = 16 dims (D / 16 tiles, V^T by ldmatrix.trans from the key-major chunk), N = 8 rows,
+//     K = the 16 keys. The B fragment wants rows g and keys 2q, +1 (and + 8): exactly S's accumulators of
+//     rows g (n-tile 0) or g + 8 (n-tile 1), so P goes from one product to the other in registers.
+//     o[t][u] holds dims 16t + g (0, 1) and + 8 (2, 3), rows 8u + 2q (0, 2) and + 1 (1, 3).
+template <int D, int NT>
+__global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
+    attn_decode_split(const decode_params p) {
+  constexpr AttentionDecodeRing ring = decode_ring<D>;
+  constexpr int C = ring.chunk_keys, S = ring.stages;
+  constexpr int P = D + 8;    // padded row (bf16): the 8 rows of an ldmatrix 16 bytes apart mod 128, no
+                              // bank conflicts
   constexpr int V16 = D / 8;  // 16-byte vectors per row
-  constexpr int vec_per_thread = decode_chunk * V16 / decode_threads;
-  constexpr int pairs_per_thread = decode_rows * (D / 2) / decode_threads;
-  static_assert(vec_per_thread >= 1 && pairs_per_thread >= 1, "decode: chunk and block sizes");
-  // Dynamic shared memory (decode_smem_bytes<D>): Q rows, the K and V chunk, the scores, per-row state.
-  extern __shared__ __align__(16) unsigned char decode_smem[];
-  __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(decode_smem);
-  __nv_bfloat16* ks = qs + decode_rows * P;
-  __nv_bfloat16* vs = ks + decode_chunk * P;
-  auto ss = reinterpret_cast<float(*)[decode_chunk + 1]>(vs + decode_chunk * P);
-  float* ms = &ss[decode_rows][0];
-  float* ls = ms + decode_rows;
-  float* as = ls + decode_rows;
+  constexpr int KT = D / 16;  // k-steps of S = m-tiles of O^T
+  constexpr int stage_elems = 2 * C * P;
+  constexpr int copies = C * V16 / decode_threads;  // 16-byte copies per thread per chunk, K and V each
+  static_assert(C == 16 * decode_warps && copies * decode_threads == C * V16, "decode: chunk and block sizes");
+  static_assert(S >= 2 && S * 2 * C * P * 2 + decode_rows * P * 2 + 1024 == ring.smem_bytes,
+                "decode: the ring's shared-memory layout");
+  static_assert(decode_warps * decode_rows * D * 4 <= S * stage_elems * 2 &&
+                    decode_rows * 64 * 4 <= S * stage_elems * 2,
+                "decode: the merge and combine scratch must fit in the ring");
+  static_assert(NT == 1 || NT == 2);
+  extern __shared__ __align__(128) unsigned char decode_smem[];
+  __nv_bfloat16* ring_s = reinterpret_cast<__nv_bfloat16*>(decode_smem);
+  __nv_bfloat16* qs = ring_s + S * stage_elems;
+  float* mw = reinterpret_cast<float*>(qs + decode_rows * P);  // [warp][row]: each warp's running max
+  float* lw = mw + decode_warps * decode_rows;                  // [warp][row]: and its sum
+  float* cm = lw + decode_warps * decode_rows;                  // [row]: the combine's max
+  int* last_flag = reinterpret_cast<int*>(cm + decode_rows);
+  float* scratch = reinterpret_cast<float*>(decode_smem);  // the ring, once the slice is read
 
   const int split = blockIdx.x;
   const int hk = blockIdx.y / p.row_groups, rg = blockIdx.y % p.row_groups;
   const int b = blockIdx.z;
-  const int t = threadIdx.x;
-  const int total_rows = p.group * p.seq_q;
-  const int rows = min(decode_rows, total_rows - rg * decode_rows);
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
+  const int rows = min(decode_rows, p.group * p.seq_q - rg * decode_rows);
   // Row r of the block: query head hk * group + hq, query row i, with hq * seq_q + i = rg * decode_rows + r.
   auto row_index = [&](int r) {  // flat (batch, head, i) index
     const int rr = rg * decode_rows + r;
     const int h = hk * p.group + rr / p.seq_q, i = rr % p.seq_q;
     return (size_t(b) * p.heads + h) * size_t(p.seq_q) + i;
   };
-  auto visible = [&](int r) {  // keys [0, visible) for row r
-    if (!p.causal) return p.seq_kv;
-    const int i = (rg * decode_rows + r) % p.seq_q;
-    return max(0, min(p.seq_kv, i + p.seq_kv - p.seq_q + 1));
-  };
-  for (int e = t; e < rows * V16; e += decode_threads) {
-    const int r = e / V16, c = e % V16;
-    *reinterpret_cast<uint4*>(&qs[r * P + 8 * c]) = reinterpret_cast<const uint4*>(p.q + row_index(r) * D)[c];
-  }
-  for (int r = t; r < decode_rows; r += decode_threads) {
-    ms[r] = -INFINITY;
-    ls[r] = 0.f;
-  }
   const int begin = split * p.slice, end = min(p.seq_kv, begin + p.slice);
-  const size_t kv_base = (size_t(b) * p.kv_heads + hk) * size_t(p.seq_kv);
-  const uint4* kg = reinterpret_cast<const uint4*>(p.k + kv_base * D);
-  const uint4* vg = reinterpret_cast<const uint4*>(p.v + kv_base * D);
-  uint4 kr[vec_per_thread], vr[vec_per_thread];
-  auto fetch = [&](int key0) {  // the chunk at key0 into registers (zeros past the end)
-#pragma unroll
-    for (int u = 0; u < vec_per_thread; ++u) {
-      const int e = t + u * decode_threads, key = key0 + e / V16;
-      const bool in = key < end;
-      kr[u] = in ? kg[size_t(key) * V16 + e % V16] : make_uint4(0, 0, 0, 0);
-      vr[u] = in ? vg[size_t(key) * V16 + e % V16] : make_uint4(0, 0, 0, 0);
-    }
+  auto limit = [&](int r) {  // keys [begin, limit) that row r sees in this slice
+    if (r >= rows) return begin;
+    if (!p.causal) return end;
+    const int i = (rg * decode_rows + r) % p.seq_q;
+    return min(end, i + p.seq_kv - p.seq_q + 1);
   };
-  float2 o[pairs_per_thread];
+  const int chunks = end > begin ? (end - begin + C - 1) / C : 0;
+  const size_t kv_base = (size_t(b) * p.kv_heads + hk) * size_t(p.seq_kv) * D;
+  const __nv_bfloat16* kg = p.k + kv_base;
+  const __nv_bfloat16* vg = p.v + kv_base;
+  auto issue = [&](int j) {  // chunk j of the slice into stage j % S (keys past the slice: zeros), one group
+    if (j < chunks) {
+      const uint32_t ks = decode_smem_addr(ring_s + (j % S) * stage_elems), vs = ks + C * P * 2;
+      const int key0 = begin + j * C;
 #pragma unroll
-  for (int u = 0; u < pairs_per_thread; ++u) o[u] = float2{0.f, 0.f};
-  if (begin < end) fetch(begin);
-  for (int key0 = begin; key0 < end; key0 += decode_chunk) {
-    __syncthreads();  // the previous chunk's readers are done with ks, vs, ss
-#pragma unroll
-    for (int u = 0; u < vec_per_thread; ++u) {
-      const int e = t + u * decode_threads, r = e / V16, c = e % V16;
-      *reinterpret_cast<uint4*>(&ks[r * P + 8 * c]) = kr[u];
-      *reinterpret_cast<uint4*>(&vs[r * P + 8 * c]) = vr[u];
+      for (int u = 0; u < copies; ++u) {
+        const int e = t + u * decode_threads, r = e / V16, c = e % V16;
+        const bool in = key0 + r < end;
+        const size_t off = size_t(in ? key0 + r : begin) * D + 8 * c;
+        const uint32_t at = uint32_t((r * P + 8 * c) * 2);
+        decode_cp_async16(ks + at, kg + off, in);
+        decode_cp_async16(vs + at, vg + off, in);
+      }
     }
-    __syncthreads();
-    if (key0 + decode_chunk < end) fetch(key0 + decode_chunk);  // in flight while this chunk is computed
-    // Scores: thread t takes key c = t % 64 for rows t / 64, + 4, + 8, ...
-    {
-      const int c = t % decode_chunk, r0 = t / decode_chunk;
-      constexpr int rsteps = decode_rows * decode_chunk / decode_threads;
-      float acc[rsteps];
+    decode_cp_async_commit();  // an empty group past the end keeps the group count uniform
+  };
 #pragma unroll
-      for (int u = 0; u < rsteps; ++u) acc[u] = 0.f;
-#pragma unroll 4
-      for (int d8 = 0; d8 < V16; ++d8) {
-        const uint4 kv = *reinterpret_cast<const uint4*>(&ks[c * P + 8 * d8]);
-        const __nv_bfloat162* k2 = reinterpret_cast<const __nv_bfloat162*>(&kv);
-        float2 kf[4];
+  for (int j = 0; j < S - 1; ++j) issue(j);
+  // Q after the first chunks' copies, so that its load latency overlaps theirs (the loop's first barrier
+  // publishes it).
+  for (int e = t; e < decode_rows * V16; e += decode_threads) {
+    const int r = e / V16, c = e % V16;
+    *reinterpret_cast<uint4*>(&qs[r * P + 8 * c]) =
+        r < rows ? reinterpret_cast<const uint4*>(p.q + row_index(r) * D)[c] : make_uint4(0, 0, 0, 0);
+  }
+
+  const int lim0 = limit(g), lim1 = limit(g + 8);
+  float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows g, g + 8 (log2 domain, quad-uniform)
+  float l0 = 0.f, l1 = 0.f;              // running sums, this lane's share
+  float o[KT][NT][4];
 #pragma unroll
-        for (int x = 0; x < 4; ++x) kf[x] = __bfloat1622float2(k2[x]);
+  for (int tt = 0; tt < KT; ++tt)
 #pragma unroll
-        for (int u = 0; u < rsteps; ++u) {
-          const int r = r0 + u * (decode_threads / decode_chunk);
-          if (r >= rows) break;
-          const uint4 qv = *reinterpret_cast<const uint4*>(&qs[r * P + 8 * d8]);
-          const __nv_bfloat162* q2 = reinterpret_cast<const __nv_bfloat162*>(&qv);
+    for (int u = 0; u < NT; ++u)
 #pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const float2 qf = __bfloat1622float2(q2[x]);
-            acc[u] = fmaf(qf.x, kf[x].x, fmaf(qf.y, kf[x].y, acc[u]));
-          }
+      for (int x = 0; x < 4; ++x) o[tt][u][x] = 0.f;
+  // ldmatrix row addresses: Q rows ((lane / 8) % 2) * 8 + lane % 8, dims (lane / 16) * 8; K and V keys
+  // 16 warp + (lane / 16) * 8 + lane % 8, dims ((lane / 8) % 2) * 8 (see the fragment map above).
+  const uint32_t q_addr = decode_smem_addr(qs) + uint32_t(((((lane / 8) % 2) * 8 + lane % 8) * P + (lane / 16) * 8) * 2);
+  const uint32_t kv_off = uint32_t(((16 * warp + (lane / 16) * 8 + lane % 8) * P + ((lane / 8) % 2) * 8) * 2);
+
+  for (int j = 0; j < chunks; ++j) {
+    decode_cp_async_wait<S - 2>();  // this thread's copies of chunk j have landed
+    __syncthreads();                // everyone's have, and everyone is done with chunk j - 1's stage
+    issue(j + S - 1);               // into that stage
+    const uint32_t ks = decode_smem_addr(ring_s + (j % S) * stage_elems), vs = ks + C * P * 2;
+    float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      uint32_t a[4], kb[4];
+      decode_ldsm_x4(a, q_addr + kk * 32);
+      decode_ldsm_x4(kb, ks + kv_off + kk * 32);
+      decode_mma(sc[0], a, kb[0], kb[1]);
+      decode_mma(sc[1], a, kb[2], kb[3]);
+    }
+    // Mask (keys past the row's limit) and scale; the running max over the warp's keys so far.
+    const int key_base = begin + j * C + 16 * warp + 2 * q4;
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        const int key = key_base + 8 * tile + (x & 1);
+        const bool in = key < (x < 2 ? lim0 : lim1);
+        sc[tile][x] = in ? sc[tile][x] * p.scale_log2 : -INFINITY;
+        if (x < 2) mx0 = fmaxf(mx0, sc[tile][x]);
+        else mx1 = fmaxf(mx1, sc[tile][x]);
+      }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    const float n0 = fmaxf(m0, mx0), use0 = n0 == -INFINITY ? 0.f : n0;
+    const float alpha0 = exp2f(m0 - use0);  // 0 while the row has seen no key (m0 = -inf)
+    m0 = n0;
+    float alpha1 = 1.f, use1 = 0.f;
+    if constexpr (NT == 2) {
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float n1 = fmaxf(m1, mx1);
+      use1 = n1 == -INFINITY ? 0.f : n1;
+      alpha1 = exp2f(m1 - use1);
+      m1 = n1;
+    }
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        if (x < 2) {
+          sc[tile][x] = exp2f(sc[tile][x] - use0);
+          sum0 += sc[tile][x];
+        } else if (NT == 2) {
+          sc[tile][x] = exp2f(sc[tile][x] - use1);
+          sum1 += sc[tile][x];
         }
       }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    // O^T's columns are rows 2q, 2q + 1 (+ 8): their rescale factors from the lanes that hold those rows.
+    float al[NT][2];
+    al[0][0] = __shfl_sync(0xffffffffu, alpha0, 8 * q4);
+    al[0][1] = __shfl_sync(0xffffffffu, alpha0, 8 * q4 + 4);
+    if constexpr (NT == 2) {
+      al[NT - 1][0] = __shfl_sync(0xffffffffu, alpha1, 8 * q4);
+      al[NT - 1][1] = __shfl_sync(0xffffffffu, alpha1, 8 * q4 + 4);
+    }
+    uint32_t pb[NT][2];
+    pb[0][0] = decode_pack_bf16(sc[0][0], sc[0][1]);
+    pb[0][1] = decode_pack_bf16(sc[1][0], sc[1][1]);
+    if constexpr (NT == 2) {
+      pb[NT - 1][0] = decode_pack_bf16(sc[0][2], sc[0][3]);
+      pb[NT - 1][1] = decode_pack_bf16(sc[1][2], sc[1][3]);
+    }
 #pragma unroll
-      for (int u = 0; u < rsteps; ++u) {
-        const int r = r0 + u * (decode_threads / decode_chunk);
-        if (r >= rows) break;
-        ss[r][c] = key0 + c < min(end, visible(r)) ? acc[u] * p.scale_log2 : -INFINITY;
+    for (int tt = 0; tt < KT; ++tt) {
+      uint32_t a[4];
+      decode_ldsm_x4_trans(a, vs + kv_off + tt * 32);
+#pragma unroll
+      for (int u = 0; u < NT; ++u) {
+        o[tt][u][0] *= al[u][0];
+        o[tt][u][1] *= al[u][1];
+        o[tt][u][2] *= al[u][0];
+        o[tt][u][3] *= al[u][1];
+        decode_mma(o[tt][u], a, pb[u][0], pb[u][1]);
       }
     }
-    __syncthreads();
-    // The online softmax: a warp per row.
-    {
-      const int warp = t / 32, lane = t % 32;
-      for (int r = warp; r < rows; r += decode_threads / 32) {
-        const float s0 = ss[r][lane], s1 = ss[r][lane + 32];
-        float mx = fmaxf(s0, s1);
-#pragma unroll
-        for (int x = 16; x >= 1; x /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
-        const float m_old = ms[r], m_new = fmaxf(m_old, mx);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float p0 = exp2f(s0 - m_use), p1 = exp2f(s1 - m_use);
-        float sum = p0 + p1;
-#pragma unroll
-        for (int x = 16; x >= 1; x /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-        ss[r][lane] = p0;
-        ss[r][lane + 32] = p1;
-        __syncwarp();
-        if (lane == 0) {
-          const float alpha = exp2f(m_old - m_use);
-          as[r] = alpha;
-          ls[r] = ls[r] * alpha + sum;
-          ms[r] = m_new;
-        }
-      }
-    }
-    __syncthreads();
-    // O = alpha O + P V: thread t owns the pairs (row, 2 d) numbered t, t + 256, ...
-#pragma unroll
-    for (int u = 0; u < pairs_per_thread; ++u) {
-      const int e = t + u * decode_threads, r = e / (D / 2), d2 = e % (D / 2);
-      if (r >= rows) break;
-      float2 acc = o[u];
-      const float alpha = as[r];
-      acc.x *= alpha;
-      acc.y *= alpha;
-      // Unrolled so that the shared loads of later keys issue while earlier FMAs wait.
-#pragma unroll 16
-      for (int c = 0; c < decode_chunk; ++c) {
-        const float pc = ss[r][c];
-        const float2 vf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&vs[c * P + 2 * d2]));
-        acc.x = fmaf(pc, vf.x, acc.x);
-        acc.y = fmaf(pc, vf.y, acc.y);
-      }
-      o[u] = acc;
-    }
+  }
+  decode_cp_async_wait<0>();
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  __syncthreads();  // the ring is free: it becomes the merge's scratch
+  if (q4 == 0) {
+    mw[warp * decode_rows + g] = m0, lw[warp * decode_rows + g] = l0;
+    mw[warp * decode_rows + g + 8] = m1, lw[warp * decode_rows + g + 8] = l1;
   }
   __syncthreads();
-  // The slice's normalized O and its log2-sum-exp (a slice no row sees: O = 0, -inf).
+  // Merge the warps: the block's max and sum per row, each warp's O^T scaled into scratch[warp][row][dim].
+  auto block_max = [&](int r) {
+    float m = -INFINITY;
 #pragma unroll
-  for (int u = 0; u < pairs_per_thread; ++u) {
-    const int e = t + u * decode_threads, r = e / (D / 2), d2 = e % (D / 2);
-    if (r >= rows) break;
-    const float l = ls[r], inv = l > 0.f ? 1.f / l : 0.f;
-    float* out = p.part_o + (row_index(r) * p.splits + split) * D;
-    *reinterpret_cast<float2*>(out + 2 * d2) = float2{o[u].x * inv, o[u].y * inv};
+    for (int w = 0; w < decode_warps; ++w) m = fmaxf(m, mw[w * decode_rows + r]);
+    return m;
+  };
+  auto block_sum = [&](int r, float m) {  // m: block_max(r), not -inf
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < decode_warps; ++w) {
+      const float mv = mw[w * decode_rows + r];
+      l += mv == -INFINITY ? 0.f : lw[w * decode_rows + r] * exp2f(mv - m);
+    }
+    return l;
+  };
+#pragma unroll
+  for (int u = 0; u < NT; ++u)
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+      const int r = 8 * u + 2 * q4 + x;
+      const float m = block_max(r), mine = mw[warp * decode_rows + r];
+      float f = 0.f;
+      if (m != -INFINITY && mine != -INFINITY) {
+        const float l = block_sum(r, m);
+        f = l > 0.f ? exp2f(mine - m) / l : 0.f;
+      }
+      float* out = scratch + (warp * decode_rows + r) * D;
+#pragma unroll
+      for (int tt = 0; tt < KT; ++tt) {
+        out[16 * tt + g] = o[tt][u][x] * f;
+        out[16 * tt + g + 8] = o[tt][u][x + 2] * f;
+      }
+    }
+  __syncthreads();
+  // The slice's normalized O (row r, dims 4 d4 ..): the sum over the warps. With one slice it is the result.
+  const bool single = p.splits == 1;
+  for (int e = t; e < rows * (D / 4); e += decode_threads) {
+    const int r = e / (D / 4), d4 = e % (D / 4);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < decode_warps; ++w) {
+      const float4 v = reinterpret_cast<const float4*>(scratch + (w * decode_rows + r) * D)[d4];
+      acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+    }
+    if (single) {
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.o + row_index(r) * D) + 2 * d4;
+      out[0] = __floats2bfloat162_rn(acc.x, acc.y);
+      out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    } else {
+      reinterpret_cast<float4*>(p.part_o + (row_index(r) * p.splits + split) * D)[d4] = acc;
+    }
   }
-  for (int r = t; r < rows; r += decode_threads)
-    p.part_lse[row_index(r) * p.splits + split] = ls[r] > 0.f ? ms[r] + log2f(ls[r]) : -INFINITY;
-}
+  if (t < rows) {
+    const float m = block_max(t), l = m == -INFINITY ? 0.f : block_sum(t, m);
+    const float lse2 = l > 0.f ? m + log2f(l) : -INFINITY;  // a slice the row does not see: -inf
+    if (!single)
+      p.part_lse[row_index(t) * p.splits + split] = lse2;
+    else if (p.lse)
+      p.lse[row_index(t)] = lse2 == -INFINITY ? -INFINITY : lse2 * 0.69314718055994531f;
+  }
+  if (single) return;
 
-// One block per query row: the slices' O weighted by 2^(lse_s - lse), the row's LSE in natural log.
-template <int D>
-__global__ void __launch_bounds__(128) attn_decode_combine(const float* part_o, const float* part_lse,
-                                                           __nv_bfloat16* o, float* lse, int splits) {
-  const size_t row = blockIdx.x;
-  const float* pl = part_lse + row * splits;
-  float m = -INFINITY;
-  for (int s = 0; s < splits; ++s) m = fmaxf(m, pl[s]);
-  float total = 0.f;
-  if (m != -INFINITY)
-    for (int s = 0; s < splits; ++s) total += exp2f(pl[s] - m);
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0.f;
+  // The last slice of this (batch, KV head, row group) to finish combines them all: the slices' O weighted
+  // by 2^(lse_s - lse), the row's LSE in natural log.
+  __threadfence();  // this block's partials are visible before its count is
+  __syncthreads();
+  const unsigned counter = unsigned(b) * gridDim.y + blockIdx.y;
+  if (t == 0) *last_flag = atomicAdd(&p.counter[counter], 1u) == unsigned(p.splits - 1);
+  __syncthreads();
+  if (!*last_flag) return;
+  __threadfence();
+  float* wts = scratch;  // [row][split]
+  for (int e = t; e < rows * p.splits; e += decode_threads)
+    wts[e] = __ldcg(&p.part_lse[row_index(e / p.splits) * p.splits + e % p.splits]);
+  __syncthreads();
+  if (t < rows) {
+    float m = -INFINITY, total = 0.f;
+    for (int sp = 0; sp < p.splits; ++sp) m = fmaxf(m, wts[t * p.splits + sp]);
     if (m != -INFINITY)
-      for (int s = 0; s < splits; ++s) acc += exp2f(pl[s] - m) * part_o[(row * splits + s) * D + d];
-    o[row * D + d] = __float2bfloat16_rn(total > 0.f ? acc / total : 0.f);
+      for (int sp = 0; sp < p.splits; ++sp) total += exp2f(wts[t * p.splits + sp] - m);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int sp = 0; sp < p.splits; ++sp)
+      wts[t * p.splits + sp] = m == -INFINITY ? 0.f : exp2f(wts[t * p.splits + sp] - m) * inv;
+    if (p.lse) p.lse[row_index(t)] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
   }
-  if (lse && threadIdx.x == 0)
-    lse[row] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
+  __syncthreads();
+  for (int e = t; e < rows * (D / 4); e += decode_threads) {
+    const int r = e / (D / 4), d4 = e % (D / 4);
+    const float4* src = reinterpret_cast<const float4*>(p.part_o + row_index(r) * p.splits * D) + d4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int sp = 0; sp < p.splits; ++sp) {
+      const float w = wts[r * p.splits + sp];
+      const float4 v = __ldcg(src + size_t(sp) * (D / 4));
+      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.o + row_index(r) * D) + 2 * d4;
+    out[0] = __floats2bfloat162_rn(acc.x, acc.y);
+    out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+  }
+  if (t == 0) p.counter[counter] = 0u;  // ready for the next launch on this stream
 }
 
 cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
@@ -252,31 +411,38 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
   p.v = static_cast<const __nv_bfloat16*>(v);
+  p.o = static_cast<__nv_bfloat16*>(o);
+  p.lse = lse;
   p.heads = s.heads, p.kv_heads = s.kv_heads, p.group = s.group(), p.seq_q = s.seq_q, p.seq_kv = s.seq_kv;
-  p.splits = splits;
-  p.slice = ((s.seq_kv + splits - 1) / splits + decode_chunk - 1) / decode_chunk * decode_chunk;
+  p.slice = attention_decode_slice(s, splits);
+  p.splits = (s.seq_kv + p.slice - 1) / p.slice;  // no empty slices
   p.row_groups = (p.group * p.seq_q + decode_rows - 1) / decode_rows;
   p.causal = causal;
   p.scale_log2 = float(double(scale) * 1.4426950408889634);
-  const size_t rows = s.lse_elems();
-  p.part_o = static_cast<float*>(attention_workspace(stream, rows * splits * s.dim * sizeof(float), 0));
-  p.part_lse = static_cast<float*>(attention_workspace(stream, rows * splits * sizeof(float), 1));
   MP_USER_CHECK(1ll * s.kv_heads * p.row_groups < 65536 && s.batch < 65536, "attention decode: ", s.str(),
                 " needs more blocks than a launch grid has (batch and kv_heads * row groups below 65536)");
-  const dim3 grid(unsigned(splits), unsigned(s.kv_heads * p.row_groups), unsigned(s.batch));
-  auto go = [&]<int D>() -> cudaError_t {
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        attn_decode_split<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, decode_smem_bytes<D>);
+  MP_INTERNAL_CHECK(p.splits >= 1 && p.splits <= 64, "attention decode: ", p.splits,
+                    " slices (the combine's scratch holds 64)");
+  if (p.splits > 1) {
+    const size_t rows = s.lse_elems();
+    p.part_o = static_cast<float*>(attention_workspace(stream, rows * p.splits * s.dim * sizeof(float), 0));
+    p.part_lse = static_cast<float*>(attention_workspace(stream, rows * p.splits * sizeof(float), 1));
+    p.counter = static_cast<unsigned*>(attention_workspace(
+        stream, size_t(s.batch) * s.kv_heads * p.row_groups * sizeof(unsigned), 4, /*zeroed=*/true));
+  }
+  const dim3 grid(unsigned(p.splits), unsigned(s.kv_heads * p.row_groups), unsigned(s.batch));
+  auto go = [&]<int D, int NT>() -> cudaError_t {
+    constexpr int smem = decode_ring<D>.smem_bytes;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(attn_decode_split<D, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr != cudaSuccess) return attr;
-    attn_decode_split<D><<<grid, decode_threads, decode_smem_bytes<D>, stream>>>(p);
-    attn_decode_combine<D><<<unsigned(rows), 128, 0, stream>>>(p.part_o, p.part_lse,
-                                                               static_cast<__nv_bfloat16*>(o), lse, splits);
+    attn_decode_split<D, NT><<<grid, decode_threads, smem, stream>>>(p);
     return cudaGetLastError();
   };
-  if (s.dim == 64) return go.template operator()<64>();
-  if (s.dim == 128) return go.template operator()<128>();
-  return go.template operator()<256>();
+  const bool narrow = p.group * p.seq_q <= 8;
+  if (s.dim == 64) return narrow ? go.template operator()<64, 1>() : go.template operator()<64, 2>();
+  if (s.dim == 128) return narrow ? go.template operator()<128, 1>() : go.template operator()<128, 2>();
+  return narrow ? go.template operator()<256, 1>() : go.template operator()<256, 2>();
 }
-
 }  // namespace
 }  // namespace mp::kernels

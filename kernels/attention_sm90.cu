@@ -6,7 +6,7 @@
 // S = Q K^T (wgmma, A and B from shared), the online softmax in registers (row max and sum over each lane
 // quad, exp2 with the scale folded into log2 e), converts P to bf16 in registers and issues O += P V
 // (RS-form wgmma, P from registers) asynchronously; the two warpgroups take turns issuing S (named barriers),
-// so that one's softmax overlaps the other's matmuls. The decode (split-KV, CUDA cores) and the backward
+// so that one's softmax overlaps the other's matmuls. The decode (split-KV, mma.sync) and the backward
 // (wgmma, one block per KV tile; and the CUDA-core fallback) are in attention_decode.cuh,
 // attention_backward_sm90.cuh and attention_backward.cuh.
 #include <cuda_runtime.h>

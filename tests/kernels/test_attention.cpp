@@ -291,11 +291,54 @@ TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
   EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);      // >= 256 keys per slice
   // One wave of two blocks per SM: the Llama-3.1-8B layouts at 8k and 32k keys fill 132 SMs without a tail.
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 8192, 128), 132), 32);   // 8 x 32 = 256 <= 264 blocks
-  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 33);  // 8 x 33 = 264
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 32);  // 33 wanted: 1024-key slices
   EXPECT_EQ(attention_decode_splits(shape(8, 32, 8, 1, 8192, 128), 132), 4);    // 64 x 4 = 256
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 256), 132), 16);  // one block per SM at d256
   EXPECT_EQ(attention_decode_splits(shape(64, 32, 8, 1, 8192, 128), 132), 1);   // more blocks than slots
+  // 16 rows per block: a group of 4 heads x 16 rows is 4 row groups, so batch 1 gets 264 / 32 = 8 slices.
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 16, 8192, 128), 132), 8);
   EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
+  // Every slice the count names holds keys, and together they cover the cache exactly once.
+  for (int n : {1, 17, 255, 256, 1000, 4097, 8192, 8193, 32768, 100000})
+    for (int sms : {1, 8, 132, 264})
+      for (int d : {64, 128, 256}) {
+        const auto s = shape(1, 32, 8, 1, n, d);
+        const int splits = attention_decode_splits(s, sms), slice = attention_decode_slice(s, splits);
+        EXPECT_GE(splits, 1);
+        EXPECT_LE(splits, 64);
+        EXPECT_EQ(slice % 64, 0) << n;
+        EXPECT_LT(1ll * (splits - 1) * slice, n) << n << " keys, " << sms << " SMs, d" << d;  // none empty
+        EXPECT_GE(1ll * splits * slice, n) << n << " keys, " << sms << " SMs, d" << d;        // all covered
+      }
+  EXPECT_EQ(attention_decode_slice(shape(1, 32, 8, 1, 8192, 128), 33), 256);
+  EXPECT_EQ(attention_decode_slice(shape(1, 32, 8, 1, 17, 128), 1), 64);
+  EXPECT_THROW(attention_decode_slice(one, 0), mp::user_error);
+}
+
+// The decode's shared-memory ring: at least two chunks ahead of the compute, the blocks of one SM within
+// sm_90's 228 KB and each within its 227 KB, and the merge's scratch (four warps x 16 rows x dim fp32)
+// inside the ring it reuses.
+TEST(Attention, DecodeRingFitsSharedMemory) {
+  for (int d : attention_dims) {
+    const AttentionDecodeRing r = attention_decode_ring(d);
+    EXPECT_EQ(r.chunk_keys, 64);
+    EXPECT_GE(r.stages, 3) << d;  // at least two chunks in flight while one is computed
+    EXPECT_LE(r.stages, 8) << d;
+    EXPECT_EQ(r.stage_bytes, 2 * 64 * (d + 8) * 2) << d;
+    EXPECT_LE(r.smem_bytes, 227 * 1024) << d;
+    EXPECT_LE(r.blocks_per_sm * (r.smem_bytes + 1024), 228 * 1024) << d;
+    EXPECT_GE(r.stages * r.stage_bytes, 4 * attention_decode_block_rows * d * 4) << d;
+    // One more stage would not fit: the ring takes what the blocks of an SM leave.
+    EXPECT_GT(r.blocks_per_sm * (r.smem_bytes + r.stage_bytes + 1024), 228 * 1024) << d;
+    // Bytes in flight per SM while a chunk is computed: at least 64 KB (Little's law at about 4 TB/s and
+    // about 1 us of DRAM latency wants about 32 KB per SM of 132).
+    EXPECT_GE(r.blocks_per_sm * (r.stages - 1) * r.stage_bytes, 64 * 1024) << d;
+  }
+  EXPECT_EQ(attention_decode_ring(64).stages, 6);
+  EXPECT_EQ(attention_decode_ring(128).stages, 3);
+  EXPECT_EQ(attention_decode_ring(256).stages, 3);
+  EXPECT_EQ(attention_decode_ring(128).blocks_per_sm, 2);
+  EXPECT_EQ(attention_decode_ring(256).blocks_per_sm, 1);
 }
 
 TEST(Attention, FlopsAsTheIssueCountsThem) {

@@ -84,7 +84,24 @@ TEST(SM90_AttentionDecode, RowsGroupsAndLongCaches) {
     }
   expect_ok(shape(1, 32, 8, 1, 32768, 128), attention_pass::decode, false);  // Llama-3.1-8B, batch 1
   expect_ok(shape(8, 32, 8, 1, 8192, 128), attention_pass::decode, false);   // batch 8
-  expect_ok(shape(1, 32, 1, 16, 1000, 64), attention_pass::decode, true);    // MQA: 512 rows, 16 row groups
+  expect_ok(shape(1, 32, 1, 16, 1000, 64), attention_pass::decode, true);    // MQA: 512 rows, 32 row groups
+}
+
+// The edges of the decode kernel's layout: 8 rows per block (one 8-row tile of O^T) and 9 (two), a last
+// row group of fewer rows, caches that end inside a chunk and inside a warp's 16 keys, one slice (no
+// combine) and many; the same shape twice in a row, since the slices' counters must be back at zero for
+// the next launch.
+TEST(SM90_AttentionDecode, RowTilesChunkEdgesAndRepeats) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  for (int d : attention_dims) {
+    expect_ok(shape(1, 8, 1, 1, 5003, d), attention_pass::decode, false);  // 8 rows
+    expect_ok(shape(1, 9, 1, 1, 3001, d), attention_pass::decode, false);  // 9 rows
+    expect_ok(shape(2, 6, 2, 3, 777, d), attention_pass::decode, true);    // 9 rows, causal
+    expect_ok(shape(1, 20, 1, 1, 70, d), attention_pass::decode, true);    // 20 rows: 16 + 4, one slice
+    expect_ok(shape(3, 4, 2, 2, 4104, d), attention_pass::decode, true);   // ends 8 keys into a chunk
+  }
+  for (int repeat = 0; repeat < 3; ++repeat)
+    expect_ok(shape(1, 32, 8, 1, 8192, 128), attention_pass::decode, false);
 }
 
 TEST(SM90_AttentionBackward, GradientsAgainstFp64) {
