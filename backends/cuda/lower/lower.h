@@ -28,6 +28,8 @@ struct KernelLaunch {
   std::string entry;           // the extern "C" symbol
   std::string statement;       // "MetaPipe #4" (for messages and --verbose)
   bool distributed = false;    // the statement's METAPIPE iterations are spread over persistent blocks
+  bool fold = false;           // ... and its carried running sums are per-block partials, combined by the
+                               // last block to finish (the counter in mp_gm, the partials in scratch)
   int64_t trip = 1;            // iterations to spread (distributed), else 1
   int64_t smem_bytes = 0;      // dynamic shared memory per block
   int64_t scratch_floats = 0;  // global scratch per block (values that did not fit in shared memory)
