@@ -252,6 +252,16 @@ class Gen {
         check_supported(*n);
       });
     }
+    // Elementwise results written over a dead operand (after the carried values are known).
+    for (auto& top : p_.body)
+      ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+        if (auto* m = n->as<ir::MetaPipe>())
+          for (auto& c : m->carried) pinned_.insert({c.init->id, c.arg->id, c.next->id, c.result->id});
+      });
+    for (auto& top : p_.body)
+      ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+        if (auto* m = n->as<ir::MetaPipe>()) plan_in_place(*m);
+      });
     // Groups holding a value that crosses statements live in global memory, in program order.
     int64_t off = 0;
     for (auto& [id, v] : values_) {
@@ -277,6 +287,62 @@ class Gen {
     out_.global_floats = off;
     out_.global_meta = meta;
   }
+
+  // A Map or Zip in a loop body writes its result over an operand of the same shape whose storage
+  // (its group: Buffer aliases included) is read by nothing after it in the iteration: the element loop
+  // reads element x of the operand and writes element x of the result in the same thread, so no other
+  // thread sees the overwrite. Fewer tiles in shared memory is more blocks per SM (softmax keeps one
+  // tile instead of three). Only operands defined in the same loop body: a value from outside an inner
+  // loop is read again by its next iteration. Carried and cross-statement values keep their storage.
+  std::set<int> pinned_;
+  void plan_in_place(const ir::MetaPipe& m) {
+    std::vector<const ir::Node*> ops;
+    for (auto& st : m.stages)
+      for (auto& op : st.ops) ops.push_back(op.get());
+    std::map<int, size_t> defined_at;
+    std::vector<std::vector<int>> reads(ops.size());
+    for (size_t j = 0; j < ops.size(); ++j) {
+      if (ops[j]->out) defined_at[ops[j]->out->id] = j;
+      auto add = [&](const ir::Node& n) {
+        for (auto& x : n.operands()) reads[j].push_back(x->id);
+        if (auto* inner = n.as<ir::MetaPipe>())
+          for (auto& c : inner->carried) reads[j].insert(reads[j].end(), {c.init->id, c.arg->id, c.next->id});
+      };
+      add(*ops[j]);
+      if (auto* inner = ops[j]->as<ir::MetaPipe>())
+        for (auto& st : inner->stages) ir::walk(st.ops, [&](const ir::NodeRef& n, int) { add(*n); });
+    }
+    for (auto& c : m.carried) reads.back().insert(reads.back().end(), {c.next->id, c.arg->id});
+    auto excluded = [&](int id) { return pinned_.count(id) || toplevel_.count(id) || partials_.count(id); };
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const ir::Node& n = *ops[j];
+      std::vector<ir::Value> ins;
+      if (auto* mm = n.as<ir::Map>()) ins = {mm->in};
+      if (auto* z = n.as<ir::Zip>()) ins = z->ins;
+      if (ins.empty() || excluded(n.out->id)) continue;
+      for (auto& in : ins) {
+        int g = groups_.find(in->id);
+        if (in->shape != n.out->shape || excluded(in->id) || g == groups_.find(n.out->id)) continue;
+        bool ok = true;
+        for (auto& other : ins)
+          if (other->id != in->id && groups_.find(other->id) == g) ok = false;
+        for (auto& [id, val] : values_) {
+          (void)val;
+          if (groups_.find(id) != g) continue;
+          // Every member defined earlier in this body, none pinned.
+          if (!defined_at.count(id) || defined_at.at(id) >= j || excluded(id)) ok = false;
+        }
+        for (size_t k = j + 1; ok && k < ops.size(); ++k)
+          for (int id : reads[k])
+            if (groups_.find(id) == g) ok = false;
+        if (!ok) continue;
+        groups_.join(in->id, n.out->id);
+        in_place_.insert(n.out->id);
+        break;
+      }
+    }
+  }
+  std::set<int> in_place_;  // results that overwrite an operand (named in the emitted comment)
 
   // A top-level loop whose every carried value is a running sum, `next = zip(arg, x) (arg + x)` in one of
   // its stages with arg read by that Zip only and x of arg's shape (dotproduct's and tpchq6's
@@ -633,7 +699,8 @@ class Gen {
   std::string where_name(int id) {
     int r = groups_.find(id);
     if (global_slot_.count(r)) return "global, between statements";
-    return slot_.at(r).where == Where::Shared ? "shared" : "global scratch of this block";
+    std::string w = slot_.at(r).where == Where::Shared ? "shared" : "global scratch of this block";
+    return in_place_.count(id) ? w + ", written over its dead operand" : w;
   }
 
   // ---- one kernel per top-level statement
