@@ -64,7 +64,7 @@ struct Registrar {
 #define __device__
 #define __shared__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 inline void __syncthreads() { mp_host::block->all->arrive_and_wait(); }
 inline float __uint_as_float(unsigned u) {

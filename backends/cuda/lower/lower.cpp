@@ -168,6 +168,16 @@ class Gen {
     out_.tensors = p_.tensors;
     for (size_t i = 0; i < p_.tensors.size(); ++i) tensor_index_[p_.tensors[i]->id] = int(i);
     collect();
+    // Run-time extents and origins in 32 bits where every tensor and value extent allows it (fewer
+    // registers live across the loops); flat offsets are computed in 64 bits either way.
+    int64_t biggest = 0;
+    for (auto& t : p_.tensors)
+      for (int64_t d : t->shape) biggest = std::max(biggest, d);
+    for (auto& [id, val] : values_) {
+      (void)id;
+      for (int64_t d : val->shape) biggest = std::max(biggest, d);
+    }
+    meta_type_ = biggest < (int64_t(1) << 30) ? "int" : "long long";
     src_ << "// metapipe program '" << p_.name << "' lowered to CUDA C++ for sm_90a: one kernel per top-level\n"
          << "// statement, launched in order by the metapipe run time (backends/cuda/lower).\n"
          << "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n";
@@ -200,6 +210,7 @@ class Gen {
   Groups groups_;
   std::map<int, Slot> global_slot_;       // group root -> slot in mp_gv
   std::map<int, int64_t> global_meta_;    // value id -> offset in mp_gm
+  std::string meta_type_ = "long long";    // of the run-time extent and origin variables
   std::set<int> fold_stmts_;              // top-level loops whose carried values are sums (see foldable)
   std::set<int> partials_;                // their carried arguments: per-block partial sums
   std::map<int, int64_t> fold_counter_;   // statement -> its blocks-done counter in mp_gm
@@ -680,6 +691,38 @@ class Gen {
     }
     smem *= 4;
   }
+  // The blocks per SM the register allocation must leave room for: as many as shared memory admits (an
+  // H100 / H200 SM has 228 KiB, 1 KiB of it per block for the system), at most two of 512 threads (64
+  // registers per thread); one where an element function has more nodes than that many registers hold
+  // (blackscholes' spills at 64, not at 128).
+  static size_t expr_nodes(const ir::ExprNode& n, std::set<const ir::ExprNode*>& seen) {
+    if (!seen.insert(&n).second) return 0;
+    size_t c = 1;
+    for (auto& k : n.kids) c += expr_nodes(*k, seen);
+    return c;
+  }
+  static size_t largest_expr(const ir::NodeRef& top) {
+    size_t most = 0;
+    auto count = [&](const ir::Expr& f) {
+      std::set<const ir::ExprNode*> seen;
+      most = std::max(most, expr_nodes(f.node(), seen));
+    };
+    ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+      if (auto* m = n->as<ir::Map>()) count(m->f);
+      if (auto* z = n->as<ir::Zip>()) count(z->f);
+      if (auto* r = n->as<ir::Reduce>()) {
+        if (r->pre) count(*r->pre);
+        if (r->custom) count(*r->custom);
+      }
+    });
+    return most;
+  }
+  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const {
+    if (largest_expr(top) > 48) return 1;
+    int64_t by_smem = (228 * 1024) / (k.smem_bytes + 1024);
+    int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
+    return int(std::clamp<int64_t>(by_smem, 1, most));
+  }
   // mp_red (a double per warp, Reduce's warp results), then one float: the folded loop's last-block flag.
   int64_t reserved_floats() const { return (2 * (opt_.threads / 32) + 1 + 3) / 4 * 4; }
   int64_t flag_float() const { return 2 * (opt_.threads / 32); }
@@ -732,7 +775,7 @@ class Gen {
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
            << " bytes per block) live in global scratch, mp_bs.\n";
-    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ") " << k.entry
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ", " << min_blocks(k, top) << ") " << k.entry
          << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
             "int* mp_err) {\n";
     ind_ = "  ";
@@ -763,7 +806,7 @@ class Gen {
       std::string decl = "float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
                          ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")";
       line(decl);
-      std::string m = "long long";
+      std::string m = meta_type_;
       for (size_t a = 0; a < val->shape.size(); ++a)
         m += std::string(a ? "," : "") + " " + e(id, a) + " = 0, " + o(id, a) + " = 0";
       if (!val->shape.empty()) line(m + ";");
@@ -1074,12 +1117,13 @@ class Gen {
     MP_INTERNAL_CHECK(l.offset.size() == r && l.out->shape.size() == r, l.where(), ": offsets / rank differ");
     std::vector<std::string> start, ext;
     for (size_t a = 0; a < r; ++a) {
-      line(o(l.out, a) + " = " + affine(l.offset[a]) + ";");
-      line("{ const long long room_ = " + ll(t->shape[a]) + " - " + o(l.out, a) + ";");
+      // The checks in 64 bits, before the origin is narrowed to the metadata type (an origin past the end
+      // leaves an extent of 0, so nothing is read through it).
+      line("{ const long long s_ = " + affine(l.offset[a]) + ", room_ = " + ll(t->shape[a]) + " - s_;");
       // Out of bounds as ir/eval.cpp defines it: past the end unmasked, or a masked tile with nothing left.
-      line("  if (" + o(l.out, a) + " < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
+      line("  if (s_ < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
            ") { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(l.id) + ", " + std::to_string(a) + "); }");
-      line("  " + e(l.out, a) + " = " + o(l.out, a) + " < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
+      line("  " + o(l.out, a) + " = s_; " + e(l.out, a) + " = s_ < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
       start.push_back(o(l.out, a));
       ext.push_back(e(l.out, a));
     }
