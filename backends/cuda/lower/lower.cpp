@@ -1,13 +1,15 @@
 // The IR -> CUDA C++ code generator. Each top-level statement becomes one kernel; the statement's code
 // is the interpreter's walk written out: every node a block-cooperative loop over its elements followed
 // by a barrier, METAPIPE loops as C++ loops (the outermost one strided over persistent blocks when it
-// carries no value), run-time tile extents and origins tracked in scalar variables exactly as ir/eval.cpp
-// tracks them, element functions emitted as double-precision C++ expressions, tiles stored as float.
+// carries no value, or only running sums, which fold into per-block partials), run-time tile extents
+// and origins tracked in scalar variables exactly as ir/eval.cpp tracks them, element functions emitted
+// once per DAG node in fp32 (fp64 where a discrete result depends on it), tiles stored as float and
+// copied 16 bytes at a time where they are contiguous.
 //
 // Storage: a value lives in dynamic shared memory, in global scratch per block when the statement's
 // values do not all fit, or (a value that crosses top-level statements) in global memory that persists
 // between kernels, its run-time extents and origins beside it. Buffer results and loop results share the
-// storage of what they name.
+// storage of what they name; an elementwise result may take the storage of a dead operand.
 #include "backends/cuda/lower/lower.h"
 
 #include <algorithm>
