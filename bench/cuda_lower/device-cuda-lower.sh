@@ -2,17 +2,20 @@
 # Every registered program through the CUDA lowering (metapipe run PROGRAM --target cuda) at sizes past
 # the H200's L2 where the CPU reference check stays affordable; prints the device time of the program's
 # kernels and, for the streaming programs, the bandwidth achieved (bytes the IR loads and stores, from
-# `metapipe compile`'s work summary, over the device time). Needs the default preset build (build/).
+# `metapipe compile`'s work summary, over the device time) and its share of the copy bandwidth measured
+# in the same run. Needs the default preset build (build/).
 #   usage: bench/cuda_lower/device-cuda-lower.sh [METAPIPE]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 mp="${1:-./build/tools/metapipe/metapipe}"
 [ -x "$mp" ] || { echo "device-cuda-lower.sh: no $mp (build with cmake --preset default first)"; exit 2; }
-# program | --set arguments | streaming (1: report bandwidth)
+# program | --set arguments | streaming (1: report bandwidth). Tile sizes keep a block's tiles near a
+# third of an SM's shared memory, so that blocks on one SM overlap each other's loads and compute
+# (tpchq6's four 4096-element tiles: 64 KiB).
 cases=(
   "softmax|R=16384 C=1024 mask=1 row_tile=16|1"
   "dotproduct|N=16777216 TS=8192|1"
-  "tpchq6|N=16777216 TS=8192|1"
+  "tpchq6|N=16777216 TS=4096|1"
   "blackscholes|N=8388608 TS=4096|1"
   "outerproduct|M=8192 N=8192 TM=64 TN=256|1"
   "matmul|M=1024 N=1024 K=1024 MM=64 NN=64|0"
@@ -23,7 +26,33 @@ cases=(
   "kmeans|N=65536 PT=1024|0"
   "llama_decoder||0"
 )
-printf "%-16s %-44s %-6s %12s %12s\n" program sets check "device ms" "GB/s"
+# The reference of the same run: a device-to-device copy's bandwidth (read + write of 2 GiB), measured
+# with PyTorch where $PYTHON (default python3) has it.
+py="${PYTHON:-python3}"
+copy=$("$py" - 2>/dev/null <<'PY'
+import torch
+src = torch.empty(1 << 30, dtype=torch.int16, device="cuda")
+dst = torch.empty_like(src)
+for _ in range(3):
+    dst.copy_(src)
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+best = float("inf")
+for _ in range(5):
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    best = min(best, start.elapsed_time(end) / 10)
+print(f"{2 * src.numel() * 2 / (best * 1e-3) / 1e9:.0f}")
+PY
+)
+if [ -n "$copy" ]; then
+  echo "HBM copy bandwidth (2 GiB read + write, PyTorch): $copy GB/s"
+else
+  echo "HBM copy bandwidth: not measured (set PYTHON to a Python with PyTorch and CUDA)"
+fi
+printf "%-16s %-44s %-6s %12s %12s %8s\n" program sets check "device ms" "GB/s" "% copy"
 status=0
 for c in "${cases[@]}"; do
   IFS='|' read -r prog sets stream <<<"$c"
@@ -34,12 +63,13 @@ for c in "${cases[@]}"; do
   ms=$(sed -n 's/.*"target": "cuda", "ok": \(true\|false\), "ms": \([0-9.e+-]*\).*/\2/p' <<<"$json")
   ok=$([ $rc -eq 0 ] && echo ok || echo FAIL)
   [ $rc -eq 0 ] || status=1
-  bw="-"
+  bw="-" share="-"
   if [ "$stream" = 1 ] && [ -n "$ms" ]; then
     bytes=$("$mp" compile "$prog" "${args[@]}" | sed -n 's/.* \([0-9]*\) bytes loaded, \([0-9]*\) bytes stored.*/\1 \2/p')
     bw=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { split(b, x, " "); printf "%.1f", (x[1] + x[2]) / (ms * 1e6) }')
+    [ -n "$copy" ] && share=$(awk -v bw="$bw" -v c="$copy" 'BEGIN { printf "%.0f", 100 * bw / c }')
   fi
-  printf "%-16s %-44s %-6s %12s %12s\n" "$prog" "${sets:-defaults}" "$ok" "${ms:--}" "$bw"
+  printf "%-16s %-44s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "$ok" "${ms:--}" "$bw" "$share"
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
 done
 exit $status

@@ -3,6 +3,7 @@
 // included so the masked paths run. A program not named here runs at its defaults.
 #pragma once
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,24 @@ inline const std::map<std::string, std::vector<std::string>>& small_sets() {
       {"tpchq6", {"N=1000", "TS=128", "mask=1"}},
   };
   return s;
+}
+
+// More sizes of a program, run by the host test under their own name: the 16-byte tile copies with a
+// tail that is not a multiple of four (N=1001), tile offsets that are not 16-byte aligned (TS=126,
+// row_tile=5 with C=23: the element path), and the carried sums folded over the blocks with them.
+struct Variant {
+  std::string name, program;
+  std::vector<std::string> sets;
+};
+inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
+inline const std::vector<Variant>& variants() {
+  static const std::vector<Variant> v = {
+      {"dotproduct_tail", "dotproduct", {"N=1001", "TS=128", "mask=1"}},
+      {"dotproduct_unaligned", "dotproduct", {"N=1000", "TS=126", "mask=1"}},
+      {"tpchq6_unaligned", "tpchq6", {"N=1001", "TS=126", "mask=1"}},
+      {"softmax_unaligned", "softmax", {"R=40", "C=23", "row_tile=5", "mask=1"}},
+  };
+  return v;
 }
 
 }  // namespace mp::cuda_test

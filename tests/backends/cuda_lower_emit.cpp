@@ -1,4 +1,5 @@
-// Build step of test_cuda_lower: lowers every registered program at its test sizes (cuda_lower_cases.h)
+// Build step of test_cuda_lower: lowers every registered program at its test sizes, and the variants, of
+// cuda_lower_cases.h
 // and writes one C++ file that holds each translation unit in a namespace of its own, compiled for the
 // host against cuda_lower_host.h and registered under the program's name.
 #include <fstream>
@@ -21,23 +22,35 @@ int main(int argc, char** argv) {
      << "// (compiled with the unused-name warnings off: every kernel takes every argument, every value has\n"
      << "// extent and origin variables, many never read; and the nvcc-only pragmas are unknown to the host)\n";
   try {
+    std::vector<mp::cuda_test::Variant> units;
     for (auto* spec : mp::examples::programs()) {
       std::vector<std::string> sets;
       if (auto it = mp::cuda_test::small_sets().find(spec->name); it != mp::cuda_test::small_sets().end())
         sets = it->second;
+      units.push_back({spec->name, spec->name, sets});
+    }
+    for (auto& v : mp::cuda_test::variants()) units.push_back(v);
+    for (auto& u : units) {
+      const auto* spec = &mp::examples::find_program(u.program);
+      const auto& sets = u.sets;
       auto params = mp::examples::resolve(*spec, sets);
       auto p = mp::passes::compile(mp::examples::build(*spec, params), mp::examples::compile_options(params));
       mp::cuda::Lowered low;
       try {
         low = mp::cuda::lower(p, mp::cuda_test::host_options());
       } catch (const mp::cuda::cuda_not_supported& e) {
-        os << "// " << spec->name << ": " << e.what() << "\n";
+        os << "// " << u.name << ": " << e.what() << "\n";
         continue;
       }
-      std::string ns = "mp_lowered_" + spec->name;
-      os << "\nnamespace " << ns << " {\n" << low.source << "\nalignas(16) float mp_smem[mp_host::kSmemFloats];\n}  // namespace "
+      // Two units of one program (a variant) define the same extern "C" entries: on the host, C++
+      // linkage in the unit's namespace keeps them apart.
+      std::string src = low.source;
+      for (size_t at = 0; (at = src.find("extern \"C\" __global__", at)) != std::string::npos;)
+        src.erase(at, 11);
+      std::string ns = "mp_lowered_" + u.name;
+      os << "\nnamespace " << ns << " {\n" << src << "\nalignas(16) float mp_smem[mp_host::kSmemFloats];\n}  // namespace "
          << ns << "\n";
-      os << "static const mp_host::Registrar " << ns << "_registrar(\"" << spec->name << "\", " << ns
+      os << "static const mp_host::Registrar " << ns << "_registrar(\"" << u.name << "\", " << ns
          << "::mp_smem, {";
       for (size_t i = 0; i < low.kernels.size(); ++i)
         os << (i ? ", " : "") << "{\"" << low.kernels[i].entry << "\", &" << ns << "::" << low.kernels[i].entry << "}";

@@ -64,7 +64,7 @@ struct Registrar {
 #define __device__
 #define __shared__
 #define __forceinline__ inline
-#define __launch_bounds__(n)
+#define __launch_bounds__(...)
 
 inline void __syncthreads() { mp_host::block->all->arrive_and_wait(); }
 inline float __uint_as_float(unsigned u) {
@@ -88,6 +88,18 @@ inline int atomicCAS(int* p, int cmp, int val) {
   if (old == cmp) *p = val;
   return old;
 }
+// Blocks run one after another here, so a fence has nothing to order and the last block to count
+// itself done is the last one run.
+inline void __threadfence() {}
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  std::lock_guard<std::mutex> g(mp_host::atomics);
+  unsigned long long old = *p;
+  *p = old + v;
+  return old;
+}
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 inline double __shfl_down_sync(unsigned, double v, int d) {
   auto* b = mp_host::block;
   unsigned t = mp_host::tid.x, lane = t & 31, w = t >> 5;

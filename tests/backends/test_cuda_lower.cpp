@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "backends/cpu/interpreter.h"
@@ -47,7 +48,8 @@ TEST(CudaLower, EveryProgramLowersToOneSelfContainedUnit) {
       EXPECT_EQ(k.statement, p.body[s]->where());
       EXPECT_LE(k.smem_bytes, cuda::LowerOptions{}.smem_bytes);
       auto* m = p.body[s]->as<ir::MetaPipe>();
-      EXPECT_EQ(k.distributed, m && m->carried.empty());
+      EXPECT_EQ(k.distributed, m && (m->carried.empty() || k.fold));
+      EXPECT_TRUE(!k.fold || (m && !m->carried.empty())) << "only a loop with carried sums folds";
     }
     EXPECT_NE(low.source.find("extern \"C\" __global__"), std::string::npos);
     // Every node's code is introduced by a comment naming it.
@@ -65,37 +67,117 @@ TEST(CudaLower, TestListNamesEveryProgram) {
   EXPECT_EQ(registered, cuda_test::program_names()) << "update tests/backends/cuda_lower_cases.h";
 }
 
-// One test per program, so ctest runs them side by side.
-class CudaLowerHost : public testing::TestWithParam<std::string> {};
-
-TEST_P(CudaLowerHost, GeneratedCodeMatchesTheInterpreter) {
-  auto& spec = examples::find_program(GetParam());
-  const mp_host::Program* hp = nullptr;
+const mp_host::Program* host_unit(const std::string& name) {
   for (auto& h : mp_host::programs())
-    if (h.name == spec.name) hp = &h;
-  ASSERT_NE(hp, nullptr) << "program not lowered by cuda_lower_emit (not supported?)";
-  auto params = examples::resolve(spec, sets_of(spec.name));
+    if (h.name == name) return &h;
+  return nullptr;
+}
+
+// The host-compiled unit `unit` of `program` at `sets`, run with at most `max_grid` blocks, against the
+// interpreter on fresh random inputs (outputs NaN-poisoned); returns the outputs it produced.
+std::map<std::string, std::vector<float>> check_on_host(const std::string& unit, const std::string& program,
+                                                        const std::vector<std::string>& sets, int max_grid,
+                                                        uint64_t seed) {
+  SCOPED_TRACE(unit + " with " + std::to_string(max_grid) + " blocks, seed " + std::to_string(seed));
+  std::map<std::string, std::vector<float>> outputs;
+  auto& spec = examples::find_program(program);
+  const mp_host::Program* hp = host_unit(unit);
+  EXPECT_NE(hp, nullptr) << "unit not lowered by cuda_lower_emit (not supported?)";
+  if (!hp) return outputs;
+  auto params = examples::resolve(spec, sets);
   ir::Program p = examples::build(spec, params);
   ir::Program c = passes::compile(p, examples::compile_options(params));
   cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
-  auto in = examples::make_inputs(spec, params, p, fresh_seed() % 1000000);
+  auto in = examples::make_inputs(spec, params, p, seed);
   ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
   cpu::interpret(c, want);
-  ASSERT_EQ(mp_host::run(*hp, low, got, 3), 0) << "device error raised";
+  EXPECT_EQ(mp_host::run(*hp, low, got, max_grid), 0) << "device error raised";
   double rtol = examples::output_tolerance(p);
   auto mags = examples::magnitudes_of(spec, params, in);
-  int checked = 0;
   for (auto& t : c.tensors) {
     if (t->role != ir::TensorRole::Output && t->role != ir::TensorRole::InOut) continue;
     std::vector<double> w(want.at(t->name).data.begin(), want.at(t->name).data.end());
     auto cmp = compare(got.at(t->name).data, w, rtol, examples::check_atol(t->name, w, mags, rtol));
     EXPECT_TRUE(cmp.ok) << t->name << ": " << cmp.summary();
-    ++checked;
+    outputs[t->name] = got.at(t->name).data;
   }
-  EXPECT_GT(checked, 0);
+  EXPECT_FALSE(outputs.empty());
+  return outputs;
+}
+
+// One test per program, so ctest runs them side by side.
+class CudaLowerHost : public testing::TestWithParam<std::string> {};
+
+TEST_P(CudaLowerHost, GeneratedCodeMatchesTheInterpreter) {
+  check_on_host(GetParam(), GetParam(), sets_of(GetParam()), 3, fresh_seed() % 1000000);
 }
 INSTANTIATE_TEST_SUITE_P(EveryProgram, CudaLowerHost, testing::ValuesIn(cuda_test::program_names()),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// The tile copies' tails and unaligned offsets, and folded sums, at the sizes of cuda_lower_cases.h.
+class CudaLowerHostVariant : public testing::TestWithParam<cuda_test::Variant> {};
+
+TEST_P(CudaLowerHostVariant, GeneratedCodeMatchesTheInterpreter) {
+  const auto& v = GetParam();
+  check_on_host(v.name, v.program, v.sets, 3, fresh_seed() % 1000000);
+}
+INSTANTIATE_TEST_SUITE_P(Sizes, CudaLowerHostVariant, testing::ValuesIn(cuda_test::variants()),
+                         [](const testing::TestParamInfo<cuda_test::Variant>& i) { return i.param.name; });
+
+TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
+  // dotproduct's [TS, 1] tiles of an [N, 1] tensor are one run: the float4 copy with its aligned check
+  // and the element tail; matmul's [MM, K] tile of A spans A's rows, its B tile [K, NN] does not.
+  auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
+    auto& spec = examples::find_program(name);
+    return cuda::lower(compiled(spec, examples::resolve(spec, sets)));
+  };
+  std::string dot = lowered("dotproduct", {}).source;
+  EXPECT_NE(dot.find("the tile is contiguous in A: 16-byte copies"), std::string::npos);
+  EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
+  EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
+  std::string bs = lowered("blackscholes", {}).source;
+  EXPECT_NE(bs.find("the tile is contiguous in price"), std::string::npos) << "the StoreTile too";
+  // blackscholes' element function is a DAG: each shared subexpression once, in fp32.
+  EXPECT_NE(bs.find("logf("), std::string::npos);
+  EXPECT_NE(bs.find("= expf("), std::string::npos);
+  EXPECT_EQ(bs.find("const double t"), std::string::npos) << "no fp64 arithmetic in an f32 program without indices";
+  EXPECT_LT(bs.size(), size_t(200000)) << "the element function is emitted once per node, not per use";
+}
+
+TEST(CudaLower, ElementwiseResultsReuseADeadOperandsStorage) {
+  // softmax: exp(x) over the loaded tile, then x / sum over exp's: one [rows, C] tile in shared memory,
+  // not three (the host tests run every program with these aliases against the interpreter).
+  auto& spec = examples::find_program("softmax");
+  auto params = examples::resolve(spec, {});
+  cuda::Lowered low = cuda::lower(compiled(spec, params));
+  ASSERT_EQ(low.kernels.size(), 1u);
+  size_t n = 0;
+  for (size_t at = 0; (at = low.source.find("written over its dead operand", at)) != std::string::npos; ++at) ++n;
+  EXPECT_EQ(n, 2u) << "the Map and the Zip";
+  EXPECT_LT(low.kernels[0].smem_bytes, 2 * 64 * 128 * 4) << "one tile of the default 64 x 128, and the row sums";
+}
+
+TEST(CudaLower, CarriedSumsFoldOverBlocksDeterministically) {
+  // dotproduct's accumulator and tpchq6's revenue: one folded kernel over many blocks; the combine of the
+  // last block gives the interpreter's result (within fp32's tolerance) for every grid size, and the
+  // same bits for the same grid.
+  for (const char* name : {"dotproduct", "tpchq6"}) {
+    auto& spec = examples::find_program(name);
+    cuda::Lowered low = cuda::lower(compiled(spec, examples::resolve(spec, sets_of(name))), cuda_test::host_options());
+    int folds = 0;
+    for (auto& k : low.kernels) folds += k.fold && k.distributed && k.trip > 1 ? 1 : 0;
+    EXPECT_EQ(folds, 1) << name;
+    EXPECT_NE(low.source.find("the last block to finish combines them"), std::string::npos);
+    uint64_t seed = fresh_seed() % 1000000;
+    for (int grid : {1, 3}) check_on_host(name, name, sets_of(name), grid, seed);
+    auto a = check_on_host(name, name, sets_of(name), 8, seed);
+    auto b = check_on_host(name, name, sets_of(name), 8, seed);
+    EXPECT_EQ(a, b) << name << ": not deterministic with 8 blocks";
+  }
+  // A loop whose carried value is not a plain running sum (kmeans' centroids) stays on one block.
+  auto& km = examples::find_program("kmeans");
+  for (auto& k : cuda::lower(compiled(km, examples::resolve(km, {}))).kernels) EXPECT_FALSE(k.fold) << k.statement;
+}
 
 TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {
   // The host test's 8 KiB budget sends matmul's default 64 x 128 and 128 x 64 f32 tiles past shared memory.

@@ -11,8 +11,9 @@ namespace {
 TEST(CudaLowerCli, EmitCudaPrintsTheUnit) {
   auto r = mp::test::run_cli("compile matmul --emit cuda --set M=128");
   EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("extern \"C\" __global__ void __launch_bounds__(256) mp_matmul_s0("), std::string::npos)
+  EXPECT_NE(r.out.find("extern \"C\" __global__ void __launch_bounds__(512, "), std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find(") mp_matmul_s0(void* const* mp_t"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("// MatMul #"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("M=128"), std::string::npos) << "the parameters are recorded in the unit";
   EXPECT_EQ(r.out.find("passes:"), std::string::npos) << "only the unit goes to stdout";

@@ -1,13 +1,15 @@
 // The IR -> CUDA C++ code generator. Each top-level statement becomes one kernel; the statement's code
 // is the interpreter's walk written out: every node a block-cooperative loop over its elements followed
 // by a barrier, METAPIPE loops as C++ loops (the outermost one strided over persistent blocks when it
-// carries no value), run-time tile extents and origins tracked in scalar variables exactly as ir/eval.cpp
-// tracks them, element functions emitted as double-precision C++ expressions, tiles stored as float.
+// carries no value, or only running sums, which fold into per-block partials), run-time tile extents
+// and origins tracked in scalar variables exactly as ir/eval.cpp tracks them, element functions emitted
+// once per DAG node in fp32 (fp64 where a discrete result depends on it), tiles stored as float and
+// copied 16 bytes at a time where they are contiguous.
 //
 // Storage: a value lives in dynamic shared memory, in global scratch per block when the statement's
 // values do not all fit, or (a value that crosses top-level statements) in global memory that persists
 // between kernels, its run-time extents and origins beside it. Buffer results and loop results share the
-// storage of what they name.
+// storage of what they name; an elementwise result may take the storage of a dead operand.
 #include "backends/cuda/lower/lower.h"
 
 #include <algorithm>
@@ -45,6 +47,8 @@ __device__ __forceinline__ float mp_round(float x, int dt) {  // 0 f32, 1 bf16, 
 }
 __device__ __forceinline__ double mp_max(double a, double b) { return a < b ? b : a; }
 __device__ __forceinline__ double mp_min(double a, double b) { return b < a ? b : a; }
+__device__ __forceinline__ float mp_max(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float mp_min(float a, float b) { return b < a ? b : a; }
 __device__ __forceinline__ double mp_mod(double a, double b) { return a - b * floor(a / b); }
 __device__ __forceinline__ double mp_inf() { return __longlong_as_double(0x7ff0000000000000LL); }
 __device__ __forceinline__ double mp_nan() { return __longlong_as_double(0x7ff8000000000000LL); }
@@ -166,6 +170,16 @@ class Gen {
     out_.tensors = p_.tensors;
     for (size_t i = 0; i < p_.tensors.size(); ++i) tensor_index_[p_.tensors[i]->id] = int(i);
     collect();
+    // Run-time extents and origins in 32 bits where every tensor and value extent allows it (fewer
+    // registers live across the loops); flat offsets are computed in 64 bits either way.
+    int64_t biggest = 0;
+    for (auto& t : p_.tensors)
+      for (int64_t d : t->shape) biggest = std::max(biggest, d);
+    for (auto& [id, val] : values_) {
+      (void)id;
+      for (int64_t d : val->shape) biggest = std::max(biggest, d);
+    }
+    meta_type_ = biggest < (int64_t(1) << 30) ? "int" : "long long";
     src_ << "// metapipe program '" << p_.name << "' lowered to CUDA C++ for sm_90a: one kernel per top-level\n"
          << "// statement, launched in order by the metapipe run time (backends/cuda/lower).\n"
          << "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n";
@@ -198,8 +212,13 @@ class Gen {
   Groups groups_;
   std::map<int, Slot> global_slot_;       // group root -> slot in mp_gv
   std::map<int, int64_t> global_meta_;    // value id -> offset in mp_gm
+  std::string meta_type_ = "long long";    // of the run-time extent and origin variables
+  std::set<int> fold_stmts_;              // top-level loops whose carried values are sums (see foldable)
+  std::set<int> partials_;                // their carried arguments: per-block partial sums
+  std::map<int, int64_t> fold_counter_;   // statement -> its blocks-done counter in mp_gm
   // Per kernel.
   std::map<int, Slot> slot_;              // group root -> slot
+  int64_t fold_meta_ = 0;                 // scratch offset of the partials' run-time extents
   std::string ind_;
 
   std::string where_of(const ir::Node& n) const { return n.where() + " in " + p_.name; }
@@ -215,8 +234,14 @@ class Gen {
       int stmt = int(s);
       auto& top = p_.body[s];
       if (top->out) toplevel_.insert(top->out->id);
-      if (auto* m = top->as<ir::MetaPipe>())
-        for (auto& c : m->carried) toplevel_.insert(c.result->id);
+      auto* top_loop = top->as<ir::MetaPipe>();
+      if (top_loop)
+        for (auto& c : top_loop->carried) toplevel_.insert(c.result->id);
+      bool fold = top_loop && foldable(*top_loop);
+      if (fold) {
+        fold_stmts_.insert(stmt);
+        for (auto& c : top_loop->carried) partials_.insert(c.arg->id);
+      }
       ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
         define(n->out, stmt);
         if (auto* b = n->as<ir::Buffer>()) groups_.join(b->in->id, b->out->id);
@@ -225,7 +250,8 @@ class Gen {
           for (auto& c : m->carried) {
             define(c.arg, stmt);
             define(c.result, stmt);
-            groups_.join(c.arg->id, c.result->id);
+            // A folded loop's argument is a per-block partial sum, not the result's storage.
+            if (!(fold && n.get() == top.get())) groups_.join(c.arg->id, c.result->id);
             if (c.init->shape != c.arg->shape || c.next->shape != c.arg->shape)
               throw cuda_not_supported(where_of(*n) + " (a carried value changes shape)");
             // The copies next -> arg run one after another: a next that is another carried argument
@@ -239,6 +265,16 @@ class Gen {
         check_supported(*n);
       });
     }
+    // Elementwise results written over a dead operand (after the carried values are known).
+    for (auto& top : p_.body)
+      ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+        if (auto* m = n->as<ir::MetaPipe>())
+          for (auto& c : m->carried) pinned_.insert({c.init->id, c.arg->id, c.next->id, c.result->id});
+      });
+    for (auto& top : p_.body)
+      ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+        if (auto* m = n->as<ir::MetaPipe>()) plan_in_place(*m);
+      });
     // Groups holding a value that crosses statements live in global memory, in program order.
     int64_t off = 0;
     for (auto& [id, v] : values_) {
@@ -260,8 +296,99 @@ class Gen {
       global_meta_[id] = meta;
       meta += 2 * int64_t(values_.at(id)->shape.size());
     }
+    for (int s : fold_stmts_) fold_counter_[s] = meta++;  // the blocks-done counter of a folded loop
     out_.global_floats = off;
     out_.global_meta = meta;
+  }
+
+  // A Map or Zip in a loop body writes its result over an operand of the same shape whose storage
+  // (its group: Buffer aliases included) is read by nothing after it in the iteration: the element loop
+  // reads element x of the operand and writes element x of the result in the same thread, so no other
+  // thread sees the overwrite. Fewer tiles in shared memory is more blocks per SM (softmax keeps one
+  // tile instead of three). Only operands defined in the same loop body: a value from outside an inner
+  // loop is read again by its next iteration. Carried and cross-statement values keep their storage.
+  std::set<int> pinned_;
+  void plan_in_place(const ir::MetaPipe& m) {
+    std::vector<const ir::Node*> ops;
+    for (auto& st : m.stages)
+      for (auto& op : st.ops) ops.push_back(op.get());
+    std::map<int, size_t> defined_at;
+    std::vector<std::vector<int>> reads(ops.size());
+    for (size_t j = 0; j < ops.size(); ++j) {
+      if (ops[j]->out) defined_at[ops[j]->out->id] = j;
+      auto add = [&](const ir::Node& n) {
+        for (auto& x : n.operands()) reads[j].push_back(x->id);
+        if (auto* inner = n.as<ir::MetaPipe>())
+          for (auto& c : inner->carried) reads[j].insert(reads[j].end(), {c.init->id, c.arg->id, c.next->id});
+      };
+      add(*ops[j]);
+      if (auto* inner = ops[j]->as<ir::MetaPipe>())
+        for (auto& st : inner->stages) ir::walk(st.ops, [&](const ir::NodeRef& n, int) { add(*n); });
+    }
+    for (auto& c : m.carried) reads.back().insert(reads.back().end(), {c.next->id, c.arg->id});
+    auto excluded = [&](int id) { return pinned_.count(id) || toplevel_.count(id) || partials_.count(id); };
+    for (size_t j = 0; j < ops.size(); ++j) {
+      const ir::Node& n = *ops[j];
+      std::vector<ir::Value> ins;
+      if (auto* mm = n.as<ir::Map>()) ins = {mm->in};
+      if (auto* z = n.as<ir::Zip>()) ins = z->ins;
+      if (ins.empty() || excluded(n.out->id)) continue;
+      for (auto& in : ins) {
+        int g = groups_.find(in->id);
+        if (in->shape != n.out->shape || excluded(in->id) || g == groups_.find(n.out->id)) continue;
+        bool ok = true;
+        for (auto& other : ins)
+          if (other->id != in->id && groups_.find(other->id) == g) ok = false;
+        for (auto& [id, val] : values_) {
+          (void)val;
+          if (groups_.find(id) != g) continue;
+          // Every member defined earlier in this body, none pinned.
+          if (!defined_at.count(id) || defined_at.at(id) >= j || excluded(id)) ok = false;
+        }
+        for (size_t k = j + 1; ok && k < ops.size(); ++k)
+          for (int id : reads[k])
+            if (groups_.find(id) == g) ok = false;
+        if (!ok) continue;
+        groups_.join(in->id, n.out->id);
+        in_place_.insert(n.out->id);
+        break;
+      }
+    }
+  }
+  std::set<int> in_place_;  // results that overwrite an operand (named in the emitted comment)
+
+  // A top-level loop whose every carried value is a running sum, `next = zip(arg, x) (arg + x)` in one of
+  // its stages with arg read by that Zip only and x of arg's shape (dotproduct's and tpchq6's
+  // accumulators): its iterations spread over blocks like a loop without carried values; each block sums
+  // its iterations into a partial of its own (in its scratch), and the last block to finish adds the
+  // partials in block order to the initial value. Deterministic for a given grid; the order of the
+  // additions differs from the reference's one-by-one fold, within the tolerance of the dtype.
+  static bool foldable(const ir::MetaPipe& m) {
+    if (m.carried.empty()) return false;
+    std::map<int, int> uses;
+    for (auto& st : m.stages)
+      ir::walk(st.ops, [&](const ir::NodeRef& n, int) {
+        for (auto& x : n->operands()) ++uses[x->id];
+        if (auto* inner = n->as<ir::MetaPipe>())
+          for (auto& c : inner->carried) ++uses[c.next->id];
+      });
+    for (auto& c : m.carried) {
+      const ir::Zip* z = nullptr;
+      for (auto& st : m.stages)
+        for (auto& op : st.ops)
+          if (op->out && op->out->id == c.next->id) z = op->as<ir::Zip>();
+      if (!z || z->ins.size() != 2 || z->ins[0]->id != c.arg->id || z->ins[1]->id == c.arg->id ||
+          z->ins[1]->shape != c.arg->shape || c.init->shape != c.arg->shape)
+        return false;
+      const ir::ExprNode& f = z->f.node();
+      if (f.op != ir::ExprOp::Add || f.kids.size() != 2 || f.kids[0]->op != ir::ExprOp::Arg ||
+          f.kids[0]->index != 0 || f.kids[1]->op != ir::ExprOp::Arg || f.kids[1]->index != 1)
+        return false;
+      if (uses[c.arg->id] != 1 || uses[c.next->id] != 0) return false;
+      for (auto& d : m.carried)
+        if (d.next->id == c.arg->id) return false;
+    }
+    return true;
   }
 
   void check_supported(const ir::Node& n) {
@@ -294,27 +421,51 @@ class Gen {
   }
 
   // "for every element of value `x` (its run-time extents), threads of the block in turn": opens the
-  // loop and defines x0, x1, ... ; close() ends it and emits the barrier.
-  void open_elements(const ir::Value& x, const std::string& tag = "") {
+  // loop and defines x0, x1, ... ; close() ends it and emits the barrier. The loop runs over the nominal
+  // shape, so the index arithmetic divides by constants (32-bit, no run-time 64-bit division per element),
+  // and skips the elements past the run-time extents `ext` (default: x's own).
+  void open_elements(const ir::Value& x, std::vector<std::string> ext = {}) {
     size_t r = x->shape.size();
-    std::string n = "1LL";
-    for (size_t a = 0; a < r; ++a) n += " * " + e(x, a);
+    if (ext.empty())
+      for (size_t a = 0; a < r; ++a) ext.push_back(e(x, a));
+    int64_t n = ir::num_elements(x->shape);
+    MP_USER_CHECK(n < (int64_t(1) << 31), "cuda lowering: a tile of ", n,
+                  " elements is too large for one block; use a smaller tile");
+    int outer = -1;  // the outermost axis of nominal extent > 1: it takes what is left of the flat index
+    for (size_t a = 0; a < r; ++a)
+      if (x->shape[a] > 1) {
+        outer = int(a);
+        break;
+      }
     line("{");
-    line("  const long long n_ = " + n + ";");
-    line("  for (long long f_ = threadIdx.x; f_ < n_; f_ += blockDim.x) {" + tag);
-    if (r > 0) line("    long long r_ = f_;");
+    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(n) + "; f_ += blockDim.x) {");
+    bool multi = false;
+    for (size_t a = 0; a < r; ++a) multi = multi || (x->shape[a] > 1 && int(a) != outer);
+    if (multi) line("    int r_ = f_;");
+    std::string skip;
     for (int a = int(r) - 1; a >= 0; --a) {
       std::string xa = "x" + std::to_string(a);
-      if (a == 0)
-        line("    const long long " + xa + " = r_;");
+      if (x->shape[size_t(a)] == 1)
+        line("    const int " + xa + " = 0;");
+      else if (a == outer)
+        line("    const int " + xa + " = " + (multi ? "r_" : "f_") + ";");
       else
-        line("    const long long " + xa + " = r_ % " + e(x, a) + "; r_ /= " + e(x, a) + ";");
+        line("    const int " + xa + " = r_ % " + std::to_string(x->shape[size_t(a)]) + "; r_ /= " +
+             std::to_string(x->shape[size_t(a)]) + ";");
+      skip += std::string(skip.empty() ? "" : " || ") + xa + " >= " + ext[size_t(a)];
     }
+    if (!skip.empty()) line("    if (" + skip + ") continue;");
   }
-  void close_elements() {
+  void close_elements(bool sync = true) {
     line("  }");
     line("}");
-    line("__syncthreads();");
+    if (sync) barrier();
+  }
+  // The barrier after a node; left out between two LoadTiles of one stage (they read only global memory
+  // and write storage of their own), so their loads are in flight together.
+  bool skip_barrier_ = false;
+  void barrier() {
+    if (!skip_barrier_) line("__syncthreads();");
   }
   static std::vector<std::string> xs(size_t r) {
     std::vector<std::string> s;
@@ -325,77 +476,186 @@ class Gen {
   void line(const std::string& s) { src_ << ind_ << s << "\n"; }
 
   // ---- element functions
-  // args: C++ expressions of the inputs; gidx: name of a long long array of global indices (rank r).
-  std::string expr(const ir::ExprNode& n, const std::vector<std::string>& args, const std::string& gidx,
-                   size_t rank, const ir::Node& where) {
-    auto k = [&](int i) { return expr(*n.kids[size_t(i)], args, gidx, rank, where); };
+  // An element function is a DAG (a shared subexpression is one node): each node is emitted once as a
+  // local, so blackscholes' repeated d1 / d2 terms are computed once per element. Arithmetic is fp32, as
+  // the CPU backend's kernels do it, except where fp32 would change a discrete result: global indices and
+  // Random (exact in double), comparisons (operands compared in double, so a loaded value and a constant
+  // compare as in the reference), Floor and Mod (an integer boundary must not move), and everything
+  // computed from these.
+  struct Term {
+    std::string text;
+    bool dbl = false;
+    bool is_const = false;
+    double value = 0;
+  };
+  struct ExprScope {
+    std::vector<std::string> args;
+    std::vector<bool> args_double;
+    std::string gidx;
+    size_t rank = 0;
+    std::string pad;  // indentation of the emitted locals
+    std::map<const ir::ExprNode*, Term> memo;
+  };
+  int expr_counter_ = 0;
+
+  static std::string fnum(double v) {
+    if (std::isnan(v) || std::isinf(v)) return "(float)" + num(v);
+    return num(v) + "f";
+  }
+  // A term as an operand of a double (as_double) or float computation.
+  static std::string as(const Term& t, bool as_double) {
+    if (t.is_const) return as_double ? num(t.value) : fnum(t.value);
+    if (t.dbl && !as_double) return "(float)" + t.text;
+    if (!t.dbl && as_double) return "(double)" + t.text;
+    return t.text;
+  }
+
+  Term term(const ir::ExprNode& n, ExprScope& sc, const ir::Node& where) {
+    if (auto it = sc.memo.find(&n); it != sc.memo.end()) return it->second;
+    Term t;
     switch (n.op) {
       case ir::ExprOp::Const:
-        return num(n.value);
+        t.is_const = true;
+        t.value = n.value;
+        return t;
       case ir::ExprOp::Arg:
-        MP_INTERNAL_CHECK(n.index >= 0 && size_t(n.index) < args.size(), where.where(), ": arg(", n.index,
-                          ") of an element function with ", args.size(), " inputs");
-        return args[size_t(n.index)];
+        MP_INTERNAL_CHECK(n.index >= 0 && size_t(n.index) < sc.args.size(), where.where(), ": arg(", n.index,
+                          ") of an element function with ", sc.args.size(), " inputs");
+        t.text = sc.args[size_t(n.index)];
+        t.dbl = sc.args_double[size_t(n.index)];
+        return t;
       case ir::ExprOp::Index:
-        return size_t(n.index) < rank ? "(double)" + gidx + "[" + std::to_string(n.index) + "]" : "0.0";
-      case ir::ExprOp::Random:
-        return "mp_random(" + std::to_string(n.seed) + "ull, " + gidx + ", " + std::to_string(rank) + ")";
-      case ir::ExprOp::Neg:
-        return "(-" + k(0) + ")";
-      case ir::ExprOp::Exp:
-        return "exp(" + k(0) + ")";
-      case ir::ExprOp::Log:
-        return "log(" + k(0) + ")";
-      case ir::ExprOp::Sqrt:
-        return "sqrt(" + k(0) + ")";
-      case ir::ExprOp::Rsqrt:
-        return "(1.0 / sqrt(" + k(0) + "))";
-      case ir::ExprOp::Recip:
-        return "(1.0 / " + k(0) + ")";
-      case ir::ExprOp::Abs:
-        return "fabs(" + k(0) + ")";
-      case ir::ExprOp::Tanh:
-        return "tanh(" + k(0) + ")";
-      case ir::ExprOp::Sigmoid:
-        return "(1.0 / (1.0 + exp(-" + k(0) + ")))";
-      case ir::ExprOp::Silu: {
-        std::string a = k(0);
-        return "(" + a + " / (1.0 + exp(-" + a + ")))";
-      }
-      case ir::ExprOp::Cos:
-        return "cos(" + k(0) + ")";
-      case ir::ExprOp::Sin:
-        return "sin(" + k(0) + ")";
-      case ir::ExprOp::Floor:
-        return "floor(" + k(0) + ")";
-      case ir::ExprOp::Add:
-        return "(" + k(0) + " + " + k(1) + ")";
-      case ir::ExprOp::Sub:
-        return "(" + k(0) + " - " + k(1) + ")";
-      case ir::ExprOp::Mul:
-        return "(" + k(0) + " * " + k(1) + ")";
-      case ir::ExprOp::Div:
-        return "(" + k(0) + " / " + k(1) + ")";
-      case ir::ExprOp::Max:
-        return "mp_max(" + k(0) + ", " + k(1) + ")";
-      case ir::ExprOp::Min:
-        return "mp_min(" + k(0) + ", " + k(1) + ")";
-      case ir::ExprOp::Pow:
-        return "pow(" + k(0) + ", " + k(1) + ")";
-      case ir::ExprOp::Mod:
-        return "mp_mod(" + k(0) + ", " + k(1) + ")";
-      case ir::ExprOp::Lt:
-        return "(" + k(0) + " < " + k(1) + " ? 1.0 : 0.0)";
-      case ir::ExprOp::Le:
-        return "(" + k(0) + " <= " + k(1) + " ? 1.0 : 0.0)";
-      case ir::ExprOp::Eq:
-        return "(" + k(0) + " == " + k(1) + " ? 1.0 : 0.0)";
-      case ir::ExprOp::And:
-        return "((" + k(0) + " != 0.0 && " + k(1) + " != 0.0) ? 1.0 : 0.0)";
-      case ir::ExprOp::Select:
-        return "(" + k(0) + " != 0.0 ? " + k(1) + " : " + k(2) + ")";
+        t.text = size_t(n.index) < sc.rank ? "(double)" + sc.gidx + "[" + std::to_string(n.index) + "]" : "0.0";
+        t.dbl = true;
+        return t;
+      default:
+        break;
     }
-    throw cuda_not_supported(where_of(where) + " (element function op " + ir::to_string(n.op) + ")");
+    std::vector<Term> k;
+    for (auto& kid : n.kids) k.push_back(term(*kid, sc, where));
+    bool d = n.op == ir::ExprOp::Random || n.op == ir::ExprOp::Floor || n.op == ir::ExprOp::Mod;
+    for (auto& x : k) d = d || x.dbl;
+    bool cmp = n.op == ir::ExprOp::Lt || n.op == ir::ExprOp::Le || n.op == ir::ExprOp::Eq;
+    if (cmp) d = false;
+    auto a = [&](size_t i) { return as(k[i], d); };
+    auto f = [&](const char* dbl_name, const char* flt_name) { return std::string(d ? dbl_name : flt_name); };
+    const std::string one = d ? "1.0" : "1.0f";
+    std::string x;
+    switch (n.op) {
+      case ir::ExprOp::Random:
+        x = "mp_random(" + std::to_string(n.seed) + "ull, " + sc.gidx + ", " + std::to_string(sc.rank) + ")";
+        break;
+      case ir::ExprOp::Neg:
+        x = "(-" + a(0) + ")";
+        break;
+      case ir::ExprOp::Exp:
+        x = f("exp(", "expf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Log:
+        x = f("log(", "logf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Sqrt:
+        x = f("sqrt(", "sqrtf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Rsqrt:
+        x = "(" + one + " / " + f("sqrt(", "sqrtf(") + a(0) + "))";
+        break;
+      case ir::ExprOp::Recip:
+        x = "(" + one + " / " + a(0) + ")";
+        break;
+      case ir::ExprOp::Abs:
+        x = f("fabs(", "fabsf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Tanh:
+        x = f("tanh(", "tanhf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Sigmoid:
+        x = "(" + one + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
+        break;
+      case ir::ExprOp::Silu:
+        x = "(" + a(0) + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
+        break;
+      case ir::ExprOp::Cos:
+        x = f("cos(", "cosf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Sin:
+        x = f("sin(", "sinf(") + a(0) + ")";
+        break;
+      case ir::ExprOp::Floor:
+        x = "floor(" + a(0) + ")";
+        break;
+      case ir::ExprOp::Add:
+        x = "(" + a(0) + " + " + a(1) + ")";
+        break;
+      case ir::ExprOp::Sub:
+        x = "(" + a(0) + " - " + a(1) + ")";
+        break;
+      case ir::ExprOp::Mul:
+        x = "(" + a(0) + " * " + a(1) + ")";
+        break;
+      case ir::ExprOp::Div:
+        x = "(" + a(0) + " / " + a(1) + ")";
+        break;
+      case ir::ExprOp::Max:
+        x = "mp_max(" + a(0) + ", " + a(1) + ")";
+        break;
+      case ir::ExprOp::Min:
+        x = "mp_min(" + a(0) + ", " + a(1) + ")";
+        break;
+      case ir::ExprOp::Pow:
+        x = f("pow(", "powf(") + a(0) + ", " + a(1) + ")";
+        break;
+      case ir::ExprOp::Mod:
+        x = "mp_mod(" + a(0) + ", " + a(1) + ")";
+        break;
+      case ir::ExprOp::Lt:
+        x = "(" + as(k[0], true) + " < " + as(k[1], true) + " ? 1.0f : 0.0f)";
+        break;
+      case ir::ExprOp::Le:
+        x = "(" + as(k[0], true) + " <= " + as(k[1], true) + " ? 1.0f : 0.0f)";
+        break;
+      case ir::ExprOp::Eq:
+        x = "(" + as(k[0], true) + " == " + as(k[1], true) + " ? 1.0f : 0.0f)";
+        break;
+      case ir::ExprOp::And:
+        x = "((" + a(0) + " != 0 && " + a(1) + " != 0) ? " + one + " : " + (d ? "0.0" : "0.0f") + ")";
+        break;
+      case ir::ExprOp::Select:
+        x = "(" + as(k[0], k[0].dbl) + " != 0 ? " + a(1) + " : " + a(2) + ")";
+        break;
+      default:
+        throw cuda_not_supported(where_of(where) + " (element function op " + ir::to_string(n.op) + ")");
+    }
+    t.text = "t" + std::to_string(expr_counter_++) + "_";
+    t.dbl = d;
+    line(sc.pad + "const " + (d ? "double " : "float ") + t.text + " = " + x + ";");
+    sc.memo[&n] = t;
+    return t;
+  }
+
+  // Emits the locals of element function `f` and returns its value as a float expression (or a double
+  // one with as_double).
+  std::string expr(const ir::Expr& f, const std::vector<std::string>& args, const std::vector<bool>& args_double,
+                   const std::string& gidx, size_t rank, const ir::Node& where, const std::string& pad,
+                   bool as_double = false) {
+    ExprScope sc;
+    sc.args = args;
+    sc.args_double = args_double;
+    sc.gidx = gidx;
+    sc.rank = rank;
+    sc.pad = pad;
+    return as(term(f.node(), sc, where), as_double);
+  }
+  static bool uses_index(const ir::ExprNode& n, std::set<const ir::ExprNode*>& seen) {
+    if (!seen.insert(&n).second) return false;
+    if (n.op == ir::ExprOp::Index || n.op == ir::ExprOp::Random) return true;
+    for (auto& k : n.kids)
+      if (uses_index(*k, seen)) return true;
+    return false;
+  }
+  static bool uses_index(const ir::Expr& f) {
+    std::set<const ir::ExprNode*> seen;
+    return uses_index(f.node(), seen);
   }
 
   // ---- storage of one kernel
@@ -410,13 +670,14 @@ class Gen {
       slot_[r] = {};
       roots.push_back(r);
     }
-    (void)top;
-    // Shared memory in program order while it fits; the rest in global scratch per block.
-    smem = 0;
+    // Shared memory in program order while it fits (after the block's reserved words, reserved_floats);
+    // the rest, and a folded loop's partial sums (the last block reads every block's), in global scratch
+    // per block.
+    smem = reserved_floats();
     scratch = 0;
     for (int r : roots) {
       int64_t n = (ir::num_elements(values_.at(r)->shape) + 3) / 4 * 4;
-      if ((smem + n) * 4 <= opt_.smem_bytes) {
+      if (!partials_.count(r) && (smem + n) * 4 <= opt_.smem_bytes) {
         slot_[r] = {Where::Shared, smem};
         smem += n;
       } else {
@@ -424,8 +685,49 @@ class Gen {
         scratch += n;
       }
     }
+    fold_meta_ = scratch;
+    if (auto* m = top->as<ir::MetaPipe>(); m && fold_stmts_.count(stmt)) {
+      int64_t n = 0;
+      for (auto& c : m->carried) n += int64_t(c.arg->shape.size());
+      scratch += (n + 3) / 4 * 4;
+    }
     smem *= 4;
   }
+  // The blocks per SM the register allocation must leave room for: as many as shared memory admits (an
+  // H100 / H200 SM has 228 KiB, 1 KiB of it per block for the system), at most two of 512 threads (64
+  // registers per thread); one where an element function has more nodes than that many registers hold
+  // (blackscholes' spills at 64, not at 128).
+  static size_t expr_nodes(const ir::ExprNode& n, std::set<const ir::ExprNode*>& seen) {
+    if (!seen.insert(&n).second) return 0;
+    size_t c = 1;
+    for (auto& k : n.kids) c += expr_nodes(*k, seen);
+    return c;
+  }
+  static size_t largest_expr(const ir::NodeRef& top) {
+    size_t most = 0;
+    auto count = [&](const ir::Expr& f) {
+      std::set<const ir::ExprNode*> seen;
+      most = std::max(most, expr_nodes(f.node(), seen));
+    };
+    ir::walk(std::vector<ir::NodeRef>{top}, [&](const ir::NodeRef& n, int) {
+      if (auto* m = n->as<ir::Map>()) count(m->f);
+      if (auto* z = n->as<ir::Zip>()) count(z->f);
+      if (auto* r = n->as<ir::Reduce>()) {
+        if (r->pre) count(*r->pre);
+        if (r->custom) count(*r->custom);
+      }
+    });
+    return most;
+  }
+  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const {
+    if (largest_expr(top) > 48) return 1;
+    int64_t by_smem = (228 * 1024) / (k.smem_bytes + 1024);
+    int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
+    return int(std::clamp<int64_t>(by_smem, 1, most));
+  }
+  // mp_red (a double per warp, Reduce's warp results), then one float: the folded loop's last-block flag.
+  int64_t reserved_floats() const { return (2 * (opt_.threads / 32) + 1 + 3) / 4 * 4; }
+  int64_t flag_float() const { return 2 * (opt_.threads / 32); }
 
   std::string storage(int id) {
     int r = groups_.find(id);
@@ -442,7 +744,8 @@ class Gen {
   std::string where_name(int id) {
     int r = groups_.find(id);
     if (global_slot_.count(r)) return "global, between statements";
-    return slot_.at(r).where == Where::Shared ? "shared" : "global scratch of this block";
+    std::string w = slot_.at(r).where == Where::Shared ? "shared" : "global scratch of this block";
+    return in_place_.count(id) ? w + ", written over its dead operand" : w;
   }
 
   // ---- one kernel per top-level statement
@@ -454,27 +757,33 @@ class Gen {
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     k.statement = top->where();
     auto* mp = top->as<ir::MetaPipe>();
-    k.distributed = mp && mp->carried.empty();
+    k.fold = fold_stmts_.count(stmt) > 0;
+    k.distributed = mp && (mp->carried.empty() || k.fold);
     k.trip = k.distributed ? mp->trip() : 1;
     assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
 
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
-    if (k.distributed)
+    if (k.fold)
+      src_ << "// its " << k.trip << " iterations carry running sums only: persistent blocks stride over them, each\n"
+           << "// summing into a partial of its own; the last block to finish adds the partials in block order.\n";
+    else if (k.distributed)
       src_ << "// its " << k.trip << " iterations carry no value: persistent blocks stride over them.\n";
     else if (mp)
       src_ << "// loop-carried values: one block runs the iterations in order.\n";
     else
       src_ << "// one block.\n";
-    if (k.scratch_floats > 0)
+    if (k.scratch_floats > 0 && !k.fold)
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
            << " bytes per block) live in global scratch, mp_bs.\n";
-    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ") " << k.entry
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ", " << min_blocks(k, top) << ") " << k.entry
          << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
             "int* mp_err) {\n";
     ind_ = "  ";
     line("float* mp_bs = mp_scratch + (long long)blockIdx.x * mp_scratch_per_block;");
+    line("double* mp_red = (double*)mp_smem;  // Reduce's warp results");
+    line("(void)mp_bs; (void)mp_red;");
     // Tensors this statement touches.
     std::set<int> tens;
     std::set<int> used;  // values read or defined here
@@ -499,7 +808,7 @@ class Gen {
       std::string decl = "float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
                          ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")";
       line(decl);
-      std::string m = "long long";
+      std::string m = meta_type_;
       for (size_t a = 0; a < val->shape.size(); ++a)
         m += std::string(a ? "," : "") + " " + e(id, a) + " = 0, " + o(id, a) + " = 0";
       if (!val->shape.empty()) line(m + ";");
@@ -512,24 +821,13 @@ class Gen {
                std::to_string(mo + 2 * int64_t(a) + 1) + "];");
       }
     }
-    if (k.distributed) {
-      auto& m = *mp;
-      std::string i = "i" + std::to_string(m.var->id);
-      line("// " + m.where() + ": iterations of " + i + " over the blocks");
-      line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
-      ind_ += "  ";
-      loop_body(m);
-      ind_.resize(ind_.size() - 2);
-      line("}");
-    } else {
-      node(*top);
-    }
-    // Publish the extents and origins of the values later statements read.
+    // The extents and origins of the values later statements read.
     std::vector<int> publish;
     for (int id : used)
       if (toplevel_.count(id) && stmt_of_.at(id) == stmt) publish.push_back(id);
-    if (!publish.empty()) {
-      line("if (blockIdx.x == 0 && threadIdx.x == 0) {");
+    auto emit_publish = [&](const std::string& cond) {
+      if (publish.empty()) return;
+      line("if (" + cond + ") {");
       for (int id : publish) {
         int64_t mo = global_meta_.at(id);
         for (size_t a = 0; a < values_.at(id)->shape.size(); ++a)
@@ -537,10 +835,84 @@ class Gen {
                std::to_string(mo + 2 * int64_t(a) + 1) + "] = " + o(id, a) + ";");
       }
       line("}");
+    };
+    if (k.distributed) {
+      auto& m = *mp;
+      std::string i = "i" + std::to_string(m.var->id);
+      if (k.fold)
+        for (auto& c : m.carried) {
+          line("// " + ir::value_name(c.arg) + ": this block's partial sum, from 0 over the extents of " +
+               ir::value_name(c.init));
+          copy_meta(c.arg, c.init);
+          open_elements(c.arg);
+          line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = 0.0f;");
+          close_elements();
+        }
+      line("// " + m.where() + ": iterations of " + i + " over the blocks");
+      line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
+      ind_ += "  ";
+      loop_body(m);
+      ind_.resize(ind_.size() - 2);
+      line("}");
+      if (k.fold) fold_combine(m, stmt);
+    } else {
+      node(*top);
+    }
+    if (k.fold)
+      ind_ += "  ";  // inside the last block's branch that fold_combine opened
+    emit_publish(k.fold ? "threadIdx.x == 0" : "blockIdx.x == 0 && threadIdx.x == 0");
+    if (k.fold) {
+      line("if (threadIdx.x == 0) mp_gm[" + std::to_string(fold_counter_.at(stmt)) + "] = 0;  // ready for a relaunch");
+      ind_.resize(ind_.size() - 2);
+      line("}");
     }
     ind_ = "";
     src_ << "}\n";
     out_.kernels.push_back(k);
+  }
+
+  // The end of a folded loop: every block publishes its partials' extents, counts itself done; the last
+  // one (the counter's old value is gridDim.x - 1) adds init and every block's partial, in block order,
+  // into the result, and leaves its branch open for the publishing of the result's extents.
+  void fold_combine(const ir::MetaPipe& m, int stmt) {
+    line("// every block's partials are complete: the last block to finish combines them");
+    int64_t j = 0;
+    for (auto& c : m.carried)
+      for (size_t a = 0; a < c.arg->shape.size(); ++a, ++j)
+        line("if (threadIdx.x == 0) mp_bs[" + ll(fold_meta_ + j) + "] = (float)" + e(c.arg, a) + ";");
+    line("__threadfence();");
+    line("__syncthreads();");
+    std::string flag = "mp_smem[" + std::to_string(flag_float()) + "]";
+    line("if (threadIdx.x == 0)");
+    line("  " + flag + " = atomicAdd((unsigned long long*)(mp_gm + " + std::to_string(fold_counter_.at(stmt)) +
+         "), 1ull) == gridDim.x - 1 ? 1.0f : 0.0f;");
+    line("__syncthreads();");
+    line("if (" + flag + " != 0.0f) {");
+    ind_ += "  ";
+    line("__threadfence();");
+    j = 0;
+    for (auto& c : m.carried) {
+      size_t r = c.arg->shape.size();
+      line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " + the partials of blocks 0, 1, ...");
+      for (size_t a = 0; a < r; ++a) line(e(c.result, a) + " = " + e(c.init, a) + "; " + o(c.result, a) + " = " + o(c.init, a) + ";");
+      line("for (unsigned b_ = 0; b_ < gridDim.x; ++b_) {");
+      line("  const volatile float* m_ = mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(fold_meta_ + j) + ";");
+      for (size_t a = 0; a < r; ++a)
+        line("  if ((long long)m_[" + std::to_string(a) + "] < " + e(c.result, a) + ") " + e(c.result, a) +
+             " = (long long)m_[" + std::to_string(a) + "];");
+      line("}");
+      j += int64_t(r);
+      int64_t part = slot_.at(groups_.find(c.arg->id)).offset;
+      open_elements(c.result);
+      line("    float s_ = " + v(c.init->id) + "[" + at(c.init, xs(r)) + "];");
+      line("    for (unsigned b_ = 0; b_ < gridDim.x; ++b_)");
+      line("      s_ += ((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) + "))[" +
+           at(c.arg, xs(r)) + "];");
+      line("    " + v(c.result->id) + "[" + at(c.result, xs(r)) + "] = mp_round(s_, " +
+           std::to_string(dt_code(c.result->dtype)) + ");");
+      close_elements();
+    }
+    ind_.resize(ind_.size() - 2);
   }
 
   void copy_meta(const ir::Value& dst, const ir::Value& src) {
@@ -562,7 +934,13 @@ class Gen {
     for (auto& c : m.carried) line("// carried " + ir::value_name(c.arg) + " = " + ir::value_name(c.init) + " at the start");
     for (size_t s = 0; s < m.stages.size(); ++s) {
       line("// stage " + m.stages[s].name);
-      for (auto& n : m.stages[s].ops) node(*n);
+      auto& ops = m.stages[s].ops;
+      for (size_t j = 0; j < ops.size(); ++j) {
+        skip_barrier_ = ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
+                        ops[j + 1]->kind == ir::NodeKind::LoadTile;
+        node(*ops[j]);
+        skip_barrier_ = false;
+      }
     }
     for (auto& c : m.carried) {
       line("// carried " + ir::value_name(c.arg) + " <- " + ir::value_name(c.next));
@@ -670,15 +1048,68 @@ class Gen {
     open_elements(out);
     std::vector<std::string> args;
     for (size_t i = 0; i < ins.size(); ++i) {
-      std::string a = "a" + std::to_string(i);
-      line("    const double " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
+      std::string a = "a" + std::to_string(i) + "_";
+      line("    const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
       args.push_back(a);
     }
-    gidx_decl(out, "g_");
-    line("    (void)g_;");
-    line("    " + v(out->id) + "[" + at(out, xs(r)) + "] = mp_round((float)" + expr(f.node(), args, "g_", r, n) +
-         ", " + std::to_string(dt_code(out->dtype)) + ");");
+    if (uses_index(f)) gidx_decl(out, "g_");
+    std::string val = expr(f, args, std::vector<bool>(args.size(), false), "g_", r, n, "    ");
+    line("    " + v(out->id) + "[" + at(out, xs(r)) + "] = mp_round(" + val + ", " +
+         std::to_string(dt_code(out->dtype)) + ");");
     close_elements();
+  }
+
+  // A tile copy between a tensor and a value's storage. Where the tile is one contiguous run of the
+  // tensor (every axis after the outermost non-unit one spans the tensor) and the tensor is stored as
+  // float, a full or leading-axis-masked tile at a 16-byte aligned offset moves as float4s, four of them
+  // issued per thread before any is written (bytes in flight), the last n % 4 elements one by one; any
+  // other tile takes the element loop. `scalar` emits the element loop's body (x0, x1, ... defined).
+  void tile_copy(const ir::Value& x, const ir::Tensor& t, const std::vector<std::string>& start,
+                 const std::vector<std::string>& ext, bool to_tensor, const std::function<void()>& scalar) {
+    size_t r = x->shape.size();
+    auto tst = strides(t->shape);
+    int lead = -1;
+    for (size_t a = 0; a < r; ++a)
+      if (x->shape[a] > 1) {
+        lead = int(a);
+        break;
+      }
+    bool vec = lead >= 0 && (to_tensor ? t->dtype == ir::DType::f32 : std::string(dev_type(t->dtype)) == "float");
+    for (size_t a = size_t(lead + 1); vec && a < r; ++a) vec = x->shape[a] == t->shape[a];
+    line("{");
+    if (vec) {
+      std::string g0, cond = "(g0_ & 3) == 0", n = "1LL";
+      for (size_t a = 0; a < r; ++a) {
+        g0 += std::string(a ? " + " : "") + start[a] + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+        if (int(a) > lead) cond += " && " + ext[a] + " == " + ll(x->shape[a]);
+        n += " * " + ext[a];
+      }
+      std::string vs = v(x->id), ts = T(t);
+      line("  // the tile is contiguous in " + t->name + ": 16-byte copies, the tail element by element");
+      line("  const long long g0_ = " + g0 + ";");
+      line("  if (" + cond + ") {");
+      line("    const int n_ = (int)(" + n + "), n4_ = n_ >> 2;");
+      line("    const float4* s4_ = (const float4*)(" + (to_tensor ? vs : ts + " + g0_") + ");");
+      line("    float4* d4_ = (float4*)(" + (to_tensor ? ts + " + g0_" : vs) + ");");
+      line("    for (int q_ = threadIdx.x; q_ < n4_; q_ += 4 * (int)blockDim.x) {");
+      line("      float4 r_[4];");
+      line("#pragma unroll");
+      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)blockDim.x; if (j_ < n4_) r_[u_] = s4_[j_]; }");
+      line("#pragma unroll");
+      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)blockDim.x; if (j_ < n4_) d4_[j_] = r_[u_]; }");
+      line("    }");
+      line("    for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x) " +
+           (to_tensor ? ts + "[g0_ + f_] = " + vs + "[f_];" : vs + "[f_] = " + ts + "[g0_ + f_];"));
+      line("  } else");
+    }
+    std::string saved = ind_;
+    ind_ += "  ";
+    open_elements(x, ext);
+    scalar();
+    close_elements(false);
+    ind_ = saved;
+    line("}");
+    barrier();
   }
 
   void load(const ir::LoadTile& l) {
@@ -686,23 +1117,26 @@ class Gen {
     auto tst = strides(t->shape);
     size_t r = t->shape.size();
     MP_INTERNAL_CHECK(l.offset.size() == r && l.out->shape.size() == r, l.where(), ": offsets / rank differ");
+    std::vector<std::string> start, ext;
     for (size_t a = 0; a < r; ++a) {
-      std::string start = affine(l.offset[a]);
-      line(o(l.out, a) + " = " + start + ";");
-      line("{ const long long room_ = " + ll(t->shape[a]) + " - " + o(l.out, a) + ";");
+      // The checks in 64 bits, before the origin is narrowed to the metadata type (an origin past the end
+      // leaves an extent of 0, so nothing is read through it).
+      line("{ const long long s_ = " + affine(l.offset[a]) + ", room_ = " + ll(t->shape[a]) + " - s_;");
       // Out of bounds as ir/eval.cpp defines it: past the end unmasked, or a masked tile with nothing left.
-      line("  if (" + o(l.out, a) + " < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
+      line("  if (s_ < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
            ") { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(l.id) + ", " + std::to_string(a) + "); }");
-      line("  " + e(l.out, a) + " = " + o(l.out, a) + " < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
+      line("  " + o(l.out, a) + " = s_; " + e(l.out, a) + " = s_ < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
+      start.push_back(o(l.out, a));
+      ext.push_back(e(l.out, a));
     }
-    open_elements(l.out);
-    std::string g;
-    for (size_t a = 0; a < r; ++a)
-      g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
-           (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-    if (g.empty()) g = "0";
-    line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
-    close_elements();
+    tile_copy(l.out, t, start, ext, false, [&] {
+      std::string g;
+      for (size_t a = 0; a < r; ++a)
+        g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
+             (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+      if (g.empty()) g = "0";
+      line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
+    });
   }
 
   void store(const ir::StoreTile& s) {
@@ -722,30 +1156,30 @@ class Gen {
       start.push_back(st);
       ext.push_back(ex);
     }
-    std::string n = "1LL";
-    for (auto& x : ext) n += " * " + x;
-    line("  const long long n_ = " + n + ";");
-    line("  for (long long f_ = threadIdx.x; f_ < n_; f_ += blockDim.x) {");
-    if (r > 0) line("    long long r_ = f_;");
-    for (int a = int(r) - 1; a >= 0; --a) {
-      std::string xa = "x" + std::to_string(a);
-      line(a == 0 ? "    const long long " + xa + " = r_;"
-                  : "    const long long " + xa + " = r_ % " + ext[size_t(a)] + "; r_ /= " + ext[size_t(a)] + ";");
-    }
-    std::string g;
-    for (size_t a = 0; a < r; ++a)
-      g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + ")" +
-           (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-    if (g.empty()) g = "0";
-    line("    mp_st(" + T(t) + ", " + g + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
-         std::to_string(dt_code(t->dtype)) + ");");
-    line("  }");
+    std::string saved = ind_;
+    ind_ += "  ";
+    bool keep = skip_barrier_;
+    skip_barrier_ = true;  // the barrier after the closing brace below
+    tile_copy(s.in, t, start, ext, true, [&] {
+      std::string g;
+      for (size_t a = 0; a < r; ++a)
+        g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + ")" +
+             (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+      if (g.empty()) g = "0";
+      line("    mp_st(" + T(t) + ", " + g + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
+           std::to_string(dt_code(t->dtype)) + ");");
+    });
+    skip_barrier_ = keep;
+    ind_ = saved;
     line("}");
-    line("__syncthreads();");
+    barrier();
   }
 
-  // Warp per output element for the associative combiners (lanes stride over the axis, then a shuffle
-  // tree); a custom combiner runs in order on one lane, as the reference does.
+  // The associative combiners: G warps per output element (G a power of two, as many as the block has
+  // warps to spare, so a reduction to a few values, dotproduct's to one, uses the whole block), lanes
+  // strided over the axis, a shuffle tree per warp, then the G warp results combined in order through
+  // mp_red. fp64 accumulators, as the reference accumulates. A custom combiner runs in order on one lane
+  // (associativity is not assumed of it).
   void reduce(const ir::Reduce& rd) {
     const auto& in = rd.in;
     const auto& out = rd.out;
@@ -753,9 +1187,8 @@ class Gen {
     for (size_t a = 0; a < r; ++a)
       line(e(out, a) + " = " + (int(a) == rd.axis ? std::string("1LL") : e(in, a)) + "; " + o(out, a) + " = " +
            (int(a) == rd.axis ? std::string("0LL") : o(in, a)) + ";");
-    std::string n = "1LL";
-    for (size_t a = 0; a < r; ++a) n += " * " + e(out, a);
-    auto comb = [&](const std::string& acc, const std::string& x) -> std::string {
+    bool custom = rd.combiner == ir::Combiner::Custom;
+    auto comb = [&](const std::string& acc, const std::string& x, const std::string& pad) -> std::string {
       switch (rd.combiner) {
         case ir::Combiner::Add:
           return acc + " + " + x;
@@ -767,30 +1200,44 @@ class Gen {
           return "mp_min(" + acc + ", " + x + ")";
         case ir::Combiner::Custom:
           MP_INTERNAL_CHECK(rd.custom.has_value(), rd.where(), ": custom combiner without a function");
-          return expr(rd.custom->node(), {acc, x}, "g_", r, rd);
+          return expr(*rd.custom, {acc, x}, {true, true}, "g_", r, rd, pad, true);
       }
       return acc;
     };
-    bool custom = rd.combiner == ir::Combiner::Custom;
-    line("{");
-    line("  const long long n_ = " + n + ";");
-    line("  const int lane_ = threadIdx.x & 31, warps_ = blockDim.x >> 5;");
-    line("  for (long long w_ = threadIdx.x >> 5; w_ < n_; w_ += warps_) {");
-    line("    long long r_ = w_;");
-    for (int a = int(r) - 1; a >= 0; --a) {
-      std::string xa = "y" + std::to_string(a);
-      if (a == rd.axis) continue;
-      line("    const long long " + xa + " = r_ % " + e(out, size_t(a)) + "; r_ /= " + e(out, size_t(a)) + ";");
-    }
+    const int warps = opt_.threads / 32;
+    const int64_t nout = ir::num_elements(out->shape);
+    int G = 1;
+    if (!custom)
+      while (int64_t(G) * 2 * nout <= warps) G *= 2;
+    // Output element w_ -> y0, y1, ... (the reduced axis is 0) and whether it lies within the extents.
+    auto decompose = [&](const std::string& pad) {
+      line(pad + "int r_ = w_;");
+      std::string valid;
+      for (int a = int(r) - 1; a >= 0; --a) {
+        if (a == rd.axis) continue;
+        std::string ya = "y" + std::to_string(a), sz = std::to_string(out->shape[size_t(a)]);
+        line(pad + "const int " + ya + " = r_ % " + sz + "; r_ /= " + sz + ";");
+        valid += std::string(valid.empty() ? "" : " && ") + ya + " < " + e(out, size_t(a));
+      }
+      line(pad + "(void)r_;");
+      return valid.empty() ? std::string("true") : valid;
+    };
     std::vector<std::string> ys;
     for (size_t a = 0; a < r; ++a) ys.push_back(int(a) == rd.axis ? "k_" : "y" + std::to_string(a));
     std::vector<std::string> ys_out = ys;
     ys_out[size_t(rd.axis)] = "0";
+    line("{");
+    line("  const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;");
+    line("  for (int w_ = warp_ / " + std::to_string(G) + "; w_ < " + std::to_string(nout) + "; w_ += " +
+         std::to_string(warps / G) + ") {");
+    std::string valid = decompose("    ");
+    line("    const bool valid_ = " + valid + ";");
     line("    double acc_ = " + num(rd.identity) + ";");
-    std::string first = custom ? "0" : "lane_", step = custom ? "1" : "32";
-    if (custom) line("    if (lane_ == 0)");
+    std::string first = custom ? "0" : (G > 1 ? "(warp_ % " + std::to_string(G) + ") * 32 + lane_" : "lane_");
+    std::string step = custom ? "1" : std::to_string(32 * G);
+    line(std::string("    if (valid_") + (custom ? " && lane_ == 0" : "") + ")");
     line("    for (long long k_ = " + first + "; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + step + ") {");
-    line("      double x_ = " + v(in->id) + "[" + at(in, ys) + "];");
+    line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
     if (rd.pre || custom) {
       std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
       for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
@@ -798,17 +1245,34 @@ class Gen {
       line(s + "};");
       line("      (void)g_;");
     }
-    if (rd.pre) line("      x_ = " + expr(rd.pre->node(), {"x_"}, "g_", r, rd) + ";");
-    line("      acc_ = " + comb("acc_", "x_") + ";");
+    if (rd.pre)
+      line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
+    else
+      line("      const double x_ = xin_;");
+    line("      acc_ = " + comb("acc_", "x_", "      ") + ";");
     line("    }");
     if (!custom) {
       line("    for (int d_ = 16; d_ > 0; d_ >>= 1) {");
       line("      const double y_ = __shfl_down_sync(0xffffffffu, acc_, d_);");
-      line("      acc_ = " + comb("acc_", "y_") + ";");
+      line("      acc_ = " + comb("acc_", "y_", "      ") + ";");
       line("    }");
     }
-    line("    if (lane_ == 0) " + v(out->id) + "[" + at(out, ys_out) + "] = (float)acc_;");
-    line("  }");
+    if (G == 1) {
+      line("    if (lane_ == 0 && valid_) " + v(out->id) + "[" + at(out, ys_out) + "] = (float)acc_;");
+      line("  }");
+    } else {
+      line("    if (lane_ == 0) mp_red[warp_] = acc_;");
+      line("  }");
+      line("  __syncthreads();");
+      line("  for (int w_ = threadIdx.x; w_ < " + std::to_string(nout) + "; w_ += blockDim.x) {");
+      std::string valid2 = decompose("    ");
+      line("    if (!(" + valid2 + ")) continue;");
+      line("    double acc_ = mp_red[w_ * " + std::to_string(G) + "];");
+      line("    for (int p_ = 1; p_ < " + std::to_string(G) + "; ++p_) acc_ = " +
+           comb("acc_", "mp_red[w_ * " + std::to_string(G) + " + p_]", "    ") + ";");
+      line("    " + v(out->id) + "[" + at(out, ys_out) + "] = (float)acc_;");
+      line("  }");
+    }
     line("}");
     line("__syncthreads();");
   }

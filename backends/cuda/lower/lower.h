@@ -20,7 +20,9 @@ struct LowerOptions {
   // Dynamic shared memory one block may use; values that do not fit go to global scratch per block.
   // The default is Hopper's opt-in maximum per block; the run time passes the device's own value.
   int64_t smem_bytes = 227 * 1024;
-  int threads = 256;  // threads per block (a multiple of 32)
+  // Threads per block (a multiple of 32). 512: a block whose tiles take most of an SM's shared memory
+  // (softmax's, dotproduct's at large tiles) still has 16 warps issuing loads.
+  int threads = 512;
 };
 
 // One kernel of the launch sequence: top-level statement `statement` of the program.
@@ -28,6 +30,8 @@ struct KernelLaunch {
   std::string entry;           // the extern "C" symbol
   std::string statement;       // "MetaPipe #4" (for messages and --verbose)
   bool distributed = false;    // the statement's METAPIPE iterations are spread over persistent blocks
+  bool fold = false;           // ... and its carried running sums are per-block partials, combined by the
+                               // last block to finish (the counter in mp_gm, the partials in scratch)
   int64_t trip = 1;            // iterations to spread (distributed), else 1
   int64_t smem_bytes = 0;      // dynamic shared memory per block
   int64_t scratch_floats = 0;  // global scratch per block (values that did not fit in shared memory)
@@ -42,7 +46,7 @@ struct Lowered {
   std::vector<ir::Tensor> tensors;      // the order of the tensor pointer table (program order)
   int64_t global_floats = 0;            // values that live between statements (mp_gv)
   int64_t global_meta = 0;              // their run-time extents and origins (mp_gm), in int64s
-  int threads = 256;
+  int threads = 512;
 };
 
 // The device storage type of a tensor: f32 and f16 as float (f16 values rounded to 10 mantissa bits as
