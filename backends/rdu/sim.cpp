@@ -297,7 +297,7 @@ class Sim {
       T.idle_from = T.busy_until;
       R.busy += ii;
       push(now_ + ii, RELEASE, s, i);
-      push(now_ + ii + double(M.latency) + extra, DONE, s, i);
+      push(now_ + ii + double(M.latency) + extra + double(S.delay_cycles), DONE, s, i);
       schedule_try(s, T.busy_until);
       return;
     }

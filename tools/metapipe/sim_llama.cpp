@@ -4,6 +4,8 @@
 // token, ms per token, tokens/s, the fraction of the HBM roof, why each call ends and where each tensor
 // lives. Two programs are simulated cycle by cycle (the model with one layer, and one decoder layer
 // alone); the other layers are extrapolated from the lone layer (docs/rdu.md, "Llama on the SN40L").
+// With --sockets S the model is split tensor-parallel and one socket's shard is simulated, with the
+// all-reduces over the socket-to-socket links; once more without them, to measure how much is hidden.
 #include "tools/metapipe/sim_llama.h"
 
 #include <algorithm>
@@ -84,16 +86,54 @@ std::string group_name(int g, int64_t layers) {
 struct PartRun {
   rdu::RunResult r;
   int64_t statements = 0;
+  int64_t all_reduces = 0;       // all-reduces the program's shard takes part in
+  int64_t all_reduce_bytes = 0;  // of one (the partial sum of a projection's output)
 };
 
+// Cycles of a ring all-reduce of `bytes` over S sockets: a reduce-scatter and an all-gather of S - 1
+// steps each, every step moving a chunk of bytes / S over one link and paying the link's latency.
+double ring_all_reduce_cycles(const rdu::Arch& a, int64_t S, int64_t bytes) {
+  if (S <= 1) return 0;
+  const double chunk = std::ceil(double(bytes) / double(S));
+  const double step_ns = a.socket_link_latency_ns + chunk / a.socket_link_gbs;  // GB/s = bytes/ns
+  return double(2 * (S - 1)) * step_ns * a.clock_ghz;
+}
+
+// Tensor parallelism: the outputs of the attention's output projection and of the FFN's down projection
+// are partial sums on each socket; the all-reduce sits between their store and the residual add that
+// reads them. It is modelled as the delay of that ordering token ("done <store>"): the readers of the
+// partial sum wait for it, while every other stream, the next projections' weight tiles included, goes
+// on as far as its buffers allow, and the transfer takes no HBM bandwidth or capacity.
+void add_all_reduces(rdu::Graph& g, const rdu::Arch& a, int64_t S, PartRun& out) {
+  for (auto& st : g.stages) {
+    if (!st.is_control() || st.inputs.size() != 1) continue;
+    const int w = g.producer_of(st.inputs.front().buffer);
+    if (w < 0 || g.stages[size_t(w)].kind != rdu::StageKind::Store || g.stages[size_t(w)].tensor < 0) continue;
+    const rdu::Tensor& t = g.tensors[size_t(g.stages[size_t(w)].tensor)];
+    const auto ends = [&](const std::string& suffix) {
+      return t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+    };
+    if (!ends(".attn_out") && !ends(".ffn_out")) continue;
+    out.all_reduce_bytes = t.bytes;
+    st.delay_cycles = int64_t(std::ceil(ring_all_reduce_cycles(a, S, t.bytes)));
+    ++out.all_reduces;
+  }
+}
+
 PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c, const models::LlamaProgramOptions& o,
-                      Fuse f, const passes::CompileOptions& co, bool place) {
+                      Fuse f, const passes::CompileOptions& co, bool place, int64_t sockets) {
   ir::Program cp = passes::compile(models::build_llama_program(c, o), co);
   const std::vector<int> groups =
       statement_groups(cp, c.layers, o.part == models::LlamaProgramOptions::Part::Decoders);
   std::vector<std::string> kinds;
   for (auto& n : cp.body) kinds.push_back(ir::to_string(n->kind));
   rdu::Graph g = rdu::lower(cp);
+  PartRun out;
+  add_all_reduces(g, arch, sockets, out);
+  // every decoder layer of the shard has its two all-reduces, whatever the fusion level
+  if (out.all_reduces != 2 * c.layers)
+    throw internal_error("sim llama: found " + std::to_string(out.all_reduces) + " all-reduce points in " +
+                         std::to_string(c.layers) + " decoder layer(s), expected two per layer");
   rdu::RunOptions ro;
   ro.place = place;
   const int64_t L = c.layers;
@@ -108,7 +148,6 @@ PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c, const
              (ga < 0 ? "s" : "");
     return "";
   };
-  PartRun out;
   out.r = rdu::run(arch, g, ro);
   out.statements = int64_t(cp.body.size());
   return out;
@@ -169,15 +208,13 @@ int run_sim_llama(Args& a) {
   if (model && shapes) throw usage_error("give either --model or --shapes, not both");
   const Fuse fuse = parse_fuse(fuse_opt.value_or("all"));
   const long long sockets = sockets_opt.value_or(1);
-  if (sockets < 1) throw usage_error("--sockets must be >= 1 (got " + std::to_string(sockets) + ")");
+  if (sockets < 1 || sockets > 1024)
+    throw usage_error("--sockets must be in [1, 1024] (got " + std::to_string(sockets) + ")");
   const long long N = tokens_opt.value_or(1);
   if (N < 1 || N > (1 << 24)) throw usage_error("--tokens must be in [1, 16777216] (got " + std::to_string(N) + ")");
   const long long wtile = tile_opt.value_or(512);
   if (wtile < 1 || wtile > (1 << 20))
     throw usage_error("--weight-tile must be in [1, 1048576] rows (got " + std::to_string(wtile) + ")");
-  if (sockets > 1)
-    throw not_supported("--sockets " + std::to_string(sockets) +
-                        ": tensor-parallel Llama over several simulated sockets (use --sockets 1)");
   if (functional)
     throw not_supported("sim llama --functional: the simulated SN40L computing real tokens (the timing "
                         "simulation runs without it)");
@@ -191,6 +228,22 @@ int run_sim_llama(Args& a) {
   } else {
     c = models::LlamaConfig::preset(shapes.value_or("llama3.1-8b"));
   }
+  // Tensor parallelism over S sockets: each socket holds heads / S query heads with their KV heads (and
+  // those heads' share of the cache), ffn / S FFN columns, and vocab / S rows of the LM head (rounded up:
+  // the last socket's share padded); the embedding's row gather and the norms run on every socket.
+  if (c.heads % sockets || c.kv_heads % sockets || c.ffn % sockets) {
+    std::string fits;
+    for (int64_t s = 1; s <= c.kv_heads; ++s)
+      if (c.heads % s == 0 && c.kv_heads % s == 0 && c.ffn % s == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(s);
+    throw usage_error("--sockets " + std::to_string(sockets) + " must divide the model's heads (" +
+                      std::to_string(c.heads) + "), KV heads (" + std::to_string(c.kv_heads) + ") and FFN width (" +
+                      std::to_string(c.ffn) + "): use one of " + fits);
+  }
+  const models::LlamaConfig full = c;
+  c.heads /= sockets;
+  c.kv_heads /= sockets;
+  c.ffn /= sockets;
+  c.vocab = (c.vocab + sockets - 1) / sockets;
   const long long C = context_opt.value_or(std::min<int64_t>(c.context, 1024));
   if (C < 1 || C > c.context)
     throw usage_error("--context must be in [1, " + std::to_string(c.context) + "] (the model's context; got " +
@@ -225,10 +278,17 @@ int run_sim_llama(Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   models::LlamaConfig c1 = c;
   c1.layers = 1;
-  PartRun whole = simulate_part(arch, c1, o, fuse, co, !no_place);
+  PartRun whole = simulate_part(arch, c1, o, fuse, co, !no_place, sockets);
   models::LlamaProgramOptions od = o;
   od.part = models::LlamaProgramOptions::Part::Decoders;
-  PartRun layer = simulate_part(arch, c1, od, fuse, co, !no_place);
+  PartRun layer = simulate_part(arch, c1, od, fuse, co, !no_place, sockets);
+  // The same programs without the all-reduces' delay: what the all-reduces cost on top is what the
+  // overlap does not hide.
+  PartRun whole0 = whole, layer0 = layer;
+  if (sockets > 1) {
+    whole0 = simulate_part(arch, c1, o, fuse, co, !no_place, 1);
+    layer0 = simulate_part(arch, c1, od, fuse, co, !no_place, 1);
+  }
   const double sim_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   // The cost of a kernel call: loading its configuration (config.load_cycles, charged per call, the first
@@ -238,7 +298,22 @@ int run_sim_llama(Args& a) {
   const bool layer_in_place = fuse == Fuse::All && layer.r.kernel_calls == 1;
   const double extra_cycles = layer.r.cycles + (layer_in_place ? 0 : cfg);
   const int64_t extra_calls = layer_in_place ? 0 : layer.r.kernel_calls;
-  const double cycles = cfg + whole.r.cycles + double(L - 1) * extra_cycles;
+  // Greedy decoding over a vocabulary split across sockets: each socket's best logit and its index
+  // (8 bytes) gathered around the ring, after everything else (nothing left to overlap it with).
+  const double gather_cycles =
+      sockets > 1 ? double(sockets - 1) * (arch.socket_link_latency_ns + 8 / arch.socket_link_gbs) * arch.clock_ghz
+                  : 0;
+  const double cycles = cfg + whole.r.cycles + double(L - 1) * extra_cycles + gather_cycles;
+  const int64_t all_reduces = whole.all_reduces + (L - 1) * layer.all_reduces;
+  const double ar_each = ring_all_reduce_cycles(arch, sockets, layer.all_reduce_bytes);
+  const double ar_cycles = double(all_reduces) * ar_each;
+  // What the all-reduces add to the token: the difference of the simulations with and without them (bounded
+  // by their own time: memory scheduling can move a simulation a few cycles either way).
+  const double ar_exposed =
+      std::clamp((whole.r.cycles - whole0.r.cycles) + double(L - 1) * (layer.r.cycles - layer0.r.cycles), 0.0,
+                 ar_cycles);
+  const double ar_hidden = ar_cycles > 0 ? 1 - ar_exposed / ar_cycles : 1.0;
+  const auto to_ms = [&](double cy) { return cy / (arch.clock_ghz * 1e6); };
   const int64_t calls = whole.r.kernel_calls + (L - 1) * extra_calls;
   const double bytes = double(whole.r.bytes_read + whole.r.bytes_written) +
                        double(L - 1) * double(layer.r.bytes_read + layer.r.bytes_written);
@@ -292,13 +367,26 @@ int run_sim_llama(Args& a) {
                            "); extrapolated: layers 1.." + std::to_string(L - 1) + " as copies of the lone layer" +
                            (layer_in_place ? " run back to back in the same configuration (no overlap across a "
                                              "layer boundary is assumed)"
-                                           : ", each loading its configuration");
+                                           : ", each loading its configuration") +
+                           (sockets > 1 ? "; one socket's shard of " + std::to_string(sockets) +
+                                              " (the shards are identical), its all-reduces simulated as delays of "
+                                              "the tokens that order the residual adds after them"
+                                        : "");
   const auto reasons_whole = summarize_reasons(whole.r.split_reasons);
   const auto reasons_layer = summarize_reasons(layer.r.split_reasons);
   if (json) {
     std::ostringstream js;
-    js << "{\n  \"model\": \"" << json_escape(c.name) << "\",\n  \"shapes\": \"" << json_escape(c.summary())
+    js << "{\n  \"model\": \"" << json_escape(c.name) << "\",\n  \"shapes\": \"" << json_escape(full.summary())
        << "\",\n  \"arch\": \"" << json_escape(arch.name) << "\",\n  \"fuse\": \"" << fuse_name(fuse)
+       << "\",\n  \"sockets\": " << sockets << ",\n  \"shard\": \"" << json_escape(c.summary())
+       << "\",\n  \"socket_link_gbs\": " << fmt("%.6g", arch.socket_link_gbs)
+       << ",\n  \"socket_link_latency_ns\": " << fmt("%.6g", arch.socket_link_latency_ns)
+       << ",\n  \"all_reduces_per_token\": " << all_reduces << ",\n  \"all_reduce_bytes\": "
+       << (sockets > 1 ? layer.all_reduce_bytes : 0) << ",\n  \"all_reduce_us_each\": "
+       << fmt("%.6g", to_ms(ar_each) * 1e3) << ",\n  \"all_reduce_ms_per_token\": " << fmt("%.6g", to_ms(ar_cycles))
+       << ",\n  \"all_reduce_exposed_ms_per_token\": " << fmt("%.6g", to_ms(ar_exposed))
+       << ",\n  \"all_reduce_hidden_fraction\": " << fmt("%.4f", ar_hidden)
+       << ",\n  \"logits_gather_ms\": " << fmt("%.6g", to_ms(gather_cycles))
        << "\",\n  \"context\": " << C << ",\n  \"tokens\": " << N << ",\n  \"calls_per_token\": " << calls
        << ",\n  \"cycles_per_token\": " << fmt("%.0f", cycles) << ",\n  \"ms_per_token\": " << fmt("%.6g", ms)
        << ",\n  \"tokens_per_s\": " << fmt("%.6g", 1e3 / ms) << ",\n  \"ms_total\": " << fmt("%.6g", ms * double(N))
@@ -321,8 +409,20 @@ int run_sim_llama(Args& a) {
     std::cout << js.str();
     return 0;
   }
-  std::cout << c.name << " (" << c.summary() << ") on " << arch.name << ", --fuse " << fuse_name(fuse)
+  std::cout << c.name << " (" << full.summary() << ") on " << arch.name << ", --fuse " << fuse_name(fuse)
             << ", batch 1, bf16 weights and KV cache, " << C << " cache positions read per token\n";
+  if (sockets > 1) {
+    std::cout << "  " << sockets << " sockets, tensor-parallel; one socket's shard (" << c.heads << "/"
+              << c.kv_heads << " heads, FFN " << c.ffn << ", vocab " << c.vocab
+              << ") simulated, the shards being identical; HBM figures below are per socket\n";
+    std::cout << "  all-reduce: " << all_reduces << " per token (after the attention output and down projections) of "
+              << format_count(layer.all_reduce_bytes) << " B, ring over " << arch.socket_link_gbs << " GB/s links with "
+              << arch.socket_link_latency_ns << " ns per transfer: " << fmt("%.3g", to_ms(ar_each) * 1e3)
+              << " us each, " << fmt("%.4g", to_ms(ar_cycles)) << " ms per token, "
+              << fmt("%.1f", 100 * ar_hidden) << " % hidden behind weight loads and compute (exposed "
+              << fmt("%.4g", to_ms(ar_exposed)) << " ms); logits' top-1 gather " << fmt("%.3g", to_ms(gather_cycles) * 1e3)
+              << " us\n";
+  }
   std::cout << "  calls per token: " << calls << "\n";
   std::cout << "  per token: " << fmt("%.4g", ms) << " ms (" << format_count((long long)std::llround(cycles))
             << " cycles at " << arch.clock_ghz << " GHz), " << fmt("%.4g", 1e3 / ms) << " tokens/s";

@@ -98,8 +98,13 @@ TEST(SimLlama, BadInputIsAOneLineError) {
   };
   for (const Case& c : {
            Case{"--fuse layerwise", 2, "--fuse must be per-op, per-layer or all (got 'layerwise')"},
-           Case{"--sockets 0", 2, "--sockets must be >= 1 (got 0)"},
-           Case{"--sockets 2", 1, "not supported yet: --sockets 2: tensor-parallel"},
+           Case{"--sockets 0", 2, "--sockets must be in [1, 1024] (got 0)"},
+           Case{"--shapes toy --sockets 4", 2,
+                "--sockets 4 must divide the model's heads (4), KV heads (2) and FFN width (128): use one of 1, 2"},
+           Case{"--shapes smollm2-135m --sockets 2", 2,
+                "--sockets 2 must divide the model's heads (9), KV heads (3) and FFN width (1536): use one of 1, 3"},
+           Case{"--shapes toy --sockets 2 --set socket.link_gbs=0", 1,
+                "key 'socket.link_gbs' expects a number in [0.001, 100000], got '0'"},
            Case{"--functional", 1, "not supported yet: sim llama --functional"},
            Case{"--model no-such-model.gguf", 1, "no-such-model.gguf: cannot open the model file"},
            Case{"--model a.gguf --shapes toy", 2, "give either --model or --shapes, not both"},
@@ -114,4 +119,40 @@ TEST(SimLlama, BadInputIsAOneLineError) {
     EXPECT_NE(o.out.find(c.message), std::string::npos) << c.args << ": " << o.out;
     EXPECT_EQ(o.out.find('\n'), o.out.size() - 1) << c.args << ": one line: " << o.out;
   }
+}
+
+TEST(SimLlama, SocketsSplitTheModelAndOverlapTheAllReduces) {
+  // Toy shapes (2 layers, 4/2 heads, FFN 128) on two sockets: each simulates a shard of 2/1 heads and
+  // FFN 64; two all-reduces per layer of the [1, 64] f32 partial sums (256 B), each a ring of 2 steps of
+  // one 128-byte chunk: 2 x (1000 ns + 128 B / 64 GB/s) = 2.004 us with the SN40L's links.
+  auto one = sh("sim llama --shapes toy --json --no-place");
+  auto two = sh("sim llama --shapes toy --sockets 2 --json --no-place");
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(two.status, 0) << two.out;
+  EXPECT_EQ(num(one.out, "sockets"), 1);
+  EXPECT_EQ(num(one.out, "all_reduces_per_token"), 4);  // counted, but free on one socket
+  EXPECT_EQ(num(one.out, "all_reduce_ms_per_token"), 0);
+  EXPECT_EQ(num(two.out, "sockets"), 2);
+  EXPECT_NE(two.out.find("\"shard\": \"2 layers, d 64, 2/1 heads of 16, FFN 64, vocab 48"), std::string::npos)
+      << two.out;
+  EXPECT_EQ(num(two.out, "calls_per_token"), 3);  // every socket runs the same calls
+  EXPECT_EQ(num(two.out, "all_reduces_per_token"), 4);
+  EXPECT_EQ(num(two.out, "all_reduce_bytes"), 256);
+  EXPECT_NEAR(num(two.out, "all_reduce_us_each"), 2.004, 1e-3);
+  EXPECT_NEAR(num(two.out, "all_reduce_ms_per_token"), 4 * 2.004e-3, 1e-5);
+  const double hidden = num(two.out, "all_reduce_hidden_fraction");
+  EXPECT_GE(hidden, 0);
+  EXPECT_LE(hidden, 1);
+  EXPECT_LE(num(two.out, "all_reduce_exposed_ms_per_token"), num(two.out, "all_reduce_ms_per_token"));
+  // An all-reduce far longer than anything it could overlap with (100 us per ring step against a layer of
+  // a few us): almost all of it is exposed, and the token takes that much longer.
+  auto slow = sh("sim llama --shapes toy --sockets 2 --json --no-place --set socket.link_latency_ns=100000");
+  ASSERT_EQ(slow.status, 0) << slow.out;
+  const double slow_ar = num(slow.out, "all_reduce_ms_per_token");
+  EXPECT_NEAR(slow_ar, 4 * 2 * 0.1, 1e-3);
+  EXPECT_LT(num(slow.out, "all_reduce_hidden_fraction"), 0.1);
+  EXPECT_GT(num(slow.out, "ms_per_token") - num(two.out, "ms_per_token"), 0.9 * slow_ar);
+  // half of every weight per socket
+  EXPECT_NEAR(num(two.out, "bytes_per_token"), num(one.out, "bytes_per_token") / 2,
+              0.1 * num(one.out, "bytes_per_token"));
 }
