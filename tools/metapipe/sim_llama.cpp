@@ -90,13 +90,16 @@ struct PartRun {
   int64_t all_reduce_bytes = 0;  // of one (the partial sum of a projection's output)
 };
 
-// Cycles of a ring all-reduce of `bytes` over S sockets: a reduce-scatter and an all-gather of S - 1
-// steps each, every step moving a chunk of bytes / S over one link and paying the link's latency.
-double ring_all_reduce_cycles(const rdu::Arch& a, int64_t S, int64_t bytes) {
+// Cycles of an all-reduce of `bytes` over S sockets, each step paying the link's latency: the faster of
+// a ring (a reduce-scatter and an all-gather of S - 1 steps each, every step a chunk of bytes / S) and,
+// for a power-of-two S, recursive doubling (log2 S steps, every step the whole bytes to one partner),
+// which wins for the small vectors of decode, where the latency dominates.
+double all_reduce_cycles(const rdu::Arch& a, int64_t S, int64_t bytes) {
   if (S <= 1) return 0;
-  const double chunk = std::ceil(double(bytes) / double(S));
-  const double step_ns = a.socket_link_latency_ns + chunk / a.socket_link_gbs;  // GB/s = bytes/ns
-  return double(2 * (S - 1)) * step_ns * a.clock_ghz;
+  const auto step_ns = [&](double b) { return a.socket_link_latency_ns + b / a.socket_link_gbs; };  // GB/s = B/ns
+  double ns = double(2 * (S - 1)) * step_ns(std::ceil(double(bytes) / double(S)));
+  if ((S & (S - 1)) == 0) ns = std::min(ns, std::log2(double(S)) * step_ns(double(bytes)));
+  return ns * a.clock_ghz;
 }
 
 // Tensor parallelism: the outputs of the attention's output projection and of the FFN's down projection
@@ -115,7 +118,7 @@ void add_all_reduces(rdu::Graph& g, const rdu::Arch& a, int64_t S, PartRun& out)
     };
     if (!ends(".attn_out") && !ends(".ffn_out")) continue;
     out.all_reduce_bytes = t.bytes;
-    st.delay_cycles = int64_t(std::ceil(ring_all_reduce_cycles(a, S, t.bytes)));
+    st.delay_cycles = int64_t(std::ceil(all_reduce_cycles(a, S, t.bytes)));
     ++out.all_reduces;
   }
 }
@@ -299,13 +302,11 @@ int run_sim_llama(Args& a) {
   const double extra_cycles = layer.r.cycles + (layer_in_place ? 0 : cfg);
   const int64_t extra_calls = layer_in_place ? 0 : layer.r.kernel_calls;
   // Greedy decoding over a vocabulary split across sockets: each socket's best logit and its index
-  // (8 bytes) gathered around the ring, after everything else (nothing left to overlap it with).
-  const double gather_cycles =
-      sockets > 1 ? double(sockets - 1) * (arch.socket_link_latency_ns + 8 / arch.socket_link_gbs) * arch.clock_ghz
-                  : 0;
+  // (8 bytes) reduced to the best of all, after everything else (nothing left to overlap it with).
+  const double gather_cycles = all_reduce_cycles(arch, sockets, 8);
   const double cycles = cfg + whole.r.cycles + double(L - 1) * extra_cycles + gather_cycles;
   const int64_t all_reduces = whole.all_reduces + (L - 1) * layer.all_reduces;
-  const double ar_each = ring_all_reduce_cycles(arch, sockets, layer.all_reduce_bytes);
+  const double ar_each = all_reduce_cycles(arch, sockets, layer.all_reduce_bytes);
   const double ar_cycles = double(all_reduces) * ar_each;
   // What the all-reduces add to the token: the difference of the simulations with and without them (bounded
   // by their own time: memory scheduling can move a simulation a few cycles either way).
@@ -416,11 +417,11 @@ int run_sim_llama(Args& a) {
               << c.kv_heads << " heads, FFN " << c.ffn << ", vocab " << c.vocab
               << ") simulated, the shards being identical; HBM figures below are per socket\n";
     std::cout << "  all-reduce: " << all_reduces << " per token (after the attention output and down projections) of "
-              << format_count(layer.all_reduce_bytes) << " B, ring over " << arch.socket_link_gbs << " GB/s links with "
+              << format_count(layer.all_reduce_bytes) << " B over " << arch.socket_link_gbs << " GB/s links with "
               << arch.socket_link_latency_ns << " ns per transfer: " << fmt("%.3g", to_ms(ar_each) * 1e3)
               << " us each, " << fmt("%.4g", to_ms(ar_cycles)) << " ms per token, "
               << fmt("%.1f", 100 * ar_hidden) << " % hidden behind weight loads and compute (exposed "
-              << fmt("%.4g", to_ms(ar_exposed)) << " ms); logits' top-1 gather " << fmt("%.3g", to_ms(gather_cycles) * 1e3)
+              << fmt("%.4g", to_ms(ar_exposed)) << " ms); the logits' top-1 across sockets " << fmt("%.3g", to_ms(gather_cycles) * 1e3)
               << " us\n";
   }
   std::cout << "  calls per token: " << calls << "\n";
