@@ -1,6 +1,7 @@
 // Speed of the cycle simulation: a metapipeline of 40 stages simulated for about a million cycles, with
-// a target of at least a million simulated cycles per second on one core. Also times the published BlackScholes case and every program of the
-// examples registry, each compiled by the passes and lowered as `metapipe sim` does.
+// a target of at least a million simulated cycles per second on one core. Also times the published
+// BlackScholes case and every program of the examples registry, each compiled by the passes and lowered as
+// `metapipe sim` does.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

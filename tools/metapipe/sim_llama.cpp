@@ -38,7 +38,9 @@ Fuse parse_fuse(const std::string& s) {
   if (s == "all") return Fuse::All;
   throw usage_error("--fuse must be per-op, per-layer or all (got '" + s + "')");
 }
-const char* fuse_name(Fuse f) { return f == Fuse::PerOp ? "per-op" : f == Fuse::PerLayer ? "per-layer" : "all"; }
+const char* fuse_name(Fuse f) {
+  return f == Fuse::PerOp ? "per-op" : f == Fuse::PerLayer ? "per-layer" : "all";
+}
 
 // The part of the model each top-level statement of a compiled llama program belongs to: -1 before the
 // first decoder layer (embedding), the layer index, or `layers` after the last (final norm, LM head). A
@@ -55,7 +57,8 @@ std::vector<int> statement_groups(const ir::Program& p, int64_t layers, bool dec
       if (!acc) return;
       any = true;
       const std::string& name = acc->tensor->name;
-      if (name.rfind("blk.", 0) == 0) layer[size_t(i)] = std::max(layer[size_t(i)], std::stoi(name.substr(4)));
+      if (name.rfind("blk.", 0) == 0)
+        layer[size_t(i)] = std::max(layer[size_t(i)], std::stoi(name.substr(4)));
     });
     if (!any) layer[size_t(i)] = -3;
   }
@@ -96,7 +99,9 @@ struct PartRun {
 // which wins for the small vectors of decode, where the latency dominates.
 double all_reduce_cycles(const rdu::Arch& a, int64_t S, int64_t bytes) {
   if (S <= 1) return 0;
-  const auto step_ns = [&](double b) { return a.socket_link_latency_ns + b / a.socket_link_gbs; };  // GB/s = B/ns
+  const auto step_ns = [&](double b) {
+    return a.socket_link_latency_ns + b / a.socket_link_gbs;
+  };  // GB/s = B/ns
   double ns = double(2 * (S - 1)) * step_ns(std::ceil(double(bytes) / double(S)));
   if ((S & (S - 1)) == 0) ns = std::min(ns, std::log2(double(S)) * step_ns(double(bytes)));
   return ns * a.clock_ghz;
@@ -111,10 +116,12 @@ void add_all_reduces(rdu::Graph& g, const rdu::Arch& a, int64_t S, PartRun& out)
   for (auto& st : g.stages) {
     if (!st.is_control() || st.inputs.size() != 1) continue;
     const int w = g.producer_of(st.inputs.front().buffer);
-    if (w < 0 || g.stages[size_t(w)].kind != rdu::StageKind::Store || g.stages[size_t(w)].tensor < 0) continue;
+    if (w < 0 || g.stages[size_t(w)].kind != rdu::StageKind::Store || g.stages[size_t(w)].tensor < 0)
+      continue;
     const rdu::Tensor& t = g.tensors[size_t(g.stages[size_t(w)].tensor)];
     const auto ends = [&](const std::string& suffix) {
-      return t.name.size() > suffix.size() && t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+      return t.name.size() > suffix.size() &&
+             t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0;
     };
     if (!ends(".attn_out") && !ends(".ffn_out")) continue;
     out.all_reduce_bytes = t.bytes;
@@ -123,8 +130,9 @@ void add_all_reduces(rdu::Graph& g, const rdu::Arch& a, int64_t S, PartRun& out)
   }
 }
 
-PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c, const models::LlamaProgramOptions& o,
-                      Fuse f, const passes::CompileOptions& co, bool place, int64_t sockets) {
+PartRun simulate_part(const rdu::Arch& arch, const models::LlamaConfig& c,
+                      const models::LlamaProgramOptions& o, Fuse f, const passes::CompileOptions& co,
+                      bool place, int64_t sockets) {
   ir::Program cp = passes::compile(models::build_llama_program(c, o), co);
   const std::vector<int> groups =
       statement_groups(cp, c.layers, o.part == models::LlamaProgramOptions::Part::Decoders);
@@ -165,7 +173,8 @@ std::vector<std::string> summarize_reasons(const std::vector<std::string>& reaso
       ++per_op;
     else
       out.push_back(r);
-  if (per_op) out.insert(out.begin(), std::to_string(per_op) + " calls end at a statement boundary (per-op fusion)");
+  if (per_op)
+    out.insert(out.begin(), std::to_string(per_op) + " calls end at a statement boundary (per-op fusion)");
   return out;
 }
 
@@ -207,20 +216,23 @@ int run_sim_llama(Args& a) {
   const bool details = a.flag({"--details"});
   auto pos = a.positionals();
   a.finish();
-  if (pos.size() != 1) throw usage_error("metapipe sim llama takes no other argument (see metapipe sim --help)");
+  if (pos.size() != 1)
+    throw usage_error("metapipe sim llama takes no other argument (see metapipe sim --help)");
   if (model && shapes) throw usage_error("give either --model or --shapes, not both");
   const Fuse fuse = parse_fuse(fuse_opt.value_or("all"));
   const long long sockets = sockets_opt.value_or(1);
   if (sockets < 1 || sockets > 1024)
     throw usage_error("--sockets must be in [1, 1024] (got " + std::to_string(sockets) + ")");
   const long long N = tokens_opt.value_or(1);
-  if (N < 1 || N > (1 << 24)) throw usage_error("--tokens must be in [1, 16777216] (got " + std::to_string(N) + ")");
+  if (N < 1 || N > (1 << 24))
+    throw usage_error("--tokens must be in [1, 16777216] (got " + std::to_string(N) + ")");
   const long long wtile = tile_opt.value_or(512);
   if (wtile < 1 || wtile > (1 << 20))
     throw usage_error("--weight-tile must be in [1, 1048576] rows (got " + std::to_string(wtile) + ")");
   if (functional)
-    throw not_supported("sim llama --functional: the simulated SN40L computing real tokens (the timing "
-                        "simulation runs without it)");
+    throw not_supported(
+        "sim llama --functional: the simulated SN40L computing real tokens (the timing "
+        "simulation runs without it)");
 
   rdu::Arch arch = rdu::load_arch(arch_name.value_or("sn40l"));
   for (auto& s : sets) rdu::apply_override(arch, s);
@@ -237,10 +249,11 @@ int run_sim_llama(Args& a) {
   if (c.heads % sockets || c.kv_heads % sockets || c.ffn % sockets) {
     std::string fits;
     for (int64_t s = 1; s <= c.kv_heads; ++s)
-      if (c.heads % s == 0 && c.kv_heads % s == 0 && c.ffn % s == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(s);
+      if (c.heads % s == 0 && c.kv_heads % s == 0 && c.ffn % s == 0)
+        fits += (fits.empty() ? "" : ", ") + std::to_string(s);
     throw usage_error("--sockets " + std::to_string(sockets) + " must divide the model's heads (" +
-                      std::to_string(c.heads) + "), KV heads (" + std::to_string(c.kv_heads) + ") and FFN width (" +
-                      std::to_string(c.ffn) + "): use one of " + fits);
+                      std::to_string(c.heads) + "), KV heads (" + std::to_string(c.kv_heads) +
+                      ") and FFN width (" + std::to_string(c.ffn) + "): use one of " + fits);
   }
   const models::LlamaConfig full = c;
   c.heads /= sockets;
@@ -249,8 +262,8 @@ int run_sim_llama(Args& a) {
   c.vocab = (c.vocab + sockets - 1) / sockets;
   const long long C = context_opt.value_or(std::min<int64_t>(c.context, 1024));
   if (C < 1 || C > c.context)
-    throw usage_error("--context must be in [1, " + std::to_string(c.context) + "] (the model's context; got " +
-                      std::to_string(C) + ")");
+    throw usage_error("--context must be in [1, " + std::to_string(c.context) +
+                      "] (the model's context; got " + std::to_string(C) + ")");
 
   // Weights and the KV cache in bf16 (what the SN40L streams); one decode step (1 token per call).
   models::LlamaProgramOptions o;
@@ -360,44 +373,51 @@ int run_sim_llama(Args& a) {
   }
   std::sort(tiers.begin(), tiers.end(), [](auto& x, auto& y) { return x.bytes > y.bytes; });
 
-  const std::string what = "simulated cycle by cycle: the model with one decoder layer (embedding, layer 0, "
-                           "final norm, LM head; " +
-                           std::to_string(whole.r.kernel_calls) + " call" +
-                           (whole.r.kernel_calls > 1 ? "s" : "") + ") and one decoder layer alone (" +
-                           std::to_string(layer.r.kernel_calls) + " call" + (layer.r.kernel_calls > 1 ? "s" : "") +
-                           "); extrapolated: layers 1.." + std::to_string(L - 1) + " as copies of the lone layer" +
-                           (layer_in_place ? " run back to back in the same configuration (no overlap across a "
-                                             "layer boundary is assumed)"
-                                           : ", each loading its configuration") +
-                           (sockets > 1 ? "; one socket's shard of " + std::to_string(sockets) +
-                                              " (the shards are identical), its all-reduces simulated as delays of "
-                                              "the tokens that order the residual adds after them"
-                                        : "");
+  const std::string what =
+      "simulated cycle by cycle: the model with one decoder layer (embedding, layer 0, "
+      "final norm, LM head; " +
+      std::to_string(whole.r.kernel_calls) + " call" + (whole.r.kernel_calls > 1 ? "s" : "") +
+      ") and one decoder layer alone (" + std::to_string(layer.r.kernel_calls) + " call" +
+      (layer.r.kernel_calls > 1 ? "s" : "") + "); extrapolated: layers 1.." + std::to_string(L - 1) +
+      " as copies of the lone layer" +
+      (layer_in_place ? " run back to back in the same configuration (no overlap across a "
+                        "layer boundary is assumed)"
+                      : ", each loading its configuration") +
+      (sockets > 1 ? "; one socket's shard of " + std::to_string(sockets) +
+                         " (the shards are identical), its all-reduces simulated as delays of "
+                         "the tokens that order the residual adds after them"
+                   : "");
   const auto reasons_whole = summarize_reasons(whole.r.split_reasons);
   const auto reasons_layer = summarize_reasons(layer.r.split_reasons);
   if (json) {
     std::ostringstream js;
-    js << "{\n  \"model\": \"" << json_escape(c.name) << "\",\n  \"shapes\": \"" << json_escape(full.summary())
-       << "\",\n  \"arch\": \"" << json_escape(arch.name) << "\",\n  \"fuse\": \"" << fuse_name(fuse)
-       << "\",\n  \"sockets\": " << sockets << ",\n  \"shard\": \"" << json_escape(c.summary())
+    js << "{\n  \"model\": \"" << json_escape(c.name) << "\",\n  \"shapes\": \""
+       << json_escape(full.summary()) << "\",\n  \"arch\": \"" << json_escape(arch.name)
+       << "\",\n  \"fuse\": \"" << fuse_name(fuse) << "\",\n  \"sockets\": " << sockets
+       << ",\n  \"shard\": \"" << json_escape(c.summary())
        << "\",\n  \"socket_link_gbs\": " << fmt("%.6g", arch.socket_link_gbs)
        << ",\n  \"socket_link_latency_ns\": " << fmt("%.6g", arch.socket_link_latency_ns)
-       << ",\n  \"all_reduces_per_token\": " << all_reduces << ",\n  \"all_reduce_bytes\": "
-       << (sockets > 1 ? layer.all_reduce_bytes : 0) << ",\n  \"all_reduce_us_each\": "
-       << fmt("%.6g", to_ms(ar_each) * 1e3) << ",\n  \"all_reduce_ms_per_token\": " << fmt("%.6g", to_ms(ar_cycles))
+       << ",\n  \"all_reduces_per_token\": " << all_reduces
+       << ",\n  \"all_reduce_bytes\": " << (sockets > 1 ? layer.all_reduce_bytes : 0)
+       << ",\n  \"all_reduce_us_each\": " << fmt("%.6g", to_ms(ar_each) * 1e3)
+       << ",\n  \"all_reduce_ms_per_token\": " << fmt("%.6g", to_ms(ar_cycles))
        << ",\n  \"all_reduce_exposed_ms_per_token\": " << fmt("%.6g", to_ms(ar_exposed))
        << ",\n  \"all_reduce_hidden_fraction\": " << fmt("%.4f", ar_hidden)
        << ",\n  \"top1_across_sockets_ms\": " << fmt("%.6g", to_ms(gather_cycles))
        << ",\n  \"context\": " << C << ",\n  \"tokens\": " << N << ",\n  \"calls_per_token\": " << calls
        << ",\n  \"cycles_per_token\": " << fmt("%.0f", cycles) << ",\n  \"ms_per_token\": " << fmt("%.6g", ms)
-       << ",\n  \"tokens_per_s\": " << fmt("%.6g", 1e3 / ms) << ",\n  \"ms_total\": " << fmt("%.6g", ms * double(N))
-       << ",\n  \"bytes_per_token\": " << fmt("%.0f", bytes) << ",\n  \"hbm_roof_ms\": "
-       << fmt("%.6g", roof / (arch.clock_ghz * 1e6)) << ",\n  \"hbm_fraction\": " << fmt("%.4f", hbm_fraction)
-       << ",\n  \"config_load_cycles\": " << arch.config_cycles << ",\n  \"config_load_fraction\": "
-       << fmt("%.4f", config_share) << ",\n  \"one_layer_model\": {\"calls\": " << whole.r.kernel_calls
-       << ", \"cycles\": " << fmt("%.0f", whole.r.cycles) << "},\n  \"lone_layer\": {\"calls\": "
-       << layer.r.kernel_calls << ", \"cycles\": " << fmt("%.0f", layer.r.cycles)
-       << "},\n  \"method\": \"" << json_escape(what) << "\",\n  \"split_reasons\": [";
+       << ",\n  \"tokens_per_s\": " << fmt("%.6g", 1e3 / ms)
+       << ",\n  \"ms_total\": " << fmt("%.6g", ms * double(N))
+       << ",\n  \"bytes_per_token\": " << fmt("%.0f", bytes)
+       << ",\n  \"hbm_roof_ms\": " << fmt("%.6g", roof / (arch.clock_ghz * 1e6))
+       << ",\n  \"hbm_fraction\": " << fmt("%.4f", hbm_fraction)
+       << ",\n  \"config_load_cycles\": " << arch.config_cycles
+       << ",\n  \"config_load_fraction\": " << fmt("%.4f", config_share)
+       << ",\n  \"one_layer_model\": {\"calls\": " << whole.r.kernel_calls
+       << ", \"cycles\": " << fmt("%.0f", whole.r.cycles)
+       << "},\n  \"lone_layer\": {\"calls\": " << layer.r.kernel_calls
+       << ", \"cycles\": " << fmt("%.0f", layer.r.cycles) << "},\n  \"method\": \"" << json_escape(what)
+       << "\",\n  \"split_reasons\": [";
     bool first = true;
     for (auto* rs : {&reasons_whole, &reasons_layer})
       for (auto& r : *rs) js << (first ? "" : ", ") << "\"" << json_escape(r) << "\"", first = false;
@@ -406,7 +426,8 @@ int run_sim_llama(Args& a) {
       js << (i ? ", " : "") << "{\"tensor\": \"" << json_escape(tiers[i].tensor) << "\", \"tier\": \""
          << tiers[i].tier << "\", \"bytes\": " << tiers[i].bytes << ", \"tile_bytes\": " << tiers[i].tile
          << ", \"depth\": " << tiers[i].depth << "}";
-    js << "],\n  \"sram_bytes\": " << sram_bytes << ",\n  \"simulation_s\": " << fmt("%.3g", sim_s) << "\n}\n";
+    js << "],\n  \"sram_bytes\": " << sram_bytes << ",\n  \"simulation_s\": " << fmt("%.3g", sim_s)
+       << "\n}\n";
     std::cout << js.str();
     return 0;
   }
@@ -416,12 +437,14 @@ int run_sim_llama(Args& a) {
     std::cout << "  " << sockets << " sockets, tensor-parallel; one socket's shard (" << c.heads << "/"
               << c.kv_heads << " heads, FFN " << c.ffn << ", vocab " << c.vocab
               << ") simulated, the shards being identical; HBM figures below are per socket\n";
-    std::cout << "  all-reduce: " << all_reduces << " per token (after the attention output and down projections) of "
-              << format_count(layer.all_reduce_bytes) << " B over " << arch.socket_link_gbs << " GB/s links with "
-              << arch.socket_link_latency_ns << " ns per transfer: " << fmt("%.3g", to_ms(ar_each) * 1e3)
-              << " us each, " << fmt("%.4g", to_ms(ar_cycles)) << " ms per token, "
-              << fmt("%.1f", 100 * ar_hidden) << " % hidden behind weight loads and compute (exposed "
-              << fmt("%.4g", to_ms(ar_exposed)) << " ms); the logits' top-1 across sockets " << fmt("%.3g", to_ms(gather_cycles) * 1e3)
+    std::cout << "  all-reduce: " << all_reduces
+              << " per token (after the attention output and down projections) of "
+              << format_count(layer.all_reduce_bytes) << " B over " << arch.socket_link_gbs
+              << " GB/s links with " << arch.socket_link_latency_ns
+              << " ns per transfer: " << fmt("%.3g", to_ms(ar_each) * 1e3) << " us each, "
+              << fmt("%.4g", to_ms(ar_cycles)) << " ms per token, " << fmt("%.1f", 100 * ar_hidden)
+              << " % hidden behind weight loads and compute (exposed " << fmt("%.4g", to_ms(ar_exposed))
+              << " ms); the logits' top-1 across sockets " << fmt("%.3g", to_ms(gather_cycles) * 1e3)
               << " us\n";
   }
   std::cout << "  calls per token: " << calls << "\n";
@@ -429,12 +452,13 @@ int run_sim_llama(Args& a) {
             << " cycles at " << arch.clock_ghz << " GHz), " << fmt("%.4g", 1e3 / ms) << " tokens/s";
   if (N > 1) std::cout << "; " << N << " tokens: " << fmt("%.4g", ms * double(N)) << " ms";
   std::cout << "\n  " << upper(pm.name) << ": " << fmt("%.4g", bytes / 1e9) << " GB per token, roof "
-            << fmt("%.4g", roof / (arch.clock_ghz * 1e6)) << " ms at " << pm.peak_gbs() << " GB/s: "
-            << fmt("%.1f", 100 * hbm_fraction) << " % of the " << upper(pm.name) << " roof\n";
-  std::cout << "  kernel-call cost: " << format_count(arch.config_cycles) << " cycles ("
-            << fmt("%.3g", double(arch.config_cycles) / (arch.clock_ghz * 1e3))
-            << " us, config.load_cycles) to load each call's configuration, " << fmt("%.1f", 100 * config_share)
-            << " % of the token; pipeline fill and drain are simulated (each call starts with empty buffers)\n";
+            << fmt("%.4g", roof / (arch.clock_ghz * 1e6)) << " ms at " << pm.peak_gbs()
+            << " GB/s: " << fmt("%.1f", 100 * hbm_fraction) << " % of the " << upper(pm.name) << " roof\n";
+  std::cout
+      << "  kernel-call cost: " << format_count(arch.config_cycles) << " cycles ("
+      << fmt("%.3g", double(arch.config_cycles) / (arch.clock_ghz * 1e3))
+      << " us, config.load_cycles) to load each call's configuration, " << fmt("%.1f", 100 * config_share)
+      << " % of the token; pipeline fill and drain are simulated (each call starts with empty buffers)\n";
   std::cout << "  how: " << what << "; simulation took " << fmt("%.3g", sim_s) << " s\n";
   for (auto& r : reasons_whole) std::cout << "  one-layer model: " << r << "\n";
   for (auto& r : reasons_layer) std::cout << "  lone layer: " << r << "\n";
@@ -446,8 +470,8 @@ int run_sim_llama(Args& a) {
            : r.gathered ? "rows by index"
                         : "whole"});
   t.add({"on-chip buffers (largest call)", "SRAM", format_count(sram_bytes),
-         "of " + format_count(int64_t(arch.pmus()) * arch.pmu_bytes()) + " B in " + std::to_string(arch.pmus()) +
-             " PMUs"});
+         "of " + format_count(int64_t(arch.pmus()) * arch.pmu_bytes()) + " B in " +
+             std::to_string(arch.pmus()) + " PMUs"});
   t.print(std::cout);
   if (details) {
     std::cout << "\nthe lone decoder layer, simulated:\n";

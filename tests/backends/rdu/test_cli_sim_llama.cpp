@@ -51,7 +51,8 @@ TEST(SimLlama, CallsPerTokenAtEachFusionLevel) {
   EXPECT_NE(layer.out.find("per-layer fusion: the embedding ends"), std::string::npos) << layer.out;
   EXPECT_NE(layer.out.find("per-layer fusion: decoder layer 0 ends"), std::string::npos) << layer.out;
   const double op_calls = num(op.out, "calls_per_token");
-  EXPECT_EQ(op_calls, num_after(op.out, "one_layer_model", "calls") + num_after(op.out, "lone_layer", "calls"));
+  EXPECT_EQ(op_calls,
+            num_after(op.out, "one_layer_model", "calls") + num_after(op.out, "lone_layer", "calls"));
   EXPECT_GT(op_calls, 20);  // a norm alone is a reduction, a zip and a load
   EXPECT_NE(op.out.find("calls end at a statement boundary (per-op fusion)"), std::string::npos) << op.out;
   // every call loads its configuration: more calls, more time at these sizes
@@ -62,7 +63,8 @@ TEST(SimLlama, CallsPerTokenAtEachFusionLevel) {
 TEST(SimLlama, JsonCarriesTheRequiredFields) {
   auto o = sh("sim llama --shapes toy --json --tokens 3 --context 32");
   ASSERT_EQ(o.status, 0) << o.out;
-  const double ms = num(o.out, "ms_per_token"), tps = num(o.out, "tokens_per_s"), f = num(o.out, "hbm_fraction");
+  const double ms = num(o.out, "ms_per_token"), tps = num(o.out, "tokens_per_s"),
+               f = num(o.out, "hbm_fraction");
   EXPECT_GT(ms, 0);
   EXPECT_NEAR(tps, 1e3 / ms, 1e-3 * tps);
   EXPECT_GT(f, 0);
@@ -100,9 +102,11 @@ TEST(SimLlama, BadInputIsAOneLineError) {
            Case{"--fuse layerwise", 2, "--fuse must be per-op, per-layer or all (got 'layerwise')"},
            Case{"--sockets 0", 2, "--sockets must be in [1, 1024] (got 0)"},
            Case{"--shapes toy --sockets 4", 2,
-                "--sockets 4 must divide the model's heads (4), KV heads (2) and FFN width (128): use one of 1, 2"},
+                "--sockets 4 must divide the model's heads (4), KV heads (2) and FFN width (128): use one of "
+                "1, 2"},
            Case{"--shapes smollm2-135m --sockets 2", 2,
-                "--sockets 2 must divide the model's heads (9), KV heads (3) and FFN width (1536): use one of 1, 3"},
+                "--sockets 2 must divide the model's heads (9), KV heads (3) and FFN width (1536): use one "
+                "of 1, 3"},
            Case{"--shapes toy --sockets 2 --set socket.link_gbs=0", 1,
                 "key 'socket.link_gbs' expects a number in [0.001, 100000], got '0'"},
            Case{"--functional", 1, "not supported yet: sim llama --functional"},
