@@ -16,15 +16,19 @@
 #include <map>
 #include <sstream>
 
+#include "backends/cpu/interpreter.h"
 #include "backends/rdu/arch.h"
 #include "backends/rdu/lower.h"
 #include "backends/rdu/rdu.h"
 #include "backends/rdu/report.h"
+#include "core/quant.h"
 #include "core/table.h"
 #include "core/text.h"
 #include "ir/analysis.h"
 #include "models/gguf.h"
 #include "models/llama.h"
+#include "models/model_cache.h"
+#include "models/tokenizer.h"
 #include "passes/pipeline.h"
 
 namespace mp::cli {
@@ -99,9 +103,8 @@ struct PartRun {
 // which wins for the small vectors of decode, where the latency dominates.
 double all_reduce_cycles(const rdu::Arch& a, int64_t S, int64_t bytes) {
   if (S <= 1) return 0;
-  const auto step_ns = [&](double b) {
-    return a.socket_link_latency_ns + b / a.socket_link_gbs;
-  };  // GB/s = B/ns
+  // one step moving b bytes (GB/s = bytes per ns)
+  const auto step_ns = [&](double b) { return a.socket_link_latency_ns + b / a.socket_link_gbs; };
   double ns = double(2 * (S - 1)) * step_ns(std::ceil(double(bytes) / double(S)));
   if ((S & (S - 1)) == 0) ns = std::min(ns, std::log2(double(S)) * step_ns(double(bytes)));
   return ns * a.clock_ghz;
@@ -189,12 +192,107 @@ std::string upper(std::string s) {
   return s;
 }
 
+// --functional: every simulated unit computes real values (loads copy tensor rows into N-buffer slots,
+// compute stages evaluate their IR nodes when the simulator fires them, stores write back), decoding
+// greedily one token per step with the KV cache kept in the simulated memory between steps; the CPU
+// interpreter runs the same program on its own copy of the memory, and the two token streams must agree.
+// Tensors are f32 here (the values the CPU computes with), not the bf16 of the timing simulation.
+int run_functional(const rdu::Arch& arch, const models::LlamaConfig& c, const models::GgufFile* file,
+                   int64_t tokens, int64_t context, int64_t wtile, const passes::CompileOptions& co,
+                   bool json) {
+  models::LlamaProgramOptions o;
+  o.tokens = 1;
+  o.context = context;
+  o.weight_tile = wtile;
+  const ir::Program p = models::build_llama_program(c, o);
+  const ir::Program cp = passes::compile(p, co);
+  std::map<std::string, std::vector<float>> in;
+  if (file) {
+    for (const std::string& name : models::weight_names(c)) {
+      const models::GgufTensor& t = file->tensor(name);
+      const int64_t rows = t.rows(), cols = t.dims.at(0);
+      std::vector<float> v(size_t(rows * cols));
+      const uint64_t row_bytes = t.nbytes / uint64_t(rows);
+      for (int64_t r = 0; r < rows; ++r)
+        quant::dequantize_row(t.type, t.data + uint64_t(r) * row_bytes, v.data() + r * cols, cols);
+      in[name] = std::move(v);
+    }
+  } else {
+    // a preset's shapes: random weights, scaled so that activations keep unit size
+    in = ir::random_inputs(p, 1);
+    for (auto& t : p.tensors)
+      if (t->role == ir::TensorRole::Input && t->shape.size() == 2 &&
+          t->name.find("weight") != std::string::npos)
+        for (auto& x : in[t->name]) x *= float(2.0 / std::sqrt(double(t->shape[1])));
+  }
+  for (auto& t : p.tensors)
+    if (t->role == ir::TensorRole::InOut) in[t->name].assign(size_t(ir::num_elements(t->shape)), 0.f);
+  in["tokens"] = {0.f};
+  in["pos"] = {0.f};
+  ir::Memory sim_mem = ir::make_memory(cp, in), cpu_mem = ir::make_memory(p, in);
+  std::optional<models::Tokenizer> tok;
+  if (file) tok = models::Tokenizer::from_gguf(*file);
+  int32_t sim_next = tok && tok->bos() >= 0 ? tok->bos() : 1, cpu_next = sim_next;
+  std::vector<int32_t> sim_ids, cpu_ids;
+  double worst = 0, sim_cycles = 0;
+  int64_t match = 0;
+  const auto argmax = [](const std::vector<float>& v) {
+    return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < tokens; ++step) {
+    for (auto* m : {&sim_mem, &cpu_mem}) {
+      m->at("tokens").data = {float(m == &sim_mem ? sim_next : cpu_next)};
+      m->at("pos").data = {float(step)};
+    }
+    rdu::Graph g = rdu::lower(cp, &sim_mem);
+    rdu::RunOptions ro;
+    ro.functional = true;
+    ro.place = false;  // the values do not depend on placement
+    sim_cycles += rdu::run(arch, g, ro).cycles;
+    cpu::interpret(p, cpu_mem);
+    const std::vector<float>&ls = sim_mem.at("logits").data, &lc = cpu_mem.at("logits").data;
+    for (size_t i = 0; i < ls.size(); ++i) worst = std::max(worst, double(std::fabs(ls[i] - lc[i])));
+    sim_next = argmax(ls), cpu_next = argmax(lc);
+    sim_ids.push_back(sim_next), cpu_ids.push_back(cpu_next);
+    if (sim_next != cpu_next) break;
+    ++match;
+  }
+  const double sim_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const bool ok = match == tokens;
+  const auto list = [](const std::vector<int32_t>& v) {
+    std::string out;
+    for (auto x : v) out += (out.empty() ? "" : ", ") + std::to_string(x);
+    return out;
+  };
+  if (json) {
+    std::cout << "{\n  \"model\": \"" << json_escape(c.name)
+              << "\",\n  \"functional\": true,\n  \"tokens\": " << tokens
+              << ",\n  \"matching_tokens\": " << match << ",\n  \"match\": " << (ok ? "true" : "false")
+              << ",\n  \"tokens_simulated\": [" << list(sim_ids) << "],\n  \"tokens_cpu\": [" << list(cpu_ids)
+              << "],\n  \"max_logit_abs_diff\": " << fmt("%.3g", worst)
+              << ",\n  \"simulated_cycles\": " << fmt("%.0f", sim_cycles)
+              << ",\n  \"simulation_s\": " << fmt("%.3g", sim_s) << "\n}\n";
+  } else {
+    std::cout << c.name << " (" << c.summary() << ") on " << arch.name
+              << ", functional: greedy decoding, one token per step, f32 tensors\n";
+    std::cout << "  simulated: " << list(sim_ids) << "\n  CPU interpreter: " << list(cpu_ids) << "\n";
+    if (tok) std::cout << "  text: " << tok->decode(sim_ids) << "\n";
+    std::cout << "  functional check vs the CPU interpreter: "
+              << (ok ? std::to_string(match) + " of " + std::to_string(tokens) + " tokens equal"
+                     : "token " + std::to_string(match) + " differs")
+              << " (largest logit difference " << fmt("%.2g", worst) << "); " << fmt("%.4g", sim_cycles)
+              << " simulated cycles, " << fmt("%.3g", sim_s) << " s\n";
+  }
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 bool is_sim_llama(Args a) {
   // consume the values of every option either form of `sim` takes, so that they are not positionals
   for (auto* o : {"--arch", "--set", "--svg", "--seed", "--max-work", "--max-memory", "--model", "--shapes",
-                  "--tokens", "--context", "--fuse", "--sockets", "--weight-tile"})
+                  "--tokens", "--context", "--fuse", "--sockets", "--weight-tile", "--layers"})
     a.values({o});
   auto pos = a.positionals();
   return !pos.empty() && pos.front() == "llama";
@@ -209,6 +307,7 @@ int run_sim_llama(Args& a) {
   const auto fuse_opt = a.value({"--fuse"});
   const auto sockets_opt = a.integer({"--sockets"});
   const auto tile_opt = a.integer({"--weight-tile"});
+  const auto layers_opt = a.integer({"--layers"});
   const auto sets = a.values({"--set"});
   const bool functional = a.flag({"--functional"});
   const bool json = a.flag({"--json"});
@@ -223,23 +322,23 @@ int run_sim_llama(Args& a) {
   const long long sockets = sockets_opt.value_or(1);
   if (sockets < 1 || sockets > 1024)
     throw usage_error("--sockets must be in [1, 1024] (got " + std::to_string(sockets) + ")");
-  const long long N = tokens_opt.value_or(1);
+  const long long N = tokens_opt.value_or(functional ? 16 : 1);
   if (N < 1 || N > (1 << 24))
     throw usage_error("--tokens must be in [1, 16777216] (got " + std::to_string(N) + ")");
   const long long wtile = tile_opt.value_or(512);
   if (wtile < 1 || wtile > (1 << 20))
     throw usage_error("--weight-tile must be in [1, 1048576] rows (got " + std::to_string(wtile) + ")");
-  if (functional)
-    throw not_supported(
-        "sim llama --functional: the simulated SN40L computing real tokens (the timing "
-        "simulation runs without it)");
+  if (functional && sockets > 1)
+    throw usage_error("--functional runs one socket (drop --sockets " + std::to_string(sockets) + ")");
 
   rdu::Arch arch = rdu::load_arch(arch_name.value_or("sn40l"));
   for (auto& s : sets) rdu::apply_override(arch, s);
   models::LlamaConfig c;
-  if (model) {
-    models::GgufFile f = models::GgufFile::open(*model);
-    c = models::LlamaConfig::from_gguf(f);
+  std::optional<models::GgufFile> file;
+  if (model || (functional && !shapes))
+    file = models::GgufFile::open(model ? *model : models::default_model_path());
+  if (file) {
+    c = models::LlamaConfig::from_gguf(*file);
   } else {
     c = models::LlamaConfig::preset(shapes.value_or("llama3.1-8b"));
   }
@@ -260,7 +359,16 @@ int run_sim_llama(Args& a) {
   c.kv_heads /= sockets;
   c.ffn /= sockets;
   c.vocab = (c.vocab + sockets - 1) / sockets;
-  const long long C = context_opt.value_or(std::min<int64_t>(c.context, 1024));
+  if (layers_opt) {
+    if (*layers_opt < 1 || *layers_opt > c.layers)
+      throw usage_error("--layers must be in [1, " + std::to_string(c.layers) +
+                        "] (the model's layers; got " + std::to_string(*layers_opt) + ")");
+    c.layers = *layers_opt;
+  }
+  // functional: a cache just long enough for the tokens decoded
+  const long long C =
+      context_opt.value_or(functional ? std::min<int64_t>(c.context, std::max<long long>(N, 16))
+                                      : std::min<int64_t>(c.context, 1024));
   if (C < 1 || C > c.context)
     throw usage_error("--context must be in [1, " + std::to_string(c.context) +
                       "] (the model's context; got " + std::to_string(C) + ")");
@@ -278,6 +386,12 @@ int run_sim_llama(Args& a) {
   // A weight tile's matmul spread over as many PCUs as the tile has lane groups (rows / lanes): each copy
   // reads its rows over its own PMU link, which is what keeps a tile's compute ahead of its HBM stream.
   co.parallelize.max_par = int(std::clamp<long long>(wtile / arch.pcu_lanes, 1, 64));
+  if (functional) {
+    if (N > C)
+      throw usage_error("--functional decodes one token per cache position: --tokens " + std::to_string(N) +
+                        " needs --context >= " + std::to_string(N) + " (got " + std::to_string(C) + ")");
+    return run_functional(arch, c, file ? &*file : nullptr, N, C, wtile, co, json);
+  }
 
   // Tiers: every program tensor lives in the program memory; DDR holds what HBM cannot.
   const rdu::Memory& pm = arch.memory();

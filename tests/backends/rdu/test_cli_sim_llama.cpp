@@ -3,6 +3,7 @@
 // (--no-place): none of what they check depends on it, and it keeps the suite fast under ASan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -109,7 +110,12 @@ TEST(SimLlama, BadInputIsAOneLineError) {
                 "of 1, 3"},
            Case{"--shapes toy --sockets 2 --set socket.link_gbs=0", 1,
                 "key 'socket.link_gbs' expects a number in [0.001, 100000], got '0'"},
-           Case{"--functional", 1, "not supported yet: sim llama --functional"},
+           Case{"--shapes toy --functional --sockets 2", 2,
+                "--functional runs one socket (drop --sockets 2)"},
+           Case{"--shapes toy --functional --tokens 20 --context 16", 2,
+                "--functional decodes one token per cache position: --tokens 20 needs --context >= 20 (got "
+                "16)"},
+           Case{"--shapes toy --layers 3", 2, "--layers must be in [1, 2] (the model's layers; got 3)"},
            Case{"--model no-such-model.gguf", 1, "no-such-model.gguf: cannot open the model file"},
            Case{"--model a.gguf --shapes toy", 2, "give either --model or --shapes, not both"},
            Case{"--shapes toy --context 65", 2, "--context must be in [1, 64]"},
@@ -188,4 +194,29 @@ TEST(SimLlama, SocketsPayOnlyWhereTheLinkIsFastEnough) {
     EXPECT_GE(num(o->out, "all_reduce_hidden_fraction"), 0);
     EXPECT_LE(num(o->out, "all_reduce_hidden_fraction"), 1);
   }
+}
+
+TEST(SimLlama, FunctionalDecodingGivesTheCpuInterpretersGreedyTokens) {
+  // The toy shapes with random weights, 8 tokens decoded greedily one per step, the KV cache kept in the
+  // simulated memory between steps (the CLI's default is SmolLM2 from its file and 16 tokens: minutes,
+  // too slow for a test). Every simulated unit computes: a token-ordering bug changes the logits.
+  auto o = sh("sim llama --shapes toy --functional --tokens 8 --json");
+  ASSERT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("\"match\": true"), std::string::npos) << o.out;
+  EXPECT_EQ(num(o.out, "matching_tokens"), 8);
+  const auto list = [&](const std::string& key) {
+    const auto at = o.out.find("\"" + key + "\": [");
+    return at == std::string::npos
+               ? std::string("missing")
+               : o.out.substr(at + key.size() + 4, o.out.find(']', at) - at - key.size() - 4);
+  };
+  EXPECT_EQ(list("tokens_simulated"), list("tokens_cpu"));
+  const std::string cpu = list("tokens_cpu");
+  EXPECT_EQ(std::count(cpu.begin(), cpu.end(), ','), 7) << cpu;
+  EXPECT_LT(num(o.out, "max_logit_abs_diff"), 1e-4);
+  EXPECT_GT(num(o.out, "simulated_cycles"), 0);
+  // one decoder layer: a different program, the same agreement
+  auto one = sh("sim llama --shapes toy --functional --tokens 4 --layers 1");
+  ASSERT_EQ(one.status, 0) << one.out;
+  EXPECT_NE(one.out.find("4 of 4 tokens equal"), std::string::npos) << one.out;
 }
