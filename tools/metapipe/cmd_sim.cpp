@@ -159,7 +159,7 @@ MP_REGISTER_COMMAND(
     "                    [--functional] [--seed N] [--quiet]\n"
     "       metapipe sim llama [--arch NAME|FILE] [--model FILE.gguf | --shapes PRESET] [--tokens N]\n"
     "                    [--context C] [--fuse per-op|per-layer|all] [--sockets S] [--weight-tile ROWS]\n"
-    "                    [--details] [--no-place] [--json]\n"
+    "                    [--layers K] [--details] [--no-place] [--functional] [--json]\n"
     "                    (one Llama decode token; docs/rdu.md, \"Llama on the SN40L\")\n\n"
     "Maps the program's metapipeline onto a reconfigurable dataflow accelerator (stages to PCUs,\n"
     "buffers to PMUs, loads and stores to AGCUs; several kernel calls when it does not fit), places\n"
