@@ -50,6 +50,11 @@ struct Arch {
   int hop_cycles = 1;
   // Kernel calls: cycles to load a configuration onto the fabric.
   int64_t config_cycles = 10000;
+  // Socket-to-socket links (tensor parallelism over several chips): a ring all-reduce moves its chunks
+  // over these, outside the mesh and the program memory. Bandwidth per link direction and the latency of
+  // one transfer (link, protocol and the receiving socket's write into its PMUs).
+  double socket_link_gbs = 64;
+  double socket_link_latency_ns = 1000;
   std::vector<Memory> memories;  // at least one
   std::string program_memory;    // memory that holds program tensors (default: the first)
 

@@ -75,6 +75,10 @@ struct Stage {
   // are ordered by those waits, so the mapping lets them share the AGCUs (see plan_streams).
   int phase = 0;
   int statement = -1;  // index of that top-level statement in the program's body (-1: built by hand)
+  // Cycles between an iteration's end and its output token's completion spent outside the fabric, on a
+  // transfer that uses no mesh link, PMU or program memory (a socket-to-socket all-reduce): the token's
+  // readers wait for it, everything else goes on.
+  int64_t delay_cycles = 0;
   // Loads and stores.
   int tensor = -1;
   Access access;

@@ -13,7 +13,7 @@
 namespace mp::rdu {
 namespace {
 
-enum EvType : int { TRY, RELEASE, DONE, AGCU_ISSUE, CHAN_SERVE, BURST_DONE };
+enum EvType : int { TRY, RELEASE, DONE, AGCU_ISSUE, CHAN_SERVE, BURST_DONE, CHAN_DONE_HEAD, RELEASE_TRY };
 
 struct Ev {
   double t;
@@ -22,6 +22,49 @@ struct Ev {
   int a;
   int64_t b;
   bool operator>(const Ev& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+};
+
+// A 4-ary min-heap of events by (time, sequence): half the depth of a binary heap, and the four
+// children of a node share a cache line or two. (time, sequence) is a strict total order, so the order in
+// which events come out is the same as from any other priority queue.
+class EventHeap {
+ public:
+  bool empty() const { return v_.empty(); }
+  size_t size() const { return v_.size(); }
+  const Ev& top() const { return v_.front(); }
+  void push(const Ev& e) {
+    size_t i = v_.size();
+    v_.push_back(e);
+    while (i > 0) {
+      const size_t parent = (i - 1) / 4;
+      if (!(v_[parent] > e)) break;
+      v_[i] = v_[parent];
+      i = parent;
+    }
+    v_[i] = e;
+  }
+  void pop() {
+    const Ev last = v_.back();
+    v_.pop_back();
+    const size_t n = v_.size();
+    if (n == 0) return;
+    size_t i = 0;
+    for (;;) {
+      const size_t c = 4 * i + 1;
+      if (c >= n) break;
+      size_t best = c;
+      const size_t end = std::min(c + 4, n);
+      for (size_t k = c + 1; k < end; ++k)
+        if (v_[best] > v_[k]) best = k;
+      if (!(last > v_[best])) break;
+      v_[i] = v_[best];
+      i = best;
+    }
+    v_[i] = last;
+  }
+
+ private:
+  std::vector<Ev> v_;
 };
 
 struct Req {
@@ -35,6 +78,7 @@ struct Req {
 
 struct Channel {
   std::deque<Req> queue;
+  std::deque<Ev> done;  // bursts on the bus or returning, in completion order
   double bus_free = 0;
   bool serve_pending = false;
   bool last_write = false;
@@ -156,12 +200,11 @@ class Sim {
     // No input may stall the loop: it stops, as metapipe's own error, well past the events the graph
     // can need (estimate_events counts them from the stage iterations and bursts).
     const int64_t cap = add_sat(mul_sat(estimate_events(a_, g_), 64), 1000000);
-    while (!q_.empty()) {
+    while (!q_.empty() || now_head_ < now_q_.size()) {
       if (res_.events >= cap)
         fail_internal("simulation of '", g_.name, "' did not finish within ", cap,
                       " events (estimated from its stages); the event loop is stuck");
-      Ev e = q_.top();
-      q_.pop();
+      Ev e = pop();
       now_ = e.t;
       ++res_.events;
       if (opt_.progress && (res_.events & 0xfff) == 0) report_progress();
@@ -172,6 +215,11 @@ class Sim {
           break;
         case RELEASE:
           release(e.a, e.b);
+          break;
+        case RELEASE_TRY:
+          release(e.a, e.b);
+          st_[e.a].try_pending = false;
+          try_fire(e.a);
           break;
         case DONE:
           complete(e.a, e.b);
@@ -187,6 +235,14 @@ class Sim {
         case BURST_DONE:
           burst_done(e.a, e.b);
           break;
+        case CHAN_DONE_HEAD: {
+          auto& dq = chans_[e.a].done;
+          const Ev d = dq.front();
+          dq.pop_front();
+          if (!dq.empty()) q_.push({dq.front().t, dq.front().seq, CHAN_DONE_HEAD, e.a, 0});
+          burst_done(d.a, d.b);
+          break;
+        }
       }
     }
     for (size_t s = 0; s < g_.stages.size(); ++s) {
@@ -209,7 +265,24 @@ class Sim {
   }
 
  private:
-  void push(double t, int type, int a, int64_t b) { q_.push({t, seq_++, type, a, b}); }
+  // Events are processed in (time, sequence) order. Most are scheduled for the current cycle (a stage
+  // trying again as soon as a token arrives or a slot frees); those go to a FIFO instead of the heap. Every
+  // event of the FIFO has the same time and a later sequence number than any in the heap then, so taking
+  // the smaller of the two heads keeps exactly the order of one priority queue, at no heap cost.
+  void push(double t, int type, int a, int64_t b) {
+    if (t == now_ && (now_head_ == now_q_.size() || now_q_.back().t == t)) {
+      if (now_head_ == now_q_.size()) now_q_.clear(), now_head_ = 0;
+      now_q_.push_back({t, seq_++, type, a, b});
+      return;
+    }
+    q_.push({t, seq_++, type, a, b});
+  }
+  Ev pop() {
+    if (now_head_ < now_q_.size() && (q_.empty() || q_.top() > now_q_[now_head_])) return now_q_[now_head_++];
+    Ev e = q_.top();
+    q_.pop();
+    return e;
+  }
 
   void schedule_try(int s, double t) {
     auto& S = st_[s];
@@ -296,8 +369,20 @@ class Sim {
       T.busy_until = now_ + ii;
       T.idle_from = T.busy_until;
       R.busy += ii;
+      const double done_at = now_ + ii + double(M.latency) + extra + double(S.delay_cycles);
+      // The stage tries its next iteration when it is free again, right after releasing its inputs: one
+      // event for both (the try would come next anyway: the only event scheduled between the two is the
+      // completion, at a later time).
+      if (done_at != T.busy_until && !(T.try_pending && T.try_at <= T.busy_until)) {
+        T.try_pending = true;
+        T.try_at = T.busy_until;
+        push(T.busy_until, RELEASE_TRY, s, i);
+        push(done_at, DONE, s, i);
+        ++seq_;  // the sequence number the separate try would have had
+        return;
+      }
       push(now_ + ii, RELEASE, s, i);
-      push(now_ + ii + double(M.latency) + extra, DONE, s, i);
+      push(done_at, DONE, s, i);
       schedule_try(s, T.busy_until);
       return;
     }
@@ -425,7 +510,10 @@ class Sim {
     C.bus_free = end;
     C.bank_free[b] = end;
     ++res_.bursts;
-    push(end + latency_, BURST_DONE, r.stage, r.iter);
+    // A channel's bursts finish in the order it serves them (its bus is serial), so they queue per channel
+    // and only the earliest of each channel sits in the heap, keeping its own time and sequence number.
+    C.done.push_back({end + latency_, seq_++, BURST_DONE, r.stage, r.iter});
+    if (C.done.size() == 1) q_.push({C.done.front().t, C.done.front().seq, CHAN_DONE_HEAD, c, 0});
     if (!C.queue.empty()) {
       C.serve_pending = true;
       push(C.bus_free, CHAN_SERVE, c, 0);
@@ -511,7 +599,9 @@ class Sim {
   std::vector<Agcu> ag_;
   std::vector<StageState> st_;
   std::vector<BufState> bs_;
-  std::priority_queue<Ev, std::vector<Ev>, std::greater<Ev>> q_;
+  EventHeap q_;
+  std::vector<Ev> now_q_;  // events at the current time, in sequence order, from now_head_ on
+  size_t now_head_ = 0;
   uint64_t seq_ = 0;
   double now_ = 0, end_ = 0;
   ConfigResult res_;

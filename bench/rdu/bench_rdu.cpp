@@ -1,8 +1,12 @@
-// Speed of the cycle simulation: a metapipeline of dozens of stages simulated for about a million cycles
-// must take under 10 s on one core. Also times the published BlackScholes case and every program of the
-// examples registry, each compiled by the passes and lowered as `metapipe sim` does.
+// Speed of the cycle simulation: a metapipeline of 40 stages simulated for about a million cycles, with
+// a target of at least a million simulated cycles per second on one core. Also times the published
+// BlackScholes case and every program of the examples registry, each compiled by the passes and lowered as
+// `metapipe sim` does.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
+#include <string>
 
 #include "backends/rdu/arch.h"
 #include "backends/rdu/lower.h"
@@ -58,19 +62,30 @@ Graph long_pipeline(int inner, int64_t iters) {
 
 }  // namespace
 
-int main() {
+// `bench_rdu pipeline`: only the 40-stage pipeline, each size three times, the best of the three (the
+// machine may be shared: the fastest run is the one least disturbed).
+int main(int argc, char** argv) {
+  const bool pipeline_only = argc > 1 && std::string(argv[1]) == "pipeline";
   Arch a = load_arch("plasticine");
   apply_override(a, "grid.rows=16");  // room for 40 stages in one configuration
-  std::printf("%-34s %14s %12s %10s %14s\n", "case", "sim cycles", "events", "wall s", "cycles / s");
+  std::printf("%-34s %14s %12s %10s %14s %8s %14s\n", "case", "sim cycles", "events", "wall s", "cycles / s",
+              "cpu s", "cycles / cpu s");
   for (int64_t iters : {23000, 115000}) {  // about 1 and 5 million simulated cycles
-    Graph g = long_pipeline(38, iters);
-    auto t0 = std::chrono::steady_clock::now();
-    auto r = run(a, g);
-    double s = seconds_since(t0);
-    std::printf("%-34s %14.0f %12lld %10.3f %14.3g   (budget for 1M cycles: 10 s)\n",
-                (g.name + " x" + std::to_string(iters)).c_str(), r.cycles, (long long)r.events, s,
-                r.cycles / s);
+    double best = 1e300, best_cpu = 1e300;
+    RunResult r;
+    for (int rep = 0; rep < 3; ++rep) {
+      Graph g = long_pipeline(38, iters);
+      auto t0 = std::chrono::steady_clock::now();
+      const std::clock_t c0 = std::clock();
+      r = run(a, g);
+      best_cpu = std::min(best_cpu, double(std::clock() - c0) / CLOCKS_PER_SEC);
+      best = std::min(best, seconds_since(t0));
+    }
+    std::printf("%-34s %14.0f %12lld %10.3f %14.3g %8.3f %14.3g   (best of 3; target >= 1M cycles/s)\n",
+                ("pipeline-40-stages x" + std::to_string(iters)).c_str(), r.cycles, (long long)r.events, best,
+                r.cycles / best, best_cpu, r.cycles / best_cpu);
   }
+  if (pipeline_only) return 0;
   Arch p1 = load_arch("plasticine");
   apply_override(p1, "memory.ddr.channels=1");
   {
