@@ -70,26 +70,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 // Block-wide sum / max; `scratch` holds kWarps floats. Every thread gets the result.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
+template <bool Max>
+__device__ __forceinline__ float block_reduce(float v, float* scratch) {
+  v = Max ? warp_max(v) : warp_sum(v);
   __syncthreads();
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  float r = 0;
+  float r = Max ? -INFINITY : 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) r += scratch[w];
+  for (int w = 0; w < kWarps; ++w) r = Max ? fmaxf(r, scratch[w]) : r + scratch[w];
   return r;
 }
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = -INFINITY;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) r = fmaxf(r, scratch[w]);
-  return r;
-}
+__device__ __forceinline__ float block_sum(float v, float* scratch) { return block_reduce<false>(v, scratch); }
+__device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
 // Weights do not change while a kernel runs: read them through the non-coherent path, without
 // allocating in L1 (each byte is read once per token).
@@ -248,22 +241,26 @@ __device__ __forceinline__ float4 f4_load(const float* p, int i4, int n4) {
 }
 
 // out[i] = f(a[i], b[i]) for i < n by the whole block, float4 at a time, kBatch loads in flight per
-// thread (a, b and out 16-byte aligned; a tail of n % 4 values goes one by one).
+// thread (a, b and out 16-byte aligned; a tail of n % 4 values goes one by one). b may be null: f then
+// gets a[i] twice and only a is read.
 template <class F>
 __device__ __forceinline__ void map2_block(const float* __restrict__ a, const float* __restrict__ b, float* out,
                                            int n, F f) {
   const int n4 = n / 4;
+  const float* bb = b ? b : a;
   for (int i0 = threadIdx.x; i0 < n4; i0 += kThreads * kBatch) {
     float4 x[kBatch], y[kBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) x[u] = f4_load(a, i0 + u * kThreads, n4), y[u] = f4_load(b, i0 + u * kThreads, n4);
+    for (int u = 0; u < kBatch; ++u) x[u] = f4_load(a, i0 + u * kThreads, n4);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) y[u] = b ? f4_load(b, i0 + u * kThreads, n4) : x[u];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
       if (i0 + u * kThreads < n4)
         reinterpret_cast<float4*>(out)[i0 + u * kThreads] =
             make_float4(f(x[u].x, y[u].x), f(x[u].y, y[u].y), f(x[u].z, y[u].z), f(x[u].w, y[u].w));
   }
-  for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) out[i] = f(a[i], b[i]);
+  for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) out[i] = f(a[i], bb[i]);
 }
 
 // out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block.
@@ -289,7 +286,7 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
   const float* in = p.buf[op.in0];
   switch (op.stage) {
     case Stage::plain:
-      map2_block(in, in, xs, op.cols, [](float x, float) { return x; });
+      map2_block(in, nullptr, xs, op.cols, [](float x, float) { return x; });
       break;
     case Stage::rmsnorm:
       rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps,
