@@ -32,11 +32,17 @@ template <int MinBlocks>
 __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Params p) {
   extern __shared__ __align__(128) float smem[];
   dev::init_stream(p, reinterpret_cast<uint8_t*>(smem));
+  // A traced task's fetch and ready times (thread 0's), kept in shared memory rather than in registers
+  // across the task.
+  __shared__ unsigned long long s_time[2];
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
       const GpuTask task = p.tasks[p.group_first_task + i];
+      if (p.trace && threadIdx.x == 0) s_time[0] = s_time[1] = dev::global_ns();
       dev::run_task<(MinBlocks < 4)>(p, task, smem);
       dev::finish_task(p, task);
+      if (p.trace && threadIdx.x == 0)
+        p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
     }
     return;
   }
@@ -57,10 +63,14 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
   while (i >= 0) {
     if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     const GpuTask task = p.tasks[p.group_first_task + i];
+    if (p.trace && threadIdx.x == 0) s_time[0] = dev::global_ns();
     dev::prefetch_weights(p, p.ops[task.op], task.index);
     dev::wait_for_producers(p, p.ops[task.op]);
+    if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
     dev::run_task<(MinBlocks < 4)>(p, task, smem);
     dev::finish_task(p, task);
+    if (p.trace && threadIdx.x == 0)
+      p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
     if (!p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     __syncthreads();
     i = s_next;
@@ -121,7 +131,10 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(ctx_ >= 1 && ctx_ <= s.context, "--ctx ", ctx_, " must be in [1, ", s.context,
                   "] (the model's context length)");
     const int64_t max_cols = std::max({s.d_model, s.ffn, s.heads * s.head_dim});
-    const int64_t staging = std::max<int64_t>(max_cols * 4, (256 + 1024 + 2 * dev::kThreads + dev::kWarps) * 4);
+    // A GEMV's input vector and its column slices' sums (at most 256 per task); attention's query, scores,
+    // partial outputs and reduction scratch.
+    const int64_t staging = std::max<int64_t>((max_cols + 4 + 256) * 4,
+                                              (256 + 1024 + 8 * dev::kThreads + dev::kWarps) * 4);
     MP_USER_CHECK(o.stream_depth >= 0 && o.stream_depth <= dev::kMaxStreamDepth, "GPU engine: stream_depth ",
                   o.stream_depth, " must be in [0, ", dev::kMaxStreamDepth, "]");
     MP_USER_CHECK(o.stream_seg_bytes >= 1024 && o.stream_seg_bytes <= 16384 && o.stream_seg_bytes % 1024 == 0,
@@ -151,7 +164,9 @@ class Engine final : public LlamaGpu {
     if (o.blocks_per_sm > 0) per_sm = std::min(per_sm, o.blocks_per_sm);
     stats_.sm_count = prop.multiProcessorCount;
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
-    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.fuse_combine);
+    // The streamed GEMV reads whole rows.
+    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.fuse_combine,
+                            o.stream_depth > 0 ? 1 : o.gemv_slices);
     MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
   ~Engine() override {
@@ -297,6 +312,10 @@ class Engine final : public LlamaGpu {
     p_.lm_head_op = sched_.lm_head_op;
     p_.eps = float(shapes_.rms_eps);
     group_launches_.assign(sched_.groups.size(), 0);
+    if (opt_.trace) {
+      p_.trace = static_cast<TaskTime*>(alloc(sched_.tasks.size() * sizeof(TaskTime)));
+      MP_CUDA(cudaMemset(p_.trace, 0, sched_.tasks.size() * sizeof(TaskTime)));
+    }
     MP_CUDA(cudaDeviceSynchronize());  // the memsets above ran on the legacy stream
   }
 
@@ -370,6 +389,26 @@ class Engine final : public LlamaGpu {
   }
   const LlamaGpuStats& stats() const override { return stats_; }
   std::string device_name() const override { return name_; }
+  std::vector<TaskTime> trace() override {
+    MP_USER_CHECK(p_.trace, "the GPU engine was made without tracing (LlamaGpuOptions::trace, --gpu-trace)");
+    MP_USER_CHECK(positions_run_ >= 1, "trace: no position has run yet");
+    std::vector<TaskTime> t(sched_.tasks.size());
+    MP_CUDA(cudaMemcpyAsync(t.data(), p_.trace, t.size() * sizeof(TaskTime), cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+    return t;
+  }
+  std::vector<int64_t> op_weight_bytes() const override {
+    std::vector<int64_t> b(sched_.ops.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i) {
+      const GpuOp& op = sched_.ops[i];
+      if (op.kind != OpKind::gemv) continue;
+      const dev::DevWeight& w = dw_[size_t(op.weight)];
+      const int64_t n = int64_t(w.rows) * w.cols;
+      b[i] = w.format == dev::kF32 ? n * 4 : w.format == dev::kBF16 ? n * 2 : w.format == dev::kQ8_0 ? n + n / 16
+                                                                                                      : n / 2 + n / 8;
+    }
+    return b;
+  }
 
  private:
   void run_position() {

@@ -89,6 +89,7 @@ struct GpuOp {
   Stage stage;                   // gemv: how its input is staged
   int32_t norm_weight;           // gemv with Stage::rmsnorm: the norm's weight
   int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
+  int32_t slices;                // gemv: column slices per row (1, 2, 4, 8), each a warp's; summed per row
 };
 
 struct GpuTask {
@@ -133,8 +134,15 @@ enum class GemvSplit { balanced, two_per_worker };
 // merges all heads' partials itself while staging its input (9 per layer, the combine done once per
 // task instead of once).
 // user_error when the context does not fit the model's.
+//
+// A GEMV's rows are cut into column slices (GpuOp::slices) when it has too few rows to give every warp
+// of every worker several: `slices` 0 chooses (the fewest that give 4 per warp, at most 8, cols a
+// multiple of 32 x slices), > 0 fixes it where the columns allow (else 1).
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split = GemvSplit::balanced, bool fuse_combine = false);
+                             GemvSplit split = GemvSplit::balanced, bool fuse_combine = false,
+                             int slices = 0);
+// Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
+int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
 // Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
@@ -163,14 +171,40 @@ struct LlamaGpuOptions {
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
   bool fuse_combine = false;  // fused modes: the attention combine inside the O projection's staging
+  int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8
+  // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
+  // last position's. Costs a few stores per task.
+  bool trace = false;
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
 //   min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1,
-//   stream=0..8, seg-kib=1..16, combine=separate|fused
+//   stream=0..8, seg-kib=1..16, combine=separate|fused, slices=auto|1|2|4|8
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);
+
+// One task of a traced position, in nanoseconds of the GPU's global timer: when its block took it (per-op
+// mode: when the block started it), when its producers were done, when it had published its results; and
+// the SM that ran it.
+struct TaskTime {
+  uint64_t fetched = 0, ready = 0, finished = 0;
+  uint32_t sm = 0;
+};
+
+// What a traced position spent where, per operation role ("attn_q", "ffn_down", "attention", ...),
+// averaged over the layers: for each role, its operations' span (first task ready to last task
+// finished), the lag before it (first task ready minus the end of its last producer: the dependency
+// hand-off), the mean time a task waited for its producers and ran, and for GEMVs the weight bandwidth
+// over the span. `times` is indexed like s.tasks. A plain-text table; user_error when the sizes differ.
+std::string trace_summary(const LlamaSchedule& s, const std::vector<TaskTime>& times,
+                          const std::vector<int64_t>& weight_bytes);
+// The same times as CSV: one row per task (op, role, layer, task, sm, fetched, ready, finished; times in
+// ns from the position's first fetch).
+std::string trace_csv(const LlamaSchedule& s, const std::vector<TaskTime>& times);
+// The role of operation `op`: its weight's name without "blk.N." and ".weight" for GEMVs ("output" for
+// an untied LM head, "token_embd" when tied), else the kind's name.
+std::string op_role(const LlamaSchedule& s, int32_t op);
 
 struct LlamaGpuStats {
   int64_t positions = 0;      // positions run
@@ -212,6 +246,11 @@ class LlamaGpu {
   virtual void poison() = 0;
   virtual const LlamaGpuStats& stats() const = 0;
   virtual std::string device_name() const = 0;
+  // The last position's task times (waits for the GPU); user_error unless the engine was made with
+  // LlamaGpuOptions::trace and has run a position.
+  virtual std::vector<TaskTime> trace() = 0;
+  // Bytes of weights each GEMV operation reads (indexed like schedule().ops; 0 for other kinds).
+  virtual std::vector<int64_t> op_weight_bytes() const = 0;
 };
 
 // Bytes the engine allocates on the GPU for these shapes (weights as converted, KV cache, activations):

@@ -57,6 +57,7 @@ struct Params {
   int32_t stream_seg;            // bytes per segment (a multiple of 16)
   int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
   int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
+  TaskTime* trace;               // per task of the schedule: its times in this position (null: not traced)
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -105,6 +106,12 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
+__device__ __forceinline__ uint32_t sm_id() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
@@ -150,14 +157,17 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
   return acc;
 }
 
-// Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum.
+// Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum. With
+// slices > 1, only the columns of slice `slice` of `slices` equal parts (cols a multiple of 32 x slices,
+// so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector.
 template <int kLoads>
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
-                                         int lane) {
+                                         int lane, int slice = 0, int slices = 1) {
   float acc = 0;
-  const int cols = w.cols;
+  const int cols = w.cols / slices, c0 = slice * cols;  // this slice's columns: [c0, c0 + cols)
+  x += c0;
   if (w.format == kBF16) {
-    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols) * 2, cols / 8, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
       const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
       const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
       float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
@@ -165,8 +175,8 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
       return s;
     });
   } else if (w.format == kQ8_0) {
-    const __half* sc = reinterpret_cast<const __half*>(w.s) + r * int64_t(cols / 32);
-    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols), cols / 16, lane, [&](const uint4& q, int c) {
+    const __half* sc = reinterpret_cast<const __half*>(w.s) + (r * int64_t(w.cols) + c0) / 32;
+    acc = dot_pieces<kLoads>(w.q + r * int64_t(w.cols) + c0, cols / 16, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       float s = 0;
 #pragma unroll
@@ -178,8 +188,8 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
       return __half2float(sc[c / 2]) * s;
     });
   } else {  // Q4_1: a 16-byte piece is one block of 32
-    const __half2* sc = reinterpret_cast<const __half2*>(w.s) + r * int64_t(cols / 32);
-    acc = dot_pieces<kLoads>(w.q + r * int64_t(cols / 2), cols / 32, lane, [&](const uint4& q, int c) {
+    const __half2* sc = reinterpret_cast<const __half2*>(w.s) + (r * int64_t(w.cols) + c0) / 32;
+    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) / 2, cols / 32, lane, [&](const uint4& q, int c) {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
       const float* xb = x + c * 32;
       float sq = 0, sx = 0;
@@ -390,11 +400,24 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
   if (p.stream_depth > 0 && w.format == kBF16) {
     gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
   } else {
-    for (int r = r0 + warp; r < r1; r += kWarps) {
-      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane) : dot_row<4>(w, r, xs, lane);
-      if (lane == 0) out[r] = op.accumulate ? out[r] + v : v;
-      best = max(best, argmax_key(v, r));
+    // Warp w takes column slice w % S of rows r0 + w / S, + 8 / S, ... (S = 1: whole rows); the slices'
+    // sums meet in shared memory after the input vector and are added in slice order (the same sums
+    // every run).
+    const int S = op.slices, lanes = kWarps / S, slice = warp % S;
+    float* part = xs + (op.cols + 3) / 4 * 4;
+    for (int r = r0 + warp / S; r < r1; r += lanes) {
+      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
+                                           : dot_row<4>(w, r, xs, lane, slice, S);
+      if (lane == 0) part[(r - r0) * S + slice] = v;
     }
+    __syncthreads();
+    for (int i = threadIdx.x; i < r1 - r0; i += kThreads) {
+      float v = 0;
+      for (int s = 0; s < S; ++s) v += part[i * S + s];
+      out[r0 + i] = op.accumulate ? out[r0 + i] + v : v;
+      best = max(best, argmax_key(v, r0 + i));
+    }
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
   }
   if (lm_head) {  // this task's best row, for the argmax operation
     __shared__ unsigned long long s_best[kWarps];
@@ -478,6 +501,84 @@ __device__ void kv_append(const Params& p, int layer, const float* k, const floa
   }
 }
 
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
+  f[0] = bf16_lo(v.x), f[1] = bf16_hi(v.x), f[2] = bf16_lo(v.y), f[3] = bf16_hi(v.y);
+  f[4] = bf16_lo(v.z), f[5] = bf16_hi(v.z), f[6] = bf16_lo(v.w), f[7] = bf16_hi(v.w);
+}
+
+// One chunk's attention for a head dim that is a multiple of 32 (at most 256), every load independent
+// of the others so that a chunk costs a few memory round trips rather than one per cache position:
+// scores with Dh / 32 threads per position, each loading its 32 elements as four 16-byte pieces (all
+// positions of a pass at once), summed over those threads by shuffles; then the exp-weighted sum of V
+// with a thread per (16-byte piece of a row, group of positions), four positions' loads in flight per
+// thread, the groups' sums added in group order. The cache is read with plain loads (it is written in
+// the same kernel).
+__device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                                        int kvw, int start, int end, const float* qs, float* sc, float* red,
+                                        float* scratch, float* ml, float* po) {
+  const int Dh = p.Dh, tpp = Dh / 32, sub = threadIdx.x % tpp, per_pass = kThreads / tpp;
+  for (int j0 = start; j0 < end; j0 += per_pass) {
+    const int j = j0 + int(threadIdx.x) / tpp;
+    const bool in = j < end;
+    const uint4* kp = reinterpret_cast<const uint4*>(K + int64_t(in ? j : start) * kvw) + sub * 4;
+    uint4 kq[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) kq[u] = in ? kp[u] : make_uint4(0, 0, 0, 0);
+    float s = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      float f[8];
+      bf16x8_to_float(kq[u], f);
+      const float* q = qs + (sub * 4 + u) * 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) s += f[e] * q[e];
+    }
+    for (int o = tpp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (in && sub == 0) sc[j - start] = s;
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < end - start; j += kThreads) m = fmaxf(m, sc[j]);
+  m = block_max(m, scratch);
+  float l = 0;
+  for (int j = threadIdx.x; j < end - start; j += kThreads) {
+    const float e = __expf(sc[j] - m);
+    sc[j] = e;
+    l += e;
+  }
+  l = block_sum(l, scratch);  // its barriers also publish sc
+  const int np = Dh / 8, groups = kThreads / np, piece = threadIdx.x % np, grp = threadIdx.x / np;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  constexpr int kBatchV = 4;
+  for (int j0 = start + grp; j0 < end; j0 += groups * kBatchV) {
+    uint4 vv[kBatchV];
+#pragma unroll
+    for (int u = 0; u < kBatchV; ++u) {
+      const int j = j0 + groups * u;
+      vv[u] = j < end ? reinterpret_cast<const uint4*>(V + int64_t(j) * kvw)[piece] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatchV; ++u) {
+      const int j = j0 + groups * u;
+      if (j >= end) continue;
+      const float w = sc[j - start];
+      float f[8];
+      bf16x8_to_float(vv[u], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] += w * f[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 8; ++e) red[grp * Dh + piece * 8 + e] = acc[e];
+  __syncthreads();
+  for (int e = threadIdx.x; e < Dh; e += kThreads) {
+    float o = 0;
+    for (int k = 0; k < groups; ++k) o += red[k * Dh + e];
+    po[e] = o;
+  }
+  if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
+}
+
 // Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
 // valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
 __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem) {
@@ -493,13 +594,17 @@ __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* s
   }
   float* qs = smem;                // Dh
   float* sc = qs + 256;            // attn_chunk scores
-  float* red = sc + p.attn_chunk;  // groups x Dh partial outputs
-  float* scratch = red + 2 * kThreads;
+  float* red = sc + p.attn_chunk;  // groups x Dh partial outputs (at most 8 x kThreads)
+  float* scratch = red + 8 * kThreads;
   const float scale = rsqrtf(float(Dh));
   for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
   __syncthreads();
   const __nv_bfloat16* K = p.cache_k + int64_t(op.layer) * p.context * kvw + g * Dh;
   const __nv_bfloat16* V = p.cache_v + int64_t(op.layer) * p.context * kvw + g * Dh;
+  if (Dh % 32 == 0 && Dh <= 256) {
+    attention_chunk_batched(p, K, V, kvw, start, end, qs, sc, red, scratch, ml, po);
+    return;
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pairs = Dh / 2;
   for (int j = start + warp; j < end; j += kWarps) {
     const __nv_bfloat162* k = reinterpret_cast<const __nv_bfloat162*>(K + int64_t(j) * kvw);

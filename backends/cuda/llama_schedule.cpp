@@ -37,7 +37,7 @@ Launch parse_launch(const std::string& s) {
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, combine=separate|fused";
+      "stream=0..8, seg-kib=1..16, combine=separate|fused, slices=auto|1|2|4|8";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -76,6 +76,9 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
     } else if (key == "combine") {
       if (value != "separate" && value != "fused") bad();
       o.fuse_combine = value == "fused";
+    } else if (key == "slices") {
+      if (value != "auto" && value != "1" && value != "2" && value != "4" && value != "8") bad();
+      o.gemv_slices = value == "auto" ? 0 : int(number());
     } else if (key == "fetch-ahead") {
       if (value != "0" && value != "1") bad();
       o.fetch_ahead = value == "1";
@@ -171,8 +174,18 @@ int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
   return 8 * best;
 }
 
+int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want) {
+  auto fits = [&](int s) { return cols % (32 * s) == 0; };
+  if (want > 0) return fits(want) ? want : 1;
+  int s = 1;
+  while (s < 8 && rows * s < 4 * 8 * workers && fits(2 * s)) s *= 2;
+  return s;
+}
+
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split, bool fuse_combine) {
+                             GemvSplit split, bool fuse_combine, int slices) {
+  MP_USER_CHECK(slices == 0 || slices == 1 || slices == 2 || slices == 4 || slices == 8,
+                "GPU engine: ", slices, " column slices; 0 (chosen), 1, 2, 4 or 8");
   s.check();
   MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
                 " positions; it must be in [1, ", s.context, "] (the model's context length)");
@@ -202,17 +215,20 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     sc.weights.push_back({name, rows, cols});
     return int32_t(sc.weights.size() - 1);
   };
-  auto gemv_rows = [&](int64_t rows) { return gemv_rows_per_task(rows, workers, split); };
+  // Rows per task of a GEMV cut into `sl` column slices: the balanced split of its rows x sl warp items.
+  auto gemv_rows = [&](int64_t rows, int sl) { return gemv_rows_per_task(rows * sl, workers, split) / sl; };
   constexpr int64_t kElemsPerTask = 2048;
   int32_t group = 0;
   auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,
                 int64_t cols, std::vector<int32_t> deps) {
     GpuOp o{};
+    o.slices = 1;
     o.kind = k, o.layer = int32_t(layer), o.weight = w, o.in0 = in0, o.in1 = in1, o.out = out;
     o.rows = int32_t(rows), o.cols = int32_t(cols);
     switch (k) {
       case OpKind::gemv:
-        o.per_task = int32_t(gemv_rows(rows));
+        o.slices = gemv_slices(rows, cols, workers, slices);
+        o.per_task = int32_t(gemv_rows(rows, o.slices));
         break;
       case OpKind::add:
       case OpKind::silu_mul:

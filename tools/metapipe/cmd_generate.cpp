@@ -96,7 +96,8 @@ long max_rss_kib() {
 // chunk completes; decoding stops at the end-of-generation token.
 int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, const models::Tokenizer* tok,
                   const std::string& text, const std::vector<int32_t>& prompt, int64_t n,
-                  const cuda::LlamaGpuOptions& o, bool json, bool quiet, uint64_t seed) {
+                  const cuda::LlamaGpuOptions& o, bool json, bool quiet, uint64_t seed,
+                  const std::optional<std::string>& trace_file) {
   auto shapes = cuda::shapes_of(cfg, models::rope_frequency);
   double t_load = now_ms();
   std::unique_ptr<cuda::LlamaGpu> gpu;
@@ -162,6 +163,16 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
   s << "launches per token: " << jnum(launches_tok) << "\n";
   s << "bandwidth: " << jnum(gbps) << " GB/s (" << jnum(double(st.weight_bytes) / 1e9)
     << " GB of weights per token, plus the KV cache read)\n";
+  if (trace_file) {
+    // The last position run: a decode step when there was one, else the prompt's last position.
+    const auto times = gpu->trace();
+    std::ofstream f(*trace_file);
+    if (!f) throw user_error("--gpu-trace: cannot write '" + *trace_file + "'");
+    f << cuda::trace_csv(gpu->schedule(), times);
+    if (!f.flush()) throw user_error("--gpu-trace: writing '" + *trace_file + "' failed");
+    s << cuda::trace_summary(gpu->schedule(), times, gpu->op_weight_bytes()) << "(per task: " << *trace_file
+      << ")\n";
+  }
   std::cout << s.str();
   if (json) {
     std::cout << "{\"model\": " << jstr(cfg.name)
@@ -194,6 +205,7 @@ int run_generate(Args& a) {
   auto launch_opt = a.value({"--launch"});
   auto gpu_weights_opt = a.value({"--gpu-weights"});
   auto gpu_tune_opt = a.value({"--gpu-tune"});
+  auto gpu_trace_opt = a.value({"--gpu-trace"});
   bool json = a.flag({"--json"});
   bool quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
@@ -202,17 +214,20 @@ int run_generate(Args& a) {
     throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
   if (target != "cpu" && target != "cuda")
     throw usage_error("unknown --target '" + target + "' for generate (cpu, cuda)");
-  if ((launch_opt || gpu_weights_opt || gpu_tune_opt) && target != "cuda")
+  if ((launch_opt || gpu_weights_opt || gpu_tune_opt || gpu_trace_opt) && target != "cuda")
     throw usage_error(std::string(launch_opt        ? "--launch"
                                   : gpu_weights_opt ? "--gpu-weights"
-                                                    : "--gpu-tune") +
+                                  : gpu_tune_opt    ? "--gpu-tune"
+                                                    : "--gpu-trace") +
                       " needs --target cuda");
+  if (gpu_trace_opt && gpu_trace_opt->empty()) throw usage_error("--gpu-trace needs a file name for the CSV");
   cuda::LlamaGpuOptions gpu_opt;
   if (launch_opt) gpu_opt.launch = cuda::parse_launch(*launch_opt);
   if (gpu_weights_opt && *gpu_weights_opt != "native" && *gpu_weights_opt != "bf16")
     throw usage_error("--gpu-weights '" + *gpu_weights_opt + "': native (Q8_0 / Q4_1 kept) or bf16");
   if (gpu_weights_opt == "bf16") gpu_opt.weights = cuda::GpuWeights::bf16;
   if (gpu_tune_opt) cuda::apply_tuning(*gpu_tune_opt, gpu_opt);
+  gpu_opt.trace = gpu_trace_opt.has_value();
   if (prompt_opt && chat_opt) throw usage_error("give either --prompt or --chat, not both");
   if (model_opt && shapes) throw usage_error("give either --model or --shapes, not both");
 
@@ -277,7 +292,7 @@ int run_generate(Args& a) {
     if (smp.temperature != 0) throw not_supported("sampling on the GPU (--target cuda decodes greedily)");
     gpu_opt.context = ctx;
     return generate_cuda(cfg, file ? &*file : nullptr, tok ? &*tok : nullptr, text, prompt, n, gpu_opt, json,
-                         quiet, smp.seed);
+                         quiet, smp.seed, gpu_trace_opt);
   }
 
   models::RunnerOptions ro;
@@ -532,7 +547,7 @@ MP_REGISTER_COMMAND(
     "usage: metapipe generate [--model FILE.gguf | --shapes PRESET] [--prompt TEXT | --chat TEXT] [-n N]\n"
     "                         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
     "                         [--ctx N] [--target cpu|cuda] [--launch MODE] [--gpu-weights W]\n"
-    "                         [--gpu-tune LIST] [--json] [--quiet]\n\n"
+    "                         [--gpu-tune LIST] [--gpu-trace FILE] [--json] [--quiet]\n\n"
     "Runs the Llama program that metapipe generates for the model's shapes on the CPU engine with the\n"
     "file's quantized weights, streams the text, then prints prompt and decode tokens/s.\n\n"
     "  --model FILE     a GGUF file (general.architecture llama); default: SmolLM2-135M-Instruct Q4_1,\n"
@@ -559,6 +574,8 @@ MP_REGISTER_COMMAND(
     "                   a shared-memory ring), seg-kib=1..16, combine=separate|fused (defaults\n"
     "                   min-blocks=4,loads=4,prefetch-kib=32,split=balanced,fetch-ahead=1,stream=0,\n"
     "                   seg-kib=4,combine=separate; docs/llama-gpu.md)\n"
+    "  --gpu-trace FILE with --target cuda: time every task of the last position (GPU timer), print where\n"
+    "                   the time went per operation role and write one CSV row per task to FILE\n"
     "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
     "                   decode_tokens_per_s, ...}\n"
     "  --quiet          do not stream the text, and no progress line (shown on stderr when it is a\n"

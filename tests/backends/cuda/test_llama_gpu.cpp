@@ -85,7 +85,9 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
               for (int32_t r = t * o.per_task; r < std::min(o.rows, (t + 1) * o.per_task); ++r)
                 ++hit[size_t(r)];
             EXPECT_TRUE(std::all_of(hit.begin(), hit.end(), [](int h) { return h == 1; }));
-            EXPECT_EQ(o.per_task % 8, 0);  // whole warps
+            EXPECT_EQ(o.per_task * o.slices % 8, 0);  // whole warps: rows x column slices
+            EXPECT_TRUE(o.slices == 1 || o.slices == 2 || o.slices == 4 || o.slices == 8) << o.slices;
+            EXPECT_EQ(o.cols % (32 * o.slices), 0) << o.cols << " / " << o.slices;
           }
           if (o.kind == OpKind::attention) {
             EXPECT_EQ(o.tasks, 9 * sc.attn_chunks);
@@ -129,6 +131,31 @@ TEST(LlamaGpuSchedule, BalancedGemvSplit) {
   EXPECT_EQ(gemv_rows_per_task(4096, 396, GemvSplit::balanced), 16);
 }
 
+// Column slices: only where a GEMV has too few rows for 4 warp items per warp, at most 8, and only
+// where the columns split into whole blocks of 32.
+TEST(LlamaGpuSchedule, GemvColumnSlices) {
+  // Llama 3.1 8B on 132 x 3 workers: the target is rows x slices >= 4 items x 8 warps x 396 = 12,672.
+  EXPECT_EQ(gemv_slices(14336, 4096, 396), 1);   // gate / up: 14,336 rows
+  EXPECT_EQ(gemv_slices(4096, 14336, 396), 4);   // down: 4,096 x 4 >= 12,672
+  EXPECT_EQ(gemv_slices(1024, 4096, 396), 8);    // k / v
+  EXPECT_EQ(gemv_slices(128256, 4096, 396), 1);  // LM head
+  EXPECT_EQ(gemv_slices(576, 576, 528), 2);      // SmolLM2: 576 = 32 x 18 splits in two only
+  EXPECT_EQ(gemv_slices(576, 1536, 528), 8);
+  EXPECT_EQ(gemv_slices(576, 1536, 528, 4), 4);  // fixed
+  EXPECT_EQ(gemv_slices(576, 576, 528, 4), 1);   // fixed, but the columns do not split in four
+  const LlamaSchedule sc = build_schedule(shapes("llama3.1-8b"), Launch::megakernel, 64, 396);
+  for (const GpuOp& o : sc.ops) {
+    if (o.kind == OpKind::gemv && o.cols == 14336) { EXPECT_EQ(o.slices, 4); }
+  }
+  const LlamaSchedule one = build_schedule(shapes("llama3.1-8b"), Launch::megakernel, 64, 396,
+                                           GemvSplit::balanced, false, 1);
+  for (const GpuOp& o : one.ops) {
+    if (o.kind == OpKind::gemv) { EXPECT_EQ(o.slices, 1); }
+  }
+  EXPECT_USER_ERROR(build_schedule(shapes("toy"), Launch::megakernel, 64, 16, GemvSplit::balanced, false, 3),
+                    "GPU engine: 3 column slices; 0 (chosen), 1, 2, 4 or 8");
+}
+
 TEST(LlamaGpuOptions, Tuning) {
   LlamaGpuOptions o;
   EXPECT_EQ(o.min_blocks_per_sm, 4);
@@ -161,6 +188,12 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("combine=fused", o);
   EXPECT_TRUE(o.fuse_combine);
   EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
+  EXPECT_EQ(o.gemv_slices, 0);
+  apply_tuning("slices=4", o);
+  EXPECT_EQ(o.gemv_slices, 4);
+  apply_tuning("slices=auto", o);
+  EXPECT_EQ(o.gemv_slices, 0);
+  EXPECT_USER_ERROR(apply_tuning("slices=3", o), "--gpu-tune: 'slices=3' is not one of");
   EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
 
@@ -277,6 +310,49 @@ TEST(LlamaGpuMemory, EstimateCountsWeightsAndCache) {
   EXPECT_LT(b, 16'200'000'000LL + kv);
 }
 
+// A synthetic trace of the toy megakernel schedule: every op's tasks ready 100 ns after its last
+// producer ends and running 1 us; the summary's spans and lags must come out of those times.
+TEST(LlamaGpuTrace, SummaryFromTaskTimes) {
+  const LlamaSchedule s = build_schedule(shapes("toy"), Launch::megakernel, 64, 16);
+  std::vector<uint64_t> end(s.ops.size(), 0);
+  std::vector<TaskTime> t(s.tasks.size());
+  for (size_t i = 0; i < s.ops.size(); ++i) {
+    const GpuOp& op = s.ops[i];
+    uint64_t dep = 1000;
+    for (int d = 0; d < op.dep_count; ++d) dep = std::max(dep, end[size_t(s.deps[size_t(op.dep_begin + d)])]);
+    for (int k = 0; k < op.tasks; ++k) {
+      TaskTime& x = t[size_t(op.first_task + k)];
+      x.fetched = dep - 50, x.ready = dep + 100 + uint64_t(k) * 10, x.finished = x.ready + 1000;
+      end[i] = std::max(end[i], x.finished);
+    }
+  }
+  std::vector<int64_t> bytes(s.ops.size(), 0);
+  for (size_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == OpKind::gemv) bytes[i] = 2000;
+  const std::string sum = trace_summary(s, t, bytes);
+  EXPECT_NE(sum.find("attn_q"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("ffn_down"), std::string::npos) << sum;
+  EXPECT_NE(sum.find("attention"), std::string::npos) << sum;
+  // attn_q: tasks ready 100 ns after the producer; span = 1000 + 10 * (tasks - 1) ns; 2000 bytes over it.
+  const GpuOp* q = nullptr;
+  for (int32_t i = 0; i < int32_t(s.ops.size()); ++i)
+    if (op_role(s, i) == "attn_q") q = &s.ops[size_t(i)];
+  ASSERT_NE(q, nullptr);
+  char want[128];
+  std::snprintf(want, sizeof want, "%10.2f %9.2f", (1000.0 + 10.0 * (q->tasks - 1)) / 1e3, 0.10);
+  EXPECT_NE(sum.find(want), std::string::npos) << want << "\n" << sum;
+  const std::string csv = trace_csv(s, t);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), int64_t(s.tasks.size()) + 1);
+  EXPECT_EQ(csv.rfind("op,role,layer,task,sm,fetched_ns,ready_ns,finished_ns\n0,embed,-1,0,0,0,", 0), 0u)
+      << csv.substr(0, 200);
+  // Out-of-order or missing times are a user error, not a wrong table.
+  std::vector<TaskTime> bad = t;
+  bad[3].finished = bad[3].ready - 1;
+  EXPECT_USER_ERROR(trace_summary(s, bad, bytes), "trace: task 3 has its times out of order");
+  bad.pop_back();
+  EXPECT_USER_ERROR(trace_summary(s, bad, bytes), "task times for");
+}
+
 TEST(LlamaGpuEngine, WithoutAGpuSaysSo) {
   if (query_gpu()) GTEST_SKIP() << "a GPU is present (SM90_LlamaGpu* covers the engine)";
   LlamaGpuOptions o;
@@ -304,6 +380,9 @@ TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
   auto b = test::run_cli("generate --shapes toy --target cuda --gpu-tune split=even -n 2");
   EXPECT_EQ(b.status, 1) << b.out;
   EXPECT_NE(b.out.find("--gpu-tune: 'split=even' is not one of"), std::string::npos) << b.out;
+  auto tr = test::run_cli("generate --shapes toy --gpu-trace t.csv -n 2");
+  EXPECT_EQ(tr.status, 2) << tr.out;
+  EXPECT_NE(tr.out.find("--gpu-trace needs --target cuda"), std::string::npos) << tr.out;
   if (query_gpu()) return;
   auto g = test::run_cli("generate --shapes toy --target cuda -n 2");
   EXPECT_EQ(g.status, 1) << g.out;

@@ -313,6 +313,43 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
   }
 }
 
+// Tracing: every task of the last position gets ordered times on a real SM, the results do not change,
+// and the summary and CSV come out of them.
+TEST(SM90_LlamaGpu, TraceTimesEveryTask) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
+  test::Watchdog wd(300, "GPU Llama test");
+  auto c = models::LlamaConfig::preset("smollm2-135m");
+  const int64_t ctx = 48;
+  models::RunnerOptions ro;
+  ro.context = ctx;
+  auto runner = models::LlamaRunner::random(c, ro, 31, quant::QType::Q8_0);
+  const std::vector<int32_t> prompt = {1, 17, 400, 9000, 31, 5};
+  for (Launch m : {Launch::per_op, Launch::megakernel}) {
+    SCOPED_TRACE(to_string(m));
+    LlamaGpuOptions o;
+    o.launch = m, o.context = ctx;
+    auto plain = LlamaGpu::create(shapes(c), runner->weights(), o);
+    EXPECT_USER_ERROR(plain->trace(), "made without tracing");
+    o.trace = true;
+    auto traced = LlamaGpu::create(shapes(c), runner->weights(), o);
+    const Decode a = run_gpu(*plain, prompt, 8), b = run_gpu(*traced, prompt, 8);
+    EXPECT_EQ(max_diff(a.first_logits, b.first_logits), 0.0);
+    EXPECT_EQ(a.tokens, b.tokens);
+    const auto t = traced->trace();
+    ASSERT_EQ(t.size(), traced->schedule().tasks.size());
+    const int sms = traced->stats().sm_count;
+    for (size_t i = 0; i < t.size(); ++i) {
+      ASSERT_GT(t[i].fetched, 0u) << "task " << i;
+      ASSERT_LE(t[i].fetched, t[i].ready) << "task " << i;
+      ASSERT_LE(t[i].ready, t[i].finished) << "task " << i;
+      ASSERT_LT(t[i].sm, uint32_t(sms)) << "task " << i;
+    }
+    const std::string sum = trace_summary(traced->schedule(), t, traced->op_weight_bytes());
+    EXPECT_NE(sum.find("ffn_down"), std::string::npos) << sum;
+    EXPECT_NE(sum.find("attention"), std::string::npos) << sum;
+  }
+}
+
 TEST(SM90_LlamaGpu, ModelThatDoesNotFitSaysHowMuch) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
   auto c = models::LlamaConfig::preset("llama3.1-8b");
