@@ -165,7 +165,7 @@ class Engine final : public LlamaGpu {
     stats_.sm_count = prop.multiProcessorCount;
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
     // The streamed GEMV reads whole rows.
-    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.fuse_combine,
+    sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.combine,
                             o.stream_depth > 0 ? 1 : o.gemv_slices);
     MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
@@ -303,6 +303,8 @@ class Engine final : public LlamaGpu {
     p_.pred = static_cast<int32_t*>(alloc(size_t(ctx_) * 4));
     p_.done = static_cast<unsigned long long*>(alloc(sched_.ops.size() * 8));
     p_.heads = static_cast<unsigned long long*>(alloc(sched_.groups.size() * 8));
+    p_.head_done = static_cast<unsigned long long*>(alloc(size_t(shapes_.layers * shapes_.heads) * 8));
+    MP_CUDA(cudaMemset(p_.head_done, 0, size_t(shapes_.layers * shapes_.heads) * 8));
     MP_CUDA(cudaMemset(p_.done, 0, sched_.ops.size() * 8));
     MP_CUDA(cudaMemset(p_.heads, 0, sched_.groups.size() * 8));
     MP_CUDA(cudaMemset(p_.pred, 0, size_t(ctx_) * 4));

@@ -90,6 +90,7 @@ struct GpuOp {
   int32_t norm_weight;           // gemv with Stage::rmsnorm: the norm's weight
   int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
   int32_t slices;                // gemv: column slices per row (1, 2, 4, 8), each a warp's; summed per row
+  int32_t combine;               // attention: the buffer its last task per head merges the head into (-1: none)
 };
 
 struct GpuTask {
@@ -126,25 +127,34 @@ struct LlamaSchedule {
 // larger tasks). two_per_worker: about two tasks per worker, the smallest multiple of 8 rows that gives it.
 enum class GemvSplit { balanced, two_per_worker };
 
+// Where the fused modes merge the split-KV partials of a head: an operation of its own (a task per
+// head), inside every O-projection task's staging, or in the attention task that finishes a head's
+// chunks last (a per-head counter in global memory; no operation and no dependency step of its own).
+enum class Combine { separate, in_o_projection, last_task };
+const char* to_string(Combine c);  // "separate", "fused", "last"
+
 // Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
 // head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
 // every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul and
-// the residuals into the GEMVs and RoPE into the KV append (10 per layer). The split-KV combine stays an
-// operation of its own (a task per head) unless `fuse_combine`: then every task of the O projection
-// merges all heads' partials itself while staging its input (9 per layer, the combine done once per
-// task instead of once).
+// the residuals into the GEMVs and RoPE into the KV append (10 per layer with the split-KV combine an
+// operation of its own, 9 with `combine` in_o_projection, where every task of the O projection merges all
+// heads' partials itself while staging its input, or last_task, where the attention task that finishes a
+// head last merges that head's).
 // user_error when the context does not fit the model's.
 //
 // A GEMV's rows are cut into column slices (GpuOp::slices) when it has too few rows to give every warp
 // of every worker several: `slices` 0 chooses (the fewest that give 4 per warp, at most 8, cols a
 // multiple of 32 x slices), > 0 fixes it where the columns allow (else 1).
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split = GemvSplit::balanced, bool fuse_combine = false,
+                             GemvSplit split = GemvSplit::balanced, Combine combine = Combine::last_task,
                              int slices = 0);
 // Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
 int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
 // Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
+// The same for GEMVs that run at once (their tasks share the workers), in warp items (rows x column
+// slices) per task: one size for all of them.
+int64_t gemv_items_per_task(const std::vector<int64_t>& items, int64_t workers, GemvSplit split);
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
 // internal_error naming what is wrong. build_schedule's result always passes; tests call it.
 void verify_schedule(const LlamaSchedule& s);
@@ -170,7 +180,7 @@ struct LlamaGpuOptions {
   // (0: register loads, as the quantized formats always use) and the bytes of one segment.
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
-  bool fuse_combine = false;  // fused modes: the attention combine inside the O projection's staging
+  Combine combine = Combine::last_task;  // fused modes: where the split-KV partials are merged
   int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.
@@ -179,7 +189,7 @@ struct LlamaGpuOptions {
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
 //   min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1,
-//   stream=0..8, seg-kib=1..16, combine=separate|fused, slices=auto|1|2|4|8
+//   stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,stream=0".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);

@@ -58,6 +58,7 @@ struct Params {
   int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
   int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
   TaskTime* trace;               // per task of the schedule: its times in this position (null: not traced)
+  unsigned long long* head_done;  // layers x H: attention tasks finished per head, over all positions
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -223,17 +224,21 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int r) {
 // staging of the O projection, so both compute the same values.
 __device__ __forceinline__ float combine_element(const Params& p, const float* partial_o, int h, int e) {
   const int chunks = p.attn_chunks, Dh = p.Dh;
+  // Read from L2 (__ldcg): other blocks wrote the partials in this kernel, and this SM's L1 may hold the
+  // same addresses from an earlier layer.
   const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
   const float* po = partial_o + int64_t(h) * chunks * Dh;
   float m = -INFINITY;
-  for (int c = 0; c < chunks; ++c) m = fmaxf(m, ml[2 * c]);
+  for (int c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(ml + 2 * c));
   float l = 0, o = 0;
-  for (int c = 0; c < chunks; ++c)
-    if (ml[2 * c] != -INFINITY) {
-      const float w = __expf(ml[2 * c] - m);
-      l += w * ml[2 * c + 1];
-      o += w * po[int64_t(c) * Dh + e];
+  for (int c = 0; c < chunks; ++c) {
+    const float mc = __ldcg(ml + 2 * c);
+    if (mc != -INFINITY) {
+      const float w = __expf(mc - m);
+      l += w * __ldcg(ml + 2 * c + 1);
+      o += w * __ldcg(po + int64_t(c) * Dh + e);
     }
+  }
   return o / l;
 }
 
@@ -581,7 +586,7 @@ __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
 
 // Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
 // valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
-__device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem) {
+__device__ void attention_partial(const Params& p, const GpuOp& op, int t, float* smem) {
   const int Dh = p.Dh, chunks = p.attn_chunks, h = t / chunks, c = t % chunks;
   const int g = h / (p.H / p.HKV), kvw = p.HKV * Dh;
   const int start = c * p.attn_chunk, end = min(start + p.attn_chunk, p.pos + 1);
@@ -643,6 +648,27 @@ __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* s
     po[e] = o;
   }
   if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
+}
+
+// The attention task: its chunk's partial, then (Combine::last_task) a count of the head's finished
+// chunks; the task that finishes the head's last chunk merges all of them into op.combine. Release: the
+// block's partial writes, the fence, then the count; acquire: the count, the fence, L2 reads.
+__device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem) {
+  attention_partial(p, op, t, smem);
+  if (op.combine < 0) return;
+  const int h = t / p.attn_chunks;
+  __shared__ int s_last;
+  __syncthreads();  // every thread's partial writes are issued
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned long long done = atomicAdd(p.head_done + int64_t(op.layer) * p.H + h, 1ull) + 1;
+    s_last = done == p.epoch * static_cast<unsigned long long>(p.attn_chunks);
+    if (s_last) __threadfence();
+  }
+  __syncthreads();
+  if (s_last)
+    for (int e = threadIdx.x; e < p.Dh; e += kThreads)
+      p.buf[op.combine][h * p.Dh + e] = combine_element(p, p.buf[op.out], h, e);
 }
 
 __device__ void task_attn_combine(const Params& p, const GpuOp& op, int h) {

@@ -37,7 +37,7 @@ Launch parse_launch(const std::string& s) {
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, combine=separate|fused, slices=auto|1|2|4|8";
+      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -74,8 +74,14 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       if (k < 1 || k > 16) bad();
       o.stream_seg_bytes = k * 1024;
     } else if (key == "combine") {
-      if (value != "separate" && value != "fused") bad();
-      o.fuse_combine = value == "fused";
+      if (value == "separate")
+        o.combine = Combine::separate;
+      else if (value == "fused")
+        o.combine = Combine::in_o_projection;
+      else if (value == "last")
+        o.combine = Combine::last_task;
+      else
+        bad();
     } else if (key == "slices") {
       if (value != "auto" && value != "1" && value != "2" && value != "4" && value != "8") bad();
       o.gemv_slices = value == "auto" ? 0 : int(number());
@@ -86,6 +92,10 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       bad();
     }
   }
+}
+
+const char* to_string(Combine c) {
+  return c == Combine::separate ? "separate" : c == Combine::in_o_projection ? "fused" : "last";
 }
 
 const char* to_string(GpuWeights w) { return w == GpuWeights::native ? "native" : "bf16"; }
@@ -159,17 +169,27 @@ std::string layer_name(int64_t l, const char* what) { return "blk." + std::to_st
 }  // namespace
 
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split) {
-  MP_USER_CHECK(rows >= 1 && workers >= 1, "GPU engine: a GEMV of ", rows, " rows over ", workers,
-                " workers");
+  return gemv_items_per_task({rows}, workers, split);
+}
+
+int64_t gemv_items_per_task(const std::vector<int64_t>& items, int64_t workers, GemvSplit split) {
+  int64_t total = 0;
+  for (int64_t n : items) {
+    MP_USER_CHECK(n >= 1 && workers >= 1, "GPU engine: a GEMV of ", n, " rows over ", workers, " workers");
+    total += n;
+  }
+  MP_USER_CHECK(!items.empty(), "GPU engine: no GEMV to split");
   if (split == GemvSplit::two_per_worker)
-    return std::clamp<int64_t>(round_up(ceil_div(rows, 2 * workers), 8), 8, 256);
-  // A task's 8 warps each run ceil(rows per task / 8) rows; a worker runs ceil(tasks / workers) tasks.
-  const int64_t warp_rows = ceil_div(rows, 8);
+    return std::clamp<int64_t>(round_up(ceil_div(total, 2 * workers), 8), 8, 256);
+  // A task of 8k items gives each of its 8 warps k; a worker runs ceil(tasks / workers) tasks, the
+  // tasks of all the GEMVs together (they run at once).
   int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
   for (int64_t k = 1; k <= 32; ++k) {
-    const int64_t cost = ceil_div(ceil_div(warp_rows, k), workers) * k;
+    int64_t tasks = 0;
+    for (int64_t n : items) tasks += ceil_div(n, 8 * k);
+    const int64_t cost = ceil_div(tasks, workers) * k;
     if (cost <= best_cost) best = k, best_cost = cost;  // ties: the larger tasks
-    if (k >= warp_rows) break;
+    if (8 * k >= total) break;
   }
   return 8 * best;
 }
@@ -183,7 +203,7 @@ int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want) {
 }
 
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split, bool fuse_combine, int slices) {
+                             GemvSplit split, Combine combine, int slices) {
   MP_USER_CHECK(slices == 0 || slices == 1 || slices == 2 || slices == 4 || slices == 8,
                 "GPU engine: ", slices, " column slices; 0 (chosen), 1, 2, 4 or 8");
   s.check();
@@ -216,13 +236,23 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     return int32_t(sc.weights.size() - 1);
   };
   // Rows per task of a GEMV cut into `sl` column slices: the balanced split of its rows x sl warp items.
-  auto gemv_rows = [&](int64_t rows, int sl) { return gemv_rows_per_task(rows * sl, workers, split) / sl; };
+  // Several GEMVs with the same producers run at once (q / k / v, gate / up) and are sized together:
+  // `joint_items` is then their shared task size in warp items.
+  int64_t joint_items = 0;
+  auto gemv_rows = [&](int64_t rows, int sl) {
+    return (joint_items ? joint_items : gemv_rows_per_task(rows * sl, workers, split)) / sl;
+  };
+  auto joint = [&](std::vector<std::pair<int64_t, int64_t>> shapes) {  // (rows, cols) each
+    std::vector<int64_t> items;
+    for (auto [r, c] : shapes) items.push_back(r * gemv_slices(r, c, workers, slices));
+    return gemv_items_per_task(items, workers, split);
+  };
   constexpr int64_t kElemsPerTask = 2048;
   int32_t group = 0;
   auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,
                 int64_t cols, std::vector<int32_t> deps) {
     GpuOp o{};
-    o.slices = 1;
+    o.slices = 1, o.combine = -1;
     o.kind = k, o.layer = int32_t(layer), o.weight = w, o.in0 = in0, o.in1 = in1, o.out = out;
     o.rows = int32_t(rows), o.cols = int32_t(cols);
     switch (k) {
@@ -279,20 +309,27 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
                   wg = w("ffn_gate.weight", s.ffn, d), wu = w("ffn_up.weight", s.ffn, d),
                   wd = w("ffn_down.weight", d, s.ffn);
     if (fused) {
+      joint_items = joint({{qw, d}, {kvw, d}, {kvw, d}});
       int32_t q = gemv(l, wq, kX, -1, kQ, qw, d, {last}, Stage::rmsnorm, an, false);
       int32_t k = gemv(l, wk, kX, -1, kK, kvw, d, {last}, Stage::rmsnorm, an, false);
       int32_t v = gemv(l, wv, kX, -1, kV, kvw, d, {last}, Stage::rmsnorm, an, false);
+      joint_items = 0;
       int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
       int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
       int32_t o = -1;
-      if (fuse_combine) {
+      if (combine == Combine::in_o_projection) {
         o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+      } else if (combine == Combine::last_task) {
+        sc.ops[size_t(at)].combine = kAttn;
+        o = gemv(l, wo, kAttn, -1, kX, d, qw, {at}, Stage::plain, -1, true);
       } else {
         const int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
         o = gemv(l, wo, kAttn, -1, kX, d, qw, {cb}, Stage::plain, -1, true);
       }
+      joint_items = joint({{s.ffn, d}, {s.ffn, d}});
       int32_t g = gemv(l, wg, kX, -1, kGate, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
       int32_t u = gemv(l, wu, kX, -1, kUp, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
+      joint_items = 0;
       last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, true);
     } else {
       int32_t n1 = op(OpKind::rmsnorm, l, an, kX, -1, kH, d, d, {last});

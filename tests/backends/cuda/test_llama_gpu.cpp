@@ -101,7 +101,7 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
             EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
         if (m == Launch::per_layer)
           for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
-            EXPECT_EQ(sc.groups[g].ops, 10);  // the fused layer (the combine its own operation)
+            EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer (the combine in the attention)
             EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
           }
       }
@@ -129,6 +129,20 @@ TEST(LlamaGpuSchedule, BalancedGemvSplit) {
   EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::balanced), 40);
   EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::two_per_worker), 24);
   EXPECT_EQ(gemv_rows_per_task(4096, 396, GemvSplit::balanced), 16);
+  // Sized together: Llama 3.1 8B's gate and up (14,336 rows each) in one wave of 396 workers: 80 rows
+  // per task, 2 x 180 tasks (alone each would take 40 rows in 359 tasks, and the two 718 tasks two waves).
+  EXPECT_EQ(gemv_items_per_task({14336, 14336}, 396, GemvSplit::balanced), 80);
+  // q / k / v in warp items (q 4,096 rows x 4 slices, k and v 1,024 x 8): 88 items, 375 tasks.
+  EXPECT_EQ(gemv_items_per_task({16384, 8192, 8192}, 396, GemvSplit::balanced), 88);
+  const LlamaSchedule sc = build_schedule(shapes("llama3.1-8b"), Launch::megakernel, 64, 396);
+  int64_t qkv_tasks = 0, ffn_tasks = 0;
+  for (const GpuOp& o : sc.ops)
+    if (o.kind == OpKind::gemv && o.layer == 0) {
+      if (o.stage == Stage::rmsnorm && o.rows != 14336) qkv_tasks += o.tasks;  // q, k, v
+      if (o.rows == 14336) ffn_tasks += o.tasks;
+    }
+  EXPECT_EQ(ffn_tasks, 360);
+  EXPECT_LE(qkv_tasks, 396);
 }
 
 // Column slices: only where a GEMV has too few rows for 4 warp items per warp, at most 8, and only
@@ -148,11 +162,11 @@ TEST(LlamaGpuSchedule, GemvColumnSlices) {
     if (o.kind == OpKind::gemv && o.cols == 14336) { EXPECT_EQ(o.slices, 4); }
   }
   const LlamaSchedule one = build_schedule(shapes("llama3.1-8b"), Launch::megakernel, 64, 396,
-                                           GemvSplit::balanced, false, 1);
+                                           GemvSplit::balanced, Combine::last_task, 1);
   for (const GpuOp& o : one.ops) {
     if (o.kind == OpKind::gemv) { EXPECT_EQ(o.slices, 1); }
   }
-  EXPECT_USER_ERROR(build_schedule(shapes("toy"), Launch::megakernel, 64, 16, GemvSplit::balanced, false, 3),
+  EXPECT_USER_ERROR(build_schedule(shapes("toy"), Launch::megakernel, 64, 16, GemvSplit::balanced, Combine::last_task, 3),
                     "GPU engine: 3 column slices; 0 (chosen), 1, 2, 4 or 8");
 }
 
@@ -184,9 +198,13 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_EQ(o.stream_seg_bytes, 16384);
   EXPECT_USER_ERROR(apply_tuning("stream=9", o), "--gpu-tune: 'stream=9' is not one of");
   EXPECT_USER_ERROR(apply_tuning("seg-kib=0", o), "--gpu-tune: 'seg-kib=0' is not one of");
-  EXPECT_FALSE(o.fuse_combine);
+  EXPECT_EQ(o.combine, Combine::last_task);
   apply_tuning("combine=fused", o);
-  EXPECT_TRUE(o.fuse_combine);
+  EXPECT_EQ(o.combine, Combine::in_o_projection);
+  apply_tuning("combine=separate", o);
+  EXPECT_EQ(o.combine, Combine::separate);
+  apply_tuning("combine=last", o);
+  EXPECT_EQ(o.combine, Combine::last_task);
   EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
   EXPECT_EQ(o.gemv_slices, 0);
   apply_tuning("slices=4", o);
@@ -200,15 +218,15 @@ TEST(LlamaGpuOptions, Tuning) {
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
 // (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
 TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
-  for (int variant = 0; variant < 3; ++variant) {
-    // per-op; megakernel with the combine as its own operation; megakernel with it in the O projection
+  for (int variant = 0; variant < 4; ++variant) {
+    // per-op; megakernel with the combine as its own operation, in the O projection, in the last task
     const Launch m = variant == 0 ? Launch::per_op : Launch::megakernel;
-    const bool fuse = variant == 2;
-    SCOPED_TRACE(std::string(to_string(m)) + (fuse ? " combine=fused" : ""));
-    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, fuse);
+    const Combine cm = variant == 2 ? Combine::in_o_projection : variant == 3 ? Combine::last_task : Combine::separate;
+    SCOPED_TRACE(std::string(to_string(m)) + " combine=" + to_string(cm));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, cm);
     const size_t n = sc.ops.size();
     ASSERT_LE(n, 64u);
-    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : fuse ? 1 + 9 * 2 + 2u : 1 + 10 * 2 + 2u);
+    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : variant >= 2 ? 1 + 9 * 2 + 2u : 1 + 10 * 2 + 2u);
     std::vector<std::bitset<64>> anc(n);
     for (size_t i = 0; i < n; ++i) {
       const GpuOp& o = sc.ops[i];
@@ -247,6 +265,7 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
           break;
         case OpKind::attention:
           r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO};
+          if (o.combine >= 0) w.insert(o.combine);
           break;
         case OpKind::attn_combine:
           r = {kPartML, kPartO}, w = {o.out};

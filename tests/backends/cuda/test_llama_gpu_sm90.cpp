@@ -304,12 +304,44 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
       auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
       return run_gpu(*g, prompt, 12);
     };
-    const Decode regs = run("stream=0"), whole = run("stream=4,seg-kib=4"), split = run("stream=3,seg-kib=1");
+    // The streamed GEMV reads whole rows: compared with the register loads of whole rows (slices=1).
+    const Decode regs = run("stream=0,slices=1"), whole = run("stream=4,seg-kib=4"), split = run("stream=3,seg-kib=1");
     ASSERT_TRUE(all_finite(whole.first_logits) && all_finite(split.first_logits));
     EXPECT_LE(max_diff(whole.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
     EXPECT_LE(max_diff(split.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
     EXPECT_EQ(whole.tokens, regs.tokens);
     EXPECT_EQ(split.tokens, regs.tokens);
+  }
+}
+
+// The three places of the split-KV combine compute the same merge (combine_element) of the same
+// partials: the same logits and tokens in both fused modes.
+TEST(SM90_LlamaGpu, CombinePlacesAgree) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
+  test::Watchdog wd(300, "GPU Llama test");
+  auto c = models::LlamaConfig::preset("smollm2-135m");
+  const int64_t ctx = 200;
+  models::RunnerOptions ro;
+  ro.context = ctx;
+  auto runner = models::LlamaRunner::random(c, ro, 37, quant::QType::Q8_0);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back(int32_t((i * 7919 + 13) % c.vocab));  // several chunks
+  for (Launch m : {Launch::per_layer, Launch::megakernel}) {
+    SCOPED_TRACE(to_string(m));
+    std::vector<Decode> r;
+    for (const char* cm : {"combine=separate", "combine=fused", "combine=last"}) {
+      LlamaGpuOptions o;
+      o.launch = m, o.context = ctx;
+      apply_tuning(cm, o);
+      auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+      ASSERT_GT(g->schedule().attn_chunks, 1);
+      r.push_back(run_gpu(*g, prompt, 12));
+    }
+    ASSERT_TRUE(all_finite(r[0].first_logits));
+    for (size_t k = 1; k < r.size(); ++k) {
+      EXPECT_LE(max_diff(r[k].first_logits, r[0].first_logits), 1e-5 * max_abs(r[0].first_logits)) << k;
+      EXPECT_EQ(r[k].tokens, r[0].tokens) << k;
+    }
   }
 }
 
