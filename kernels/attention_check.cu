@@ -111,7 +111,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   ck(cudaMemset(lse.p, 0xFF, nl * 4), "poison LSE");
   ck(cudaDeviceSynchronize(), "random inputs");
   if (pass == attention_pass::decode)
-    attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr);
+    attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr,
+                     opt.decode);
   else
     attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr);
   ck(cudaDeviceSynchronize(), "the attention kernel");
@@ -225,7 +226,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
 }
 
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples,
-                               double batch_ms, attention_backward_impl impl) {
+                               double batch_ms, attention_backward_impl impl,
+                               const AttentionDecodeConfig& decode) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   MP_USER_CHECK(samples >= 1 && samples <= 10000, "attention timing: samples must be 1 to 10000, got ",
                 samples);
@@ -246,7 +248,7 @@ AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, boo
   }
   auto once = [&] {
     if (pass == attention_pass::decode)
-      attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
+      attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr, decode);
     else if (pass == attention_pass::forward)
       attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
     else
