@@ -50,7 +50,7 @@ constexpr AttentionDecodeRing attention_decode_ring(int dim, int blocks_per_sm =
   r.chunk_keys = 64;
   r.blocks_per_sm = blocks_per_sm > 0 ? blocks_per_sm : attention_decode_default_residency(dim);
   const int row_bytes = (dim + 8) * 2;
-  r.stage_bytes = 2 * r.chunk_keys * row_bytes;            // a K chunk and a V chunk
+  r.stage_bytes = 2 * r.chunk_keys * row_bytes;              // a K chunk and a V chunk
   const int fixed = attention_decode_block_rows * row_bytes  // the block's Q rows
                     + 1024;                                  // per-warp softmax state, the combine's flag
   const int budget = (228 * 1024) / r.blocks_per_sm - 1024;  // per block, below the 227 KB limit
@@ -61,10 +61,12 @@ constexpr AttentionDecodeRing attention_decode_ring(int dim, int blocks_per_sm =
   return r;
 }
 // The residencies the decode kernel is compiled for (a kernel instance each): the default of every dim,
-// and at dim 128 also 3 blocks per SM (a 2-stage ring) for batch 1, where more, shorter slices fill the
-// SMs more evenly. true when (dim, blocks_per_sm) is one of them.
+// and at dim 128 (the Llama layouts) also 3 blocks per SM (a 2-stage ring: more, shorter slices) and 1
+// (a 6-stage ring: fewer, deeper ones), the two other ways to trade slices against bytes in flight per
+// block. true when (dim, blocks_per_sm) is one of them.
 constexpr bool attention_decode_residency_built(int dim, int blocks_per_sm) {
-  return blocks_per_sm == attention_decode_default_residency(dim) || (dim == 128 && blocks_per_sm == 3);
+  return blocks_per_sm == attention_decode_default_residency(dim) ||
+         (dim == 128 && (blocks_per_sm == 1 || blocks_per_sm == 3));
 }
 // At most this many slices per (batch, KV head, row group): the combine's weights are two per lane.
 constexpr int attention_decode_max_splits = 64;
@@ -74,9 +76,9 @@ constexpr int attention_decode_max_splits = 64;
 // what attention_decode runs. Meant for benchmarks and tests (bench_attention --decode-config): a zero
 // field takes the automatic choice.
 struct AttentionDecodeConfig {
-  int blocks_per_sm = 0;  // the ring's residency (attention_decode_residency_built); 0: the dim's default
-  int waves = 0;          // how many waves of resident blocks the grid may fill, 1 to 4; 0: 1
-  int splits = 0;         // a fixed slice count, 1 to attention_decode_max_splits; 0: from waves
+  int blocks_per_sm = 0;    // the ring's residency (attention_decode_residency_built); 0: the dim's default
+  int waves = 0;            // how many waves of resident blocks the grid may fill, 1 to 4; 0: 1
+  int splits = 0;           // a fixed slice count, 1 to attention_decode_max_splits; 0: from waves
   std::string str() const;  // "bps=2,waves=1,splits=auto"
 };
 // Parses "bps=3,waves=2,splits=48" (any subset, in any order; "default" or "" for all automatic); a bad
@@ -89,15 +91,16 @@ AttentionDecodeConfig parse_attention_decode_config(const std::string& text);
 // divide the length.
 struct AttentionDecodePlan {
   AttentionDecodeRing ring;
-  int splits = 1;         // slices per (batch, KV head, row group)
-  int chunks = 0;         // 64-key chunks of the cache (the last one may be partial)
-  int row_groups = 1;     // blocks of attention_decode_block_rows query rows per KV head
-  long long blocks = 0;   // the grid: batch * kv_heads * row_groups * splits
-  long long slots = 0;    // blocks resident at once: sms * ring.blocks_per_sm
+  int splits = 1;                  // slices per (batch, KV head, row group)
+  int chunks = 0;                  // 64-key chunks of the cache (the last one may be partial)
+  int row_groups = 1;              // blocks of attention_decode_block_rows query rows per KV head
+  long long blocks = 0;            // the grid: batch * kv_heads * row_groups * splits
+  long long slots = 0;             // blocks resident at once: sms * ring.blocks_per_sm
   int first_key(int split) const;  // slice `split`'s keys are [first_key(split), first_key(split + 1)),
                                    // the last clamped to seq_kv by the kernel
 };
-AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms, const AttentionDecodeConfig& config = {});
+AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms,
+                                          const AttentionDecodeConfig& config = {});
 
 // One-line mp::user_error naming the argument when the shape cannot run: a dim other than 64, 128, 256;
 // heads not a multiple of kv_heads; a zero or negative size; sizes whose element counts overflow.

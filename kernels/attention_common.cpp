@@ -78,8 +78,8 @@ AttentionDecodeConfig parse_attention_decode_config(const std::string& text) {
     const size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     const size_t eq = item.find('=');
-    MP_USER_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "attention decode config: '", item,
-                  "' is not key=value (keys: bps, waves, splits; e.g. bps=3,waves=1)");
+    MP_USER_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "attention decode config: '",
+                  item, "' is not key=value (keys: bps, waves, splits; e.g. bps=3,waves=1)");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     int v = 0;
     if (value != "auto") {
@@ -116,12 +116,17 @@ AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms, cons
   check_attention_decode_shape(s);
   MP_USER_CHECK(sms > 0, "attention decode: the SM count must be positive, got ", sms);
   const int bps = c.blocks_per_sm > 0 ? c.blocks_per_sm : attention_decode_default_residency(s.dim);
-  MP_USER_CHECK(attention_decode_residency_built(s.dim, bps), "attention decode: ", bps,
-                " blocks per SM at dim ", s.dim, " is not built (built: ", attention_decode_default_residency(s.dim),
-                s.dim == 128 ? " and 3" : "", ")");
+  if (!attention_decode_residency_built(s.dim, bps)) {
+    std::string built;
+    for (int b = 1; b <= 4; ++b)
+      if (attention_decode_residency_built(s.dim, b))
+        built += (built.empty() ? "" : ", ") + std::to_string(b);
+    fail_user("attention decode: ", bps, " blocks per SM at dim ", s.dim, " is not built (built: ", built,
+              ")");
+  }
   MP_USER_CHECK(c.waves >= 0 && c.waves <= 4, "attention decode: waves=", c.waves, " must be 1 to 4");
-  MP_USER_CHECK(c.splits >= 0 && c.splits <= attention_decode_max_splits, "attention decode: splits=", c.splits,
-                " must be 1 to ", attention_decode_max_splits);
+  MP_USER_CHECK(c.splits >= 0 && c.splits <= attention_decode_max_splits,
+                "attention decode: splits=", c.splits, " must be 1 to ", attention_decode_max_splits);
   AttentionDecodePlan p;
   p.ring = attention_decode_ring(s.dim, bps);
   MP_INTERNAL_CHECK(p.ring.stages >= 2, "attention decode: a built residency without a ring");
@@ -139,7 +144,8 @@ AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms, cons
     // small next to its share of the cache.
     const long long waves = c.waves > 0 ? c.waves : 1;
     const long long most = std::max(1, p.chunks / 3);
-    want = int(std::clamp(waves * p.slots / base, 1ll, std::min<long long>(most, attention_decode_max_splits)));
+    want =
+        int(std::clamp(waves * p.slots / base, 1ll, std::min<long long>(most, attention_decode_max_splits)));
   }
   p.splits = std::min(want, p.chunks);  // whole chunks dealt evenly: none empty
   p.blocks = base * p.splits;

@@ -52,7 +52,8 @@ void* attention_workspace(cudaStream_t stream, size_t bytes, int slot, bool zero
   return p;
 }
 
-constexpr int decode_threads = 128, decode_warps = decode_threads / 32, decode_rows = attention_decode_block_rows;
+constexpr int decode_threads = 128, decode_warps = decode_threads / 32,
+              decode_rows = attention_decode_block_rows;
 template <int D, int BPS>
 constexpr AttentionDecodeRing decode_ring = attention_decode_ring(D, BPS);
 
@@ -73,7 +74,8 @@ struct decode_params {
 __device__ inline uint32_t decode_smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 // 16 bytes global -> shared, bypassing L1; with in == false the 16 bytes are zero-filled and nothing is read.
 __device__ inline void decode_cp_async16(uint32_t dst, const void* src, bool in) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0)
+               : "memory");
 }
 __device__ inline void decode_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -127,7 +129,8 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
   constexpr int KT = D / 16;  // k-steps of S = m-tiles of O^T
   constexpr int stage_elems = 2 * C * P;
   constexpr int copies = C * V16 / decode_threads;  // 16-byte copies per thread per chunk, K and V each
-  static_assert(C == 16 * decode_warps && copies * decode_threads == C * V16, "decode: chunk and block sizes");
+  static_assert(C == 16 * decode_warps && copies * decode_threads == C * V16,
+                "decode: chunk and block sizes");
   static_assert(S >= 2 && S * 2 * C * P * 2 + decode_rows * P * 2 + 1024 == ring.smem_bytes,
                 "decode: the ring's shared-memory layout");
   static_assert(decode_warps * decode_rows * D * 4 <= S * stage_elems * 2 &&
@@ -138,8 +141,8 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
   __nv_bfloat16* ring_s = reinterpret_cast<__nv_bfloat16*>(decode_smem);
   __nv_bfloat16* qs = ring_s + S * stage_elems;
   float* mw = reinterpret_cast<float*>(qs + decode_rows * P);  // [warp][row]: each warp's running max
-  float* lw = mw + decode_warps * decode_rows;                  // [warp][row]: and its sum
-  float* cm = lw + decode_warps * decode_rows;                  // [row]: the combine's max
+  float* lw = mw + decode_warps * decode_rows;                 // [warp][row]: and its sum
+  float* cm = lw + decode_warps * decode_rows;                 // [row]: the combine's max
   int* last_flag = reinterpret_cast<int*>(cm + decode_rows);
   float* scratch = reinterpret_cast<float*>(decode_smem);  // the ring, once the slice is read
 
@@ -205,7 +208,8 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
       for (int x = 0; x < 4; ++x) o[tt][u][x] = 0.f;
   // ldmatrix row addresses: Q rows ((lane / 8) % 2) * 8 + lane % 8, dims (lane / 16) * 8; K and V keys
   // 16 warp + (lane / 16) * 8 + lane % 8, dims ((lane / 8) % 2) * 8 (see the fragment map above).
-  const uint32_t q_addr = decode_smem_addr(qs) + uint32_t(((((lane / 8) % 2) * 8 + lane % 8) * P + (lane / 16) * 8) * 2);
+  const uint32_t q_addr =
+      decode_smem_addr(qs) + uint32_t(((((lane / 8) % 2) * 8 + lane % 8) * P + (lane / 16) * 8) * 2);
   const uint32_t kv_off = uint32_t(((16 * warp + (lane / 16) * 8 + lane % 8) * P + ((lane / 8) % 2) * 8) * 2);
 
   for (int j = 0; j < chunks; ++j) {
@@ -232,8 +236,10 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
         const int key = key_base + 8 * tile + (x & 1);
         const bool in = key < (x < 2 ? lim0 : lim1);
         sc[tile][x] = in ? sc[tile][x] * p.scale_log2 : -INFINITY;
-        if (x < 2) mx0 = fmaxf(mx0, sc[tile][x]);
-        else mx1 = fmaxf(mx1, sc[tile][x]);
+        if (x < 2)
+          mx0 = fmaxf(mx0, sc[tile][x]);
+        else
+          mx1 = fmaxf(mx1, sc[tile][x]);
       }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
@@ -462,19 +468,22 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
   const dim3 grid(unsigned(p.splits), unsigned(s.kv_heads * p.row_groups), unsigned(s.batch));
   auto go = [&]<int D, int NT, int BPS>() -> cudaError_t {
     constexpr int smem = decode_ring<D, BPS>.smem_bytes;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(attn_decode_split<D, NT, BPS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    static const cudaError_t attr = cudaFuncSetAttribute(attn_decode_split<D, NT, BPS>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr != cudaSuccess) return attr;
     attn_decode_split<D, NT, BPS><<<grid, decode_threads, smem, stream>>>(p);
     return cudaGetLastError();
   };
   // One instance per (dim, row tiles, residency) that attention_decode_residency_built names.
-  static_assert(attention_decode_residency_built(64, 2) && attention_decode_residency_built(128, 2) &&
-                attention_decode_residency_built(128, 3) && attention_decode_residency_built(256, 1));
+  static_assert(attention_decode_residency_built(64, 2) && attention_decode_residency_built(128, 1) &&
+                attention_decode_residency_built(128, 2) && attention_decode_residency_built(128, 3) &&
+                attention_decode_residency_built(256, 1));
   const bool narrow = p.group * p.seq_q <= 8;
   const int bps = plan.ring.blocks_per_sm;
+  MP_INTERNAL_CHECK(attention_decode_residency_built(s.dim, bps), "attention decode: residency ", bps);
   if (s.dim == 64) return narrow ? go.template operator()<64, 1, 2>() : go.template operator()<64, 2, 2>();
   if (s.dim == 128) {
+    if (bps == 1) return narrow ? go.template operator()<128, 1, 1>() : go.template operator()<128, 2, 1>();
     if (bps == 3) return narrow ? go.template operator()<128, 1, 3>() : go.template operator()<128, 2, 3>();
     return narrow ? go.template operator()<128, 1, 2>() : go.template operator()<128, 2, 2>();
   }
