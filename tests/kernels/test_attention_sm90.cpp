@@ -166,10 +166,8 @@ TEST(SM90_AttentionBackward, WgmmaGradientsAgainstFp64) {
   expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true, wgmma);  // sampled rows and keys
   expect_ok(shape(1, 32, 8, 2048, 2048, 128), attention_pass::backward, false, wgmma);  // Llama-3.1-8B layout
   // The default (automatic): wgmma at dim 128, the CUDA-core fallback at dim 256.
-  expect_ok(shape(1, 4, 2, 130, 130, 128), attention_pass::backward, true,
-            attention_backward_impl::automatic);
-  expect_ok(shape(1, 4, 2, 130, 130, 256), attention_pass::backward, true,
-            attention_backward_impl::automatic);
+  expect_ok(shape(1, 4, 2, 130, 130, 128), attention_pass::backward, true, attention_backward_impl::automatic);
+  expect_ok(shape(1, 4, 2, 130, 130, 256), attention_pass::backward, true, attention_backward_impl::automatic);
 }
 
 // Every pass and implementation on small shapes (partial tiles, GQA, seq_q != seq_kv, a few decode
