@@ -76,13 +76,17 @@ constexpr int attention_decode_max_splits = 64;
 // what attention_decode runs. Meant for benchmarks and tests (bench_attention --decode-config): a zero
 // field takes the automatic choice.
 struct AttentionDecodeConfig {
-  int blocks_per_sm = 0;    // the ring's residency (attention_decode_residency_built); 0: the dim's default
-  int waves = 0;            // how many waves of resident blocks the grid may fill, 1 to 4; 0: 1
-  int splits = 0;           // a fixed slice count, 1 to attention_decode_max_splits; 0: from waves
-  std::string str() const;  // "bps=2,waves=1,splits=auto"
+  int blocks_per_sm = 0;  // the ring's residency (attention_decode_residency_built); 0: the dim's default
+  int waves = 0;          // how many waves of resident blocks the grid may fill, 1 to 4; 0: 1
+  int splits = 0;         // a fixed slice count, 1 to attention_decode_max_splits; 0: from waves
+  // Programmatic dependent launch: the grid may be scheduled while the previous kernel in the stream
+  // ends (its blocks touch no global memory before that kernel has finished), and it lets the next
+  // such grid start during its own combine. Off by default until timed.
+  bool pdl = false;
+  std::string str() const;  // "bps=2,waves=auto,splits=auto,pdl=off"
 };
-// Parses "bps=3,waves=2,splits=48" (any subset, in any order; "default" or "" for all automatic); a bad
-// key or value is a one-line mp::user_error naming it.
+// Parses "bps=3,waves=2,splits=48,pdl=on" (any subset, in any order; "default" or "" for all automatic;
+// pdl is on or off); a bad key or value is a one-line mp::user_error naming it.
 AttentionDecodeConfig parse_attention_decode_config(const std::string& text);
 
 // The decode's launch for a shape on `sms` SMs: the ring, the slice count and the grid. The cache is cut

@@ -67,7 +67,8 @@ double default_attention_scale(int dim) { return 1.0 / std::sqrt(double(dim)); }
 
 std::string AttentionDecodeConfig::str() const {
   auto field = [](int v) { return v > 0 ? std::to_string(v) : std::string("auto"); };
-  return "bps=" + field(blocks_per_sm) + ",waves=" + field(waves) + ",splits=" + field(splits);
+  return "bps=" + field(blocks_per_sm) + ",waves=" + field(waves) + ",splits=" + field(splits) +
+         ",pdl=" + (pdl ? "on" : "off");
 }
 
 AttentionDecodeConfig parse_attention_decode_config(const std::string& text) {
@@ -79,8 +80,15 @@ AttentionDecodeConfig parse_attention_decode_config(const std::string& text) {
     const std::string item = text.substr(at, comma - at);
     const size_t eq = item.find('=');
     MP_USER_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "attention decode config: '",
-                  item, "' is not key=value (keys: bps, waves, splits; e.g. bps=3,waves=1)");
+                  item, "' is not key=value (keys: bps, waves, splits, pdl; e.g. bps=3,waves=1)");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "pdl") {
+      MP_USER_CHECK(value == "on" || value == "off", "attention decode config: pdl='", value,
+                    "' is not on or off");
+      c.pdl = value == "on";
+      at = comma + 1;
+      continue;
+    }
     int v = 0;
     if (value != "auto") {
       size_t used = 0;
@@ -101,7 +109,7 @@ AttentionDecodeConfig parse_attention_decode_config(const std::string& text) {
     else if (key == "splits")
       c.splits = v;
     else
-      fail_user("attention decode config: unknown key '", key, "' (keys: bps, waves, splits)");
+      fail_user("attention decode config: unknown key '", key, "' (keys: bps, waves, splits, pdl)");
     at = comma + 1;
   }
   return c;

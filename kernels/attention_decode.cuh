@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "tile/sync.cuh"
 
 namespace mp::kernels {
 namespace {
@@ -146,6 +147,9 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
   int* last_flag = reinterpret_cast<int*>(cm + decode_rows);
   float* scratch = reinterpret_cast<float*>(decode_smem);  // the ring, once the slice is read
 
+  // Launched with programmatic stream serialization, the block may start while the previous kernel in the
+  // stream runs: nothing global (Q, the cache, the workspace, O) is touched before it has finished.
+  mp::tile::grid_dependency_wait();
   const int split = blockIdx.x;
   const int hk = blockIdx.y / p.row_groups, rg = blockIdx.y % p.row_groups;
   const int b = blockIdx.z;
@@ -300,6 +304,9 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
     }
   }
   decode_cp_async_wait<0>();
+  // The cache is read: the next grid in the stream, if it was launched for it, may start being scheduled
+  // (it waits in its own dependency wait until this grid has finished).
+  mp::tile::allow_dependent_launch();
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -442,7 +449,7 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
 }
 
 cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
-                          float* lse, float scale, bool causal, const AttentionDecodePlan& plan,
+                          float* lse, float scale, bool causal, const AttentionDecodePlan& plan, bool pdl,
                           cudaStream_t stream) {
   decode_params p{};
   p.q = static_cast<const __nv_bfloat16*>(q);
@@ -471,8 +478,17 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
     static const cudaError_t attr = cudaFuncSetAttribute(attn_decode_split<D, NT, BPS>,
                                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr != cudaSuccess) return attr;
-    attn_decode_split<D, NT, BPS><<<grid, decode_threads, smem, stream>>>(p);
-    return cudaGetLastError();
+    if (!pdl) {
+      attn_decode_split<D, NT, BPS><<<grid, decode_threads, smem, stream>>>(p);
+      return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid, cfg.blockDim = dim3(decode_threads), cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, attn_decode_split<D, NT, BPS>, p);
   };
   // One instance per (dim, row tiles, residency) that attention_decode_residency_built names.
   static_assert(attention_decode_residency_built(64, 2) && attention_decode_residency_built(128, 1) &&

@@ -364,7 +364,8 @@ void attention_decode(const AttentionShape& s, const void* q, const void* k, con
   MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
                 "attention: LSE must be a 4-byte aligned device pointer");
   const AttentionDecodePlan plan = attention_decode_plan(s, pc::device_sm_count(), config);
-  check_cuda(launch_decode(s, q, k, v, o, lse, scale, causal, plan, stream), "the attention decode launch");
+  check_cuda(launch_decode(s, q, k, v, o, lse, scale, causal, plan, config.pdl, stream),
+             "the attention decode launch");
 }
 
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,

@@ -162,8 +162,10 @@ TEST(Attention, BackwardImplementationNames) {
   EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::automatic), "auto");
   EXPECT_EQ(AttentionCheckOptions{}.backward_impl, attention_backward_impl::automatic);
   // automatic: Tensor Cores where the wgmma backward exists, CUDA cores for dim 256; explicit stays.
-  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 64), attention_backward_impl::wgmma);
-  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 128), attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 64),
+            attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 128),
+            attention_backward_impl::wgmma);
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 256),
             attention_backward_impl::cuda_core);
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::cuda_core, 64),
@@ -323,7 +325,9 @@ TEST(Attention, DecodePlanSlicesCoverTheCacheOnce) {
               EXPECT_EQ(p.chunks, (n + 63) / 64) << where;
               EXPECT_EQ(p.blocks, 1ll * b * 8 * p.row_groups * p.splits) << where;
               EXPECT_EQ(p.slots, 1ll * sms * p.ring.blocks_per_sm) << where;
-              if (p.splits > 1) EXPECT_LE(p.blocks, 1ll * std::max(1, waves) * p.slots) << where;
+              if (p.splits > 1) {
+                EXPECT_LE(p.blocks, 1ll * std::max(1, waves) * p.slots) << where;
+              }
               EXPECT_EQ(p.first_key(0), 0) << where;
               EXPECT_GE(p.first_key(p.splits), n) << where;  // all covered
               EXPECT_LT(p.first_key(p.splits), n + 64) << where;
@@ -334,7 +338,9 @@ TEST(Attention, DecodePlanSlicesCoverTheCacheOnce) {
                 EXPECT_EQ(p.first_key(i) % 64, 0) << where << " slice " << i;
                 if (i + 1 < p.splits) shortest = std::min(shortest, len), longest = std::max(longest, len);
               }
-              if (p.splits > 2) EXPECT_LE(longest - shortest, 64) << where;  // within one chunk of each other
+              if (p.splits > 2) {
+                EXPECT_LE(longest - shortest, 64) << where;  // within one chunk of each other
+              }
             }
           }
   // 8192 keys in 33 slices: 128 chunks as 29 slices of 4 and 4 of 3 (in the order the formula deals them).
@@ -370,9 +376,15 @@ TEST(Attention, DecodeConfigSteersThePlan) {
   EXPECT_EQ(parsed.blocks_per_sm, 3);
   EXPECT_EQ(parsed.waves, 2);
   EXPECT_EQ(parsed.splits, 48);
-  EXPECT_EQ(parsed.str(), "bps=3,waves=2,splits=48");
-  EXPECT_EQ(parse_attention_decode_config("waves=auto").str(), "bps=auto,waves=auto,splits=auto");
-  EXPECT_EQ(parse_attention_decode_config("default").str(), "bps=auto,waves=auto,splits=auto");
+  EXPECT_FALSE(parsed.pdl);
+  EXPECT_EQ(parsed.str(), "bps=3,waves=2,splits=48,pdl=off");
+  EXPECT_EQ(parse_attention_decode_config("waves=auto").str(), "bps=auto,waves=auto,splits=auto,pdl=off");
+  EXPECT_EQ(parse_attention_decode_config("default").str(), "bps=auto,waves=auto,splits=auto,pdl=off");
+  EXPECT_TRUE(parse_attention_decode_config("pdl=on,bps=3").pdl);
+  EXPECT_EQ(parse_attention_decode_config("pdl=on,bps=3").blocks_per_sm, 3);
+  EXPECT_FALSE(parse_attention_decode_config("pdl=off").pdl);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("pdl=1"); }).find("pdl='1' is not on or off"),
+            std::string::npos);
   EXPECT_EQ(parse_attention_decode_config("").splits, 0);
   EXPECT_NE(error_of([] { parse_attention_decode_config("stages=3"); }).find("unknown key 'stages'"),
             std::string::npos);
@@ -419,8 +431,9 @@ TEST(Attention, DecodeRingFitsSharedMemory) {
       EXPECT_GE(r.stages * r.stage_bytes, attention_decode_block_rows * attention_decode_max_splits * 4)
           << where;
       // One more stage would not fit: the ring takes what the blocks of an SM leave.
-      if (r.stages < 8)
+      if (r.stages < 8) {
         EXPECT_GT(r.blocks_per_sm * (r.smem_bytes + r.stage_bytes + 1024), 228 * 1024) << where;
+      }
       // Bytes in flight per SM while a chunk is computed: at least 64 KB (Little's law at about 4 TB/s and
       // about 1 us of DRAM latency wants about 32 KB per SM of 132).
       EXPECT_GE(r.blocks_per_sm * (r.stages - 1) * r.stage_bytes, 64 * 1024) << where;

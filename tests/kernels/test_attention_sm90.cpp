@@ -108,16 +108,17 @@ TEST(SM90_AttentionDecode, RowTilesChunkEdgesAndRepeats) {
 }
 
 // The decode's launch configs (AttentionDecodeConfig: what bench_attention --decode-config times) must
-// all give the result: the 2-stage ring at 3 blocks per SM and the 6-stage one at 1 (d128), grids of two
-// waves, and fixed slice counts that deal the chunks unevenly (64 slices of 8193 keys: 129 chunks, the
-// last of one key; 33 of 4104 keys: slices of 1 or 2 chunks; 7 of 1000), for 4, 9 and 16 rows per block,
-// causal and not.
+// all give the same result: the 2-stage ring at 3 blocks per SM and the 6-stage one at 1 (d128), grids of
+// two waves, fixed slice counts that deal the chunks unevenly (64 slices of 8193 keys: 129 chunks, the
+// last of one key; 33 of 4104 keys: slices of 1 or 2 chunks; 7 of 1000), and programmatic dependent
+// launch (three launches back to back in check_attention, sharing the workspace and counters), for 4, 9
+// and 16 rows per block, causal and not.
 TEST(SM90_AttentionDecode, LaunchConfigs) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
   constexpr auto decode = attention_pass::decode;
   constexpr auto any = attention_backward_impl::automatic;
   for (const char* text :
-       {"bps=3", "bps=1", "waves=2", "bps=3,waves=2", "splits=64", "splits=33", "splits=7"})
+       {"bps=3", "bps=1", "waves=2", "bps=3,waves=2", "splits=64", "splits=33", "splits=7", "pdl=on"})
     for (int d : attention_dims) {
       const AttentionDecodeConfig c = parse_attention_decode_config(text);
       if (!attention_decode_residency_built(
@@ -128,7 +129,7 @@ TEST(SM90_AttentionDecode, LaunchConfigs) {
       expect_ok(shape(2, 8, 2, 4, 1000, d), decode, true, any, c);   // 16 rows
       expect_ok(shape(1, 9, 1, 1, 3001, d), decode, false, any, c);  // 9 rows: two row tiles
     }
-  for (const char* text : {"bps=3", "bps=1", "waves=2", "bps=3,waves=2"}) {
+  for (const char* text : {"bps=3", "bps=1", "waves=2", "bps=3,waves=2", "pdl=on", "waves=2,pdl=on"}) {
     const AttentionDecodeConfig c = parse_attention_decode_config(text);
     expect_ok(shape(1, 32, 8, 1, 32768, 128), decode, false, any, c);  // Llama-3.1-8B, batch 1
     expect_ok(shape(8, 32, 8, 1, 8192, 128), decode, false, any, c);   // batch 8
@@ -166,8 +167,10 @@ TEST(SM90_AttentionBackward, WgmmaGradientsAgainstFp64) {
   expect_ok(shape(1, 8, 2, 1024, 1024, 128), attention_pass::backward, true, wgmma);  // sampled rows and keys
   expect_ok(shape(1, 32, 8, 2048, 2048, 128), attention_pass::backward, false, wgmma);  // Llama-3.1-8B layout
   // The default (automatic): wgmma at dim 128, the CUDA-core fallback at dim 256.
-  expect_ok(shape(1, 4, 2, 130, 130, 128), attention_pass::backward, true, attention_backward_impl::automatic);
-  expect_ok(shape(1, 4, 2, 130, 130, 256), attention_pass::backward, true, attention_backward_impl::automatic);
+  expect_ok(shape(1, 4, 2, 130, 130, 128), attention_pass::backward, true,
+            attention_backward_impl::automatic);
+  expect_ok(shape(1, 4, 2, 130, 130, 256), attention_pass::backward, true,
+            attention_backward_impl::automatic);
 }
 
 // Every pass and implementation on small shapes (partial tiles, GQA, seq_q != seq_kv, a few decode
