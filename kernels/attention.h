@@ -172,7 +172,8 @@ struct AttentionCheckOptions {
   double scale = 0;  // 0: 1 / sqrt(dim)
   bool causal = false;
   attention_backward_impl backward_impl = attention_backward_impl::automatic;
-  AttentionDecodeConfig decode;  // the decode's launch (the default: automatic)
+  AttentionDecodeConfig decode;  // the decode's launch (the default: automatic); with pdl, three
+                                 // launches back to back, checked after the last
 };
 
 struct AttentionCheckResult {
