@@ -113,6 +113,12 @@ int main(int argc, char** argv) {
     else
       expanded.push_back(c);
   cases = expanded;
+  try {  // a config that names something not built is a usage error before anything runs
+    for (const Case& c : cases)
+      if (!std::strcmp(c.pass, "decode")) attention_decode_plan(c.s, 1, c.decode);
+  } catch (const mp::user_error& e) {
+    usage(e.what());
+  }
   std::printf("pass,dim,causal,batch,heads,kv_heads,seq_q,seq_kv,status,ms,tflops,gbps,decode_config\n");
   const auto gpu = mp::query_gpu();
   int failed = 0;
