@@ -7,7 +7,8 @@
 // product's accumulators to the second's B operand in registers. At the end of its slice a block merges
 // its warps, writes the slice's normalized O and log2-sum-exp to a workspace, and the block that finishes
 // a (batch, KV head, row group) last (a counter in global memory) combines the slices into O and the LSE,
-// so one launch does the whole decode. Included once, by attention_sm90.cu.
+// so one launch does the whole decode. The slices, the ring's depth (a kernel instance per residency) and
+// the grid come from attention_decode_plan (kernels/attention.h). Included once, by attention_sm90.cu.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
