@@ -35,27 +35,76 @@ constexpr int attention_decode_max_rows = 16;
 // mma.sync tiles); a group with more is split into row groups, each reading the KV slice again.
 constexpr int attention_decode_block_rows = 16;
 
-// The decode kernel's shared-memory ring for a head dim: K and V stream through `stages` chunks of
+// The decode kernel's shared-memory ring for a head dim and a number of resident blocks per SM (0: the
+// dim's default, attention_decode_default_residency): K and V stream through `stages` chunks of
 // `chunk_keys` keys each (rows padded by 16 bytes), copied by cp.async `stages - 1` chunks ahead of the
 // compute; `blocks_per_sm` blocks of `smem_bytes` each are resident on an SM (sm_90: 228 KB of shared
-// memory per SM, at most 227 KB per block, 1 KB reserved per block). Host code, so that tests check it.
+// memory per SM, at most 227 KB per block, 1 KB reserved per block). A residency whose blocks leave room
+// for fewer than 2 stages gets stages = 0 (not a ring). Host code, so that tests check it.
 struct AttentionDecodeRing {
   int chunk_keys = 0, stages = 0, blocks_per_sm = 0, stage_bytes = 0, smem_bytes = 0;
 };
-constexpr AttentionDecodeRing attention_decode_ring(int dim) {
+constexpr int attention_decode_default_residency(int dim) { return dim <= 128 ? 2 : 1; }
+constexpr AttentionDecodeRing attention_decode_ring(int dim, int blocks_per_sm = 0) {
   AttentionDecodeRing r;
   r.chunk_keys = 64;
-  r.blocks_per_sm = dim <= 128 ? 2 : 1;
+  r.blocks_per_sm = blocks_per_sm > 0 ? blocks_per_sm : attention_decode_default_residency(dim);
   const int row_bytes = (dim + 8) * 2;
-  r.stage_bytes = 2 * r.chunk_keys * row_bytes;            // a K chunk and a V chunk
+  r.stage_bytes = 2 * r.chunk_keys * row_bytes;              // a K chunk and a V chunk
   const int fixed = attention_decode_block_rows * row_bytes  // the block's Q rows
                     + 1024;                                  // per-warp softmax state, the combine's flag
   const int budget = (228 * 1024) / r.blocks_per_sm - 1024;  // per block, below the 227 KB limit
-  r.stages = (budget - fixed) / r.stage_bytes;
+  r.stages = budget > fixed ? (budget - fixed) / r.stage_bytes : 0;
   if (r.stages > 8) r.stages = 8;  // beyond 7 chunks in flight per block the copies gain nothing
-  r.smem_bytes = r.stages * r.stage_bytes + fixed;
+  if (r.stages < 2) r.stages = 0;
+  r.smem_bytes = r.stages > 0 ? r.stages * r.stage_bytes + fixed : 0;
   return r;
 }
+// The residencies the decode kernel is compiled for (a kernel instance each): the default of every dim,
+// and at dim 128 (the Llama layouts) also 3 blocks per SM (a 2-stage ring: more, shorter slices) and 1
+// (a 6-stage ring: fewer, deeper ones), the two other ways to trade slices against bytes in flight per
+// block. true when (dim, blocks_per_sm) is one of them.
+constexpr bool attention_decode_residency_built(int dim, int blocks_per_sm) {
+  return blocks_per_sm == attention_decode_default_residency(dim) ||
+         (dim == 128 && (blocks_per_sm == 1 || blocks_per_sm == 3));
+}
+// At most this many slices per (batch, KV head, row group): the combine's weights are two per lane.
+constexpr int attention_decode_max_splits = 64;
+
+// How the decode is laid out on the GPU. Every choice here changes the speed, never the result beyond
+// fp32 rounding (the slices' partials are combined exactly through their log-sum-exps); the defaults are
+// what attention_decode runs. Meant for benchmarks and tests (bench_attention --decode-config): a zero
+// field takes the automatic choice.
+struct AttentionDecodeConfig {
+  int blocks_per_sm = 0;  // the ring's residency (attention_decode_residency_built); 0: the dim's default
+  int waves = 0;          // how many waves of resident blocks the grid may fill, 1 to 4; 0: 1
+  int splits = 0;         // a fixed slice count, 1 to attention_decode_max_splits; 0: from waves
+  // Programmatic dependent launch: the grid may be scheduled while the previous kernel in the stream
+  // ends (its blocks touch no global memory before that kernel has finished), and it lets the next
+  // such grid start during its own combine. Off by default until timed.
+  bool pdl = false;
+  std::string str() const;  // "bps=2,waves=auto,splits=auto,pdl=off"
+};
+// Parses "bps=3,waves=2,splits=48,pdl=on" (any subset, in any order; "default" or "" for all automatic;
+// pdl is on or off); a bad key or value is a one-line mp::user_error naming it.
+AttentionDecodeConfig parse_attention_decode_config(const std::string& text);
+
+// The decode's launch for a shape on `sms` SMs: the ring, the slice count and the grid. The cache is cut
+// into whole 64-key chunks, dealt to the slices as evenly as whole chunks allow (slice i takes chunks
+// [i * chunks / splits, (i + 1) * chunks / splits)), so no slice is empty and the slice count need not
+// divide the length.
+struct AttentionDecodePlan {
+  AttentionDecodeRing ring;
+  int splits = 1;                  // slices per (batch, KV head, row group)
+  int chunks = 0;                  // 64-key chunks of the cache (the last one may be partial)
+  int row_groups = 1;              // blocks of attention_decode_block_rows query rows per KV head
+  long long blocks = 0;            // the grid: batch * kv_heads * row_groups * splits
+  long long slots = 0;             // blocks resident at once: sms * ring.blocks_per_sm
+  int first_key(int split) const;  // slice `split`'s keys are [first_key(split), first_key(split + 1)),
+                                   // the last clamped to seq_kv by the kernel
+};
+AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms,
+                                          const AttentionDecodeConfig& config = {});
 
 // One-line mp::user_error naming the argument when the shape cannot run: a dim other than 64, 128, 256;
 // heads not a multiple of kv_heads; a zero or negative size; sizes whose element counts overflow.
@@ -78,7 +127,8 @@ void attention_forward(const AttentionShape& s, const void* q, const void* k, co
 // one KV head's slice once for all the query heads of its group, then combining the slices through their
 // log-sum-exps. lse may be null.
 void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
-                      float* lse, float scale, bool causal, CUstream_st* stream);
+                      float* lse, float scale, bool causal, CUstream_st* stream,
+                      const AttentionDecodeConfig& config = {});
 
 // The backward's two implementations. wgmma: a block per 128-key tile of a (batch, KV head), S, dP, dV,
 // dK and dQ on Tensor Cores (dims 64 and 128; dim 256 throws mp::not_supported). cuda_core: CUDA cores
@@ -96,12 +146,9 @@ void attention_backward(const AttentionShape& s, const void* q, const void* k, c
                         bool causal, CUstream_st* stream,
                         attention_backward_impl impl = attention_backward_impl::automatic);
 
-// The split count attention_decode uses on `sms` SMs (host code, exposed for tests and the CLI): the
-// most slices that keep the grid within one wave of resident blocks, each of at least 256 keys, at most
-// 64, and no slice empty.
+// The slice count attention_decode uses on `sms` SMs with the default config (exposed for the CLI):
+// attention_decode_plan(s, sms).splits.
 int attention_decode_splits(const AttentionShape& s, int sms);
-// Keys per slice for `splits` slices: the length over the count, rounded up to whole 64-key chunks.
-int attention_decode_slice(const AttentionShape& s, int splits);
 
 // ---- CPU fp64 references (inputs as float, already rounded to bf16 by the caller if wanted) ----
 // Rows: the query rows (b, h, i) to compute, as flat indices into (batch, heads, seq_q); empty = all.
@@ -125,6 +172,8 @@ struct AttentionCheckOptions {
   double scale = 0;  // 0: 1 / sqrt(dim)
   bool causal = false;
   attention_backward_impl backward_impl = attention_backward_impl::automatic;
+  AttentionDecodeConfig decode;  // the decode's launch (the default: automatic); with pdl, three
+                                 // launches back to back, checked after the last
 };
 
 struct AttentionCheckResult {
@@ -154,7 +203,8 @@ struct AttentionTiming {
 };
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples = 10,
                                double batch_ms = 200,
-                               attention_backward_impl impl = attention_backward_impl::automatic);
+                               attention_backward_impl impl = attention_backward_impl::automatic,
+                               const AttentionDecodeConfig& decode = {});
 double attention_flops(const AttentionShape& s, attention_pass pass, bool causal);
 
 }  // namespace mp::kernels

@@ -110,9 +110,14 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   ck(cudaMemset(o.p, 0xFF, nq * 2), "poison O");
   ck(cudaMemset(lse.p, 0xFF, nl * 4), "poison LSE");
   ck(cudaDeviceSynchronize(), "random inputs");
-  if (pass == attention_pass::decode)
-    attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr);
-  else
+  if (pass == attention_pass::decode) {
+    // With programmatic dependent launch, three launches back to back, so that each may be scheduled while
+    // the one before ends: they share the workspace and the combine's counters, which the overlap must
+    // leave intact (the result is the same as one launch's).
+    for (int i = 0; i < (opt.decode.pdl ? 3 : 1); ++i)
+      attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr,
+                       opt.decode);
+  } else
     attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), float(scale), opt.causal, nullptr);
   ck(cudaDeviceSynchronize(), "the attention kernel");
   const auto hq = download_bf16(q.p, nq), hk = download_bf16(k.p, nkv), hv = download_bf16(v.p, nkv);
@@ -225,7 +230,8 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
 }
 
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool causal, int samples,
-                               double batch_ms, attention_backward_impl impl) {
+                               double batch_ms, attention_backward_impl impl,
+                               const AttentionDecodeConfig& decode) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   MP_USER_CHECK(samples >= 1 && samples <= 10000, "attention timing: samples must be 1 to 10000, got ",
                 samples);
@@ -246,7 +252,7 @@ AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, boo
   }
   auto once = [&] {
     if (pass == attention_pass::decode)
-      attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
+      attention_decode(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr, decode);
     else if (pass == attention_pass::forward)
       attention_forward(s, q.p, k.p, v.p, o.p, static_cast<float*>(lse.p), scale, causal, nullptr);
     else

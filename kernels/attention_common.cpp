@@ -1,9 +1,11 @@
 // Attention host code that needs no CUDA: the shape checks, the CPU fp64 references (forward, backward),
-// the decode's split count, the FLOP count and the check result's summary.
+// the decode's launch plan, the FLOP count and the check result's summary.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "core/checked.h"
 #include "core/error.h"
@@ -63,37 +65,102 @@ const char* attention_backward_impl_name(attention_backward_impl impl) {
 
 double default_attention_scale(int dim) { return 1.0 / std::sqrt(double(dim)); }
 
-// Decode blocks per KV slice of one KV head: the group's query heads times the query rows, in blocks of
-// attention_decode_block_rows.
-static int decode_row_groups(const AttentionShape& s) {
-  const int rows = s.group() * s.seq_q;
-  return (rows + attention_decode_block_rows - 1) / attention_decode_block_rows;
+std::string AttentionDecodeConfig::str() const {
+  auto field = [](int v) { return v > 0 ? std::to_string(v) : std::string("auto"); };
+  return "bps=" + field(blocks_per_sm) + ",waves=" + field(waves) + ",splits=" + field(splits) +
+         ",pdl=" + (pdl ? "on" : "off");
 }
 
-int attention_decode_slice(const AttentionShape& s, int splits) {
-  check_attention_decode_shape(s);
-  MP_USER_CHECK(splits > 0, "attention decode: the split count must be positive, got ", splits);
-  const int chunk = attention_decode_ring(s.dim).chunk_keys;
-  const int per = (s.seq_kv + splits - 1) / splits;
-  return (per + chunk - 1) / chunk * chunk;
+AttentionDecodeConfig parse_attention_decode_config(const std::string& text) {
+  AttentionDecodeConfig c;
+  if (text.empty() || text == "default") return c;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const size_t eq = item.find('=');
+    MP_USER_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < item.size(), "attention decode config: '",
+                  item, "' is not key=value (keys: bps, waves, splits, pdl; e.g. bps=3,waves=1)");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "pdl") {
+      MP_USER_CHECK(value == "on" || value == "off", "attention decode config: pdl='", value,
+                    "' is not on or off");
+      c.pdl = value == "on";
+      at = comma + 1;
+      continue;
+    }
+    int v = 0;
+    if (value != "auto") {
+      size_t used = 0;
+      long long parsed = 0;
+      try {
+        parsed = std::stoll(value, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      MP_USER_CHECK(used == value.size() && parsed > 0 && parsed <= 1024, "attention decode config: ", key,
+                    "='", value, "' is not a positive integer or 'auto'");
+      v = int(parsed);
+    }
+    if (key == "bps")
+      c.blocks_per_sm = v;
+    else if (key == "waves")
+      c.waves = v;
+    else if (key == "splits")
+      c.splits = v;
+    else
+      fail_user("attention decode config: unknown key '", key, "' (keys: bps, waves, splits, pdl)");
+    at = comma + 1;
+  }
+  return c;
 }
 
-int attention_decode_splits(const AttentionShape& s, int sms) {
+int AttentionDecodePlan::first_key(int split) const {
+  const int chunk = ring.chunk_keys;
+  return int(1ll * split * chunks / splits) * chunk;
+}
+
+AttentionDecodePlan attention_decode_plan(const AttentionShape& s, int sms, const AttentionDecodeConfig& c) {
   check_attention_decode_shape(s);
   MP_USER_CHECK(sms > 0, "attention decode: the SM count must be positive, got ", sms);
-  // The slice count is the most that still fits one wave of resident blocks (rounded down): a grid of
-  // 1.2 waves runs its last 0.2 wave on a fifth of the GPU and costs as much as a second full one. Within
-  // the wave every slice streams one contiguous range of the cache through its block's ring. Each slice
-  // keeps at least 256 keys so that writing and combining the partials stays small next to the cache
-  // reads, and there are at most 64 slices (the combine's scratch). Slices are whole 64-key chunks, so
-  // the count is then the number of non-empty ones (33 wanted of 8192 keys: 256-key slices, 32 of them).
-  const long long blocks = 1ll * s.batch * s.kv_heads * decode_row_groups(s);
-  const long long slots = 1ll * sms * attention_decode_ring(s.dim).blocks_per_sm;
-  const long long most = std::max(1, (s.seq_kv + 255) / 256);
-  const int want = int(std::clamp(slots / blocks, 1ll, std::min(most, 64ll)));
-  const int slice = attention_decode_slice(s, want);
-  return (s.seq_kv + slice - 1) / slice;
+  const int bps = c.blocks_per_sm > 0 ? c.blocks_per_sm : attention_decode_default_residency(s.dim);
+  if (!attention_decode_residency_built(s.dim, bps)) {
+    std::string built;
+    for (int b = 1; b <= 4; ++b)
+      if (attention_decode_residency_built(s.dim, b))
+        built += (built.empty() ? "" : ", ") + std::to_string(b);
+    fail_user("attention decode: ", bps, " blocks per SM at dim ", s.dim, " is not built (built: ", built,
+              ")");
+  }
+  MP_USER_CHECK(c.waves >= 0 && c.waves <= 4, "attention decode: waves=", c.waves, " must be 1 to 4");
+  MP_USER_CHECK(c.splits >= 0 && c.splits <= attention_decode_max_splits,
+                "attention decode: splits=", c.splits, " must be 1 to ", attention_decode_max_splits);
+  AttentionDecodePlan p;
+  p.ring = attention_decode_ring(s.dim, bps);
+  MP_INTERNAL_CHECK(p.ring.stages >= 2, "attention decode: a built residency without a ring");
+  p.chunks = (s.seq_kv + p.ring.chunk_keys - 1) / p.ring.chunk_keys;
+  p.row_groups = (s.group() * s.seq_q + attention_decode_block_rows - 1) / attention_decode_block_rows;
+  const long long base = 1ll * s.batch * s.kv_heads * p.row_groups;  // blocks per slice index
+  p.slots = 1ll * sms * p.ring.blocks_per_sm;
+  int want = c.splits;
+  if (want == 0) {
+    // The most slices whose grid fits `waves` waves of resident blocks (rounded down): a grid of 1.2
+    // waves runs its last 0.2 wave on a fifth of the GPU and costs as much as a second full one, while a
+    // grid just under a wave (264 blocks on 132 SMs x 2 for batch 1 of the Llama-3.1-8B layout) keeps
+    // every SM's slots busy to the end. Slices average at least 3 chunks (192 keys): the block's fixed
+    // costs (Q, the ring's first copies, the merge of its warps, its partial written and read back) stay
+    // small next to its share of the cache.
+    const long long waves = c.waves > 0 ? c.waves : 1;
+    const long long most = std::max(1, p.chunks / 3);
+    want =
+        int(std::clamp(waves * p.slots / base, 1ll, std::min<long long>(most, attention_decode_max_splits)));
+  }
+  p.splits = std::min(want, p.chunks);  // whole chunks dealt evenly: none empty
+  p.blocks = base * p.splits;
+  return p;
 }
+
+int attention_decode_splits(const AttentionShape& s, int sms) { return attention_decode_plan(s, sms).splits; }
 
 double attention_flops(const AttentionShape& s, attention_pass pass, bool causal) {
   double f = 4.0 * s.batch * s.heads * double(s.seq_q) * s.seq_kv * s.dim;

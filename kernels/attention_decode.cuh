@@ -7,7 +7,8 @@
 // product's accumulators to the second's B operand in registers. At the end of its slice a block merges
 // its warps, writes the slice's normalized O and log2-sum-exp to a workspace, and the block that finishes
 // a (batch, KV head, row group) last (a counter in global memory) combines the slices into O and the LSE,
-// so one launch does the whole decode. Included once, by attention_sm90.cu.
+// so one launch does the whole decode. The slices, the ring's depth (a kernel instance per residency) and
+// the grid come from attention_decode_plan (kernels/attention.h). Included once, by attention_sm90.cu.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 
 #include "core/error.h"
 #include "kernels/attention.h"
+#include "tile/sync.cuh"
 
 namespace mp::kernels {
 namespace {
@@ -52,9 +54,10 @@ void* attention_workspace(cudaStream_t stream, size_t bytes, int slot, bool zero
   return p;
 }
 
-constexpr int decode_threads = 128, decode_warps = decode_threads / 32, decode_rows = attention_decode_block_rows;
-template <int D>
-constexpr AttentionDecodeRing decode_ring = attention_decode_ring(D);
+constexpr int decode_threads = 128, decode_warps = decode_threads / 32,
+              decode_rows = attention_decode_block_rows;
+template <int D, int BPS>
+constexpr AttentionDecodeRing decode_ring = attention_decode_ring(D, BPS);
 
 struct decode_params {
   const __nv_bfloat16 *q, *k, *v;
@@ -63,7 +66,8 @@ struct decode_params {
   float* part_o;      // (batch, heads, seq_q, splits, dim): each slice's normalized O (splits > 1)
   float* part_lse;    // (batch, heads, seq_q, splits): each slice's log2-sum-exp (log2 domain)
   unsigned* counter;  // (batch, kv_heads * row_groups): slices done; the last one resets it to 0
-  int heads, kv_heads, group, seq_q, seq_kv, splits, slice, row_groups;
+  int heads, kv_heads, group, seq_q, seq_kv, splits, row_groups;
+  int chunks;  // 64-key chunks of the cache; slice i takes [i * chunks / splits, (i + 1) * chunks / splits)
   int causal;
   float scale_log2;
 };
@@ -72,7 +76,8 @@ struct decode_params {
 __device__ inline uint32_t decode_smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 // 16 bytes global -> shared, bypassing L1; with in == false the 16 bytes are zero-filled and nothing is read.
 __device__ inline void decode_cp_async16(uint32_t dst, const void* src, bool in) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(in ? 16 : 0)
+               : "memory");
 }
 __device__ inline void decode_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
@@ -106,6 +111,7 @@ __device__ inline uint32_t decode_pack_bf16(float lo, float hi) {
 }
 
 // NT: 8-row tiles of O^T (1 for at most 8 rows per block, the GQA group of one decode step; else 2).
+// BPS: resident blocks per SM, which sets the ring's depth (attention_decode_ring).
 //
 // Per warp and 16 keys (the warp's quarter of a chunk), g = lane / 4, q = lane % 4:
 //   S = Q K^T: m16n8k16 with M = the block's 16 rows (Q from shared, rows past `rows` zero), N = 8 keys
@@ -115,10 +121,9 @@ __device__ inline uint32_t decode_pack_bf16(float lo, float hi) {
 //     K = the 16 keys. The B fragment wants rows g and keys 2q, +1 (and + 8): exactly S's accumulators of
 //     rows g (n-tile 0) or g + 8 (n-tile 1), so P goes from one product to the other in registers.
 //     o[t][u] holds dims 16t + g (0, 1) and + 8 (2, 3), rows 8u + 2q (0, 2) and + 1 (1, 3).
-template <int D, int NT>
-__global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
-    attn_decode_split(const decode_params p) {
-  constexpr AttentionDecodeRing ring = decode_ring<D>;
+template <int D, int NT, int BPS>
+__global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const decode_params p) {
+  constexpr AttentionDecodeRing ring = decode_ring<D, BPS>;
   constexpr int C = ring.chunk_keys, S = ring.stages;
   constexpr int P = D + 8;    // padded row (bf16): the 8 rows of an ldmatrix 16 bytes apart mod 128, no
                               // bank conflicts
@@ -126,22 +131,26 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
   constexpr int KT = D / 16;  // k-steps of S = m-tiles of O^T
   constexpr int stage_elems = 2 * C * P;
   constexpr int copies = C * V16 / decode_threads;  // 16-byte copies per thread per chunk, K and V each
-  static_assert(C == 16 * decode_warps && copies * decode_threads == C * V16, "decode: chunk and block sizes");
+  static_assert(C == 16 * decode_warps && copies * decode_threads == C * V16,
+                "decode: chunk and block sizes");
   static_assert(S >= 2 && S * 2 * C * P * 2 + decode_rows * P * 2 + 1024 == ring.smem_bytes,
                 "decode: the ring's shared-memory layout");
   static_assert(decode_warps * decode_rows * D * 4 <= S * stage_elems * 2 &&
-                    decode_rows * 64 * 4 <= S * stage_elems * 2,
+                    decode_rows * attention_decode_max_splits * 4 <= S * stage_elems * 2,
                 "decode: the merge and combine scratch must fit in the ring");
   static_assert(NT == 1 || NT == 2);
   extern __shared__ __align__(128) unsigned char decode_smem[];
   __nv_bfloat16* ring_s = reinterpret_cast<__nv_bfloat16*>(decode_smem);
   __nv_bfloat16* qs = ring_s + S * stage_elems;
   float* mw = reinterpret_cast<float*>(qs + decode_rows * P);  // [warp][row]: each warp's running max
-  float* lw = mw + decode_warps * decode_rows;                  // [warp][row]: and its sum
-  float* cm = lw + decode_warps * decode_rows;                  // [row]: the combine's max
+  float* lw = mw + decode_warps * decode_rows;                 // [warp][row]: and its sum
+  float* cm = lw + decode_warps * decode_rows;                 // [row]: the combine's max
   int* last_flag = reinterpret_cast<int*>(cm + decode_rows);
   float* scratch = reinterpret_cast<float*>(decode_smem);  // the ring, once the slice is read
 
+  // Launched with programmatic stream serialization, the block may start while the previous kernel in the
+  // stream runs: nothing global (Q, the cache, the workspace, O) is touched before it has finished.
+  mp::tile::grid_dependency_wait();
   const int split = blockIdx.x;
   const int hk = blockIdx.y / p.row_groups, rg = blockIdx.y % p.row_groups;
   const int b = blockIdx.z;
@@ -153,7 +162,9 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
     const int h = hk * p.group + rr / p.seq_q, i = rr % p.seq_q;
     return (size_t(b) * p.heads + h) * size_t(p.seq_q) + i;
   };
-  const int begin = split * p.slice, end = min(p.seq_kv, begin + p.slice);
+  // The slice's keys (AttentionDecodePlan::first_key): whole chunks, dealt evenly, none empty.
+  const int begin = int(1ll * split * p.chunks / p.splits) * C;
+  const int end = min(p.seq_kv, int(1ll * (split + 1) * p.chunks / p.splits) * C);
   auto limit = [&](int r) {  // keys [begin, limit) that row r sees in this slice
     if (r >= rows) return begin;
     if (!p.causal) return end;
@@ -202,7 +213,8 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
       for (int x = 0; x < 4; ++x) o[tt][u][x] = 0.f;
   // ldmatrix row addresses: Q rows ((lane / 8) % 2) * 8 + lane % 8, dims (lane / 16) * 8; K and V keys
   // 16 warp + (lane / 16) * 8 + lane % 8, dims ((lane / 8) % 2) * 8 (see the fragment map above).
-  const uint32_t q_addr = decode_smem_addr(qs) + uint32_t(((((lane / 8) % 2) * 8 + lane % 8) * P + (lane / 16) * 8) * 2);
+  const uint32_t q_addr =
+      decode_smem_addr(qs) + uint32_t(((((lane / 8) % 2) * 8 + lane % 8) * P + (lane / 16) * 8) * 2);
   const uint32_t kv_off = uint32_t(((16 * warp + (lane / 16) * 8 + lane % 8) * P + ((lane / 8) % 2) * 8) * 2);
 
   for (int j = 0; j < chunks; ++j) {
@@ -229,8 +241,10 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
         const int key = key_base + 8 * tile + (x & 1);
         const bool in = key < (x < 2 ? lim0 : lim1);
         sc[tile][x] = in ? sc[tile][x] * p.scale_log2 : -INFINITY;
-        if (x < 2) mx0 = fmaxf(mx0, sc[tile][x]);
-        else mx1 = fmaxf(mx1, sc[tile][x]);
+        if (x < 2)
+          mx0 = fmaxf(mx0, sc[tile][x]);
+        else
+          mx1 = fmaxf(mx1, sc[tile][x]);
       }
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
@@ -291,6 +305,9 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
     }
   }
   decode_cp_async_wait<0>();
+  // The cache is read: the next grid in the stream, if it was launched for it, may start being scheduled
+  // (it waits in its own dependency wait until this grid has finished).
+  mp::tile::allow_dependent_launch();
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -373,30 +390,57 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
   __syncthreads();
   if (!*last_flag) return;
   __threadfence();
-  float* wts = scratch;  // [row][split]
-  for (int e = t; e < rows * p.splits; e += decode_threads)
-    wts[e] = __ldcg(&p.part_lse[row_index(e / p.splits) * p.splits + e % p.splits]);
-  __syncthreads();
-  if (t < rows) {
-    float m = -INFINITY, total = 0.f;
-    for (int sp = 0; sp < p.splits; ++sp) m = fmaxf(m, wts[t * p.splits + sp]);
-    if (m != -INFINITY)
-      for (int sp = 0; sp < p.splits; ++sp) total += exp2f(wts[t * p.splits + sp] - m);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int sp = 0; sp < p.splits; ++sp)
-      wts[t * p.splits + sp] = m == -INFINITY ? 0.f : exp2f(wts[t * p.splits + sp] - m) * inv;
-    if (p.lse) p.lse[row_index(t)] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
+  // The weights, one warp per row (rows w, w + 4, ...) and two slices per lane (lane, lane + 32): every
+  // row's log2-sum-exps loaded at once, the max and the sum by shuffles, so the combine's path is one
+  // round trip to L2 here and one per 16 slices below (not a loop over the slices per row).
+  constexpr int row_steps = decode_rows / decode_warps;
+  float* wts = scratch;  // [row][attention_decode_max_splits]; zero past the slice count
+  float la[row_steps], lb[row_steps];
+#pragma unroll
+  for (int i = 0; i < row_steps; ++i) {
+    const int r = warp + i * decode_warps;
+    la[i] = lb[i] = -INFINITY;
+    if (r < rows) {
+      const float* src = p.part_lse + row_index(r) * p.splits;
+      if (lane < p.splits) la[i] = __ldcg(src + lane);
+      if (lane + 32 < p.splits) lb[i] = __ldcg(src + lane + 32);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < row_steps; ++i) {
+    const int r = warp + i * decode_warps;
+    if (r >= rows) continue;  // warp-uniform
+    float m = fmaxf(la[i], lb[i]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    const float ea = m == -INFINITY ? 0.f : exp2f(la[i] - m), eb = m == -INFINITY ? 0.f : exp2f(lb[i] - m);
+    float total = ea + eb;
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) total += __shfl_xor_sync(0xffffffffu, total, off);
+    const float inv = total > 0.f ? 1.f / total : 0.f;  // a row that sees no key: weights 0, O = 0
+    wts[r * attention_decode_max_splits + lane] = ea * inv;
+    wts[r * attention_decode_max_splits + lane + 32] = eb * inv;
+    if (lane == 0 && p.lse)
+      p.lse[row_index(r)] = m == -INFINITY ? -INFINITY : (m + log2f(total)) * 0.69314718055994531f;
   }
   __syncthreads();
+  // O: each thread one (row, 4 dims) at a time, its slices' partials loaded 16 at once.
+  constexpr int batch_loads = 16;
   for (int e = t; e < rows * (D / 4); e += decode_threads) {
     const int r = e / (D / 4), d4 = e % (D / 4);
     const float4* src = reinterpret_cast<const float4*>(p.part_o + row_index(r) * p.splits * D) + d4;
+    const float* w = wts + r * attention_decode_max_splits;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int sp = 0; sp < p.splits; ++sp) {
-      const float w = wts[r * p.splits + sp];
-      const float4 v = __ldcg(src + size_t(sp) * (D / 4));
-      acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    for (int s0 = 0; s0 < p.splits; s0 += batch_loads) {
+      float4 v[batch_loads];
+#pragma unroll
+      for (int k = 0; k < batch_loads; ++k)
+        v[k] = s0 + k < p.splits ? __ldcg(src + size_t(s0 + k) * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int k = 0; k < batch_loads; ++k) {
+        const float wk = s0 + k < p.splits ? w[s0 + k] : 0.f;
+        acc.x += wk * v[k].x, acc.y += wk * v[k].y, acc.z += wk * v[k].z, acc.w += wk * v[k].w;
+      }
     }
     __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(p.o + row_index(r) * D) + 2 * d4;
     out[0] = __floats2bfloat162_rn(acc.x, acc.y);
@@ -406,7 +450,8 @@ __global__ void __launch_bounds__(decode_threads, decode_ring<D>.blocks_per_sm)
 }
 
 cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
-                          float* lse, float scale, bool causal, int splits, cudaStream_t stream) {
+                          float* lse, float scale, bool causal, const AttentionDecodePlan& plan, bool pdl,
+                          cudaStream_t stream) {
   decode_params p{};
   p.q = static_cast<const __nv_bfloat16*>(q);
   p.k = static_cast<const __nv_bfloat16*>(k);
@@ -414,15 +459,13 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
   p.o = static_cast<__nv_bfloat16*>(o);
   p.lse = lse;
   p.heads = s.heads, p.kv_heads = s.kv_heads, p.group = s.group(), p.seq_q = s.seq_q, p.seq_kv = s.seq_kv;
-  p.slice = attention_decode_slice(s, splits);
-  p.splits = (s.seq_kv + p.slice - 1) / p.slice;  // no empty slices
-  p.row_groups = (p.group * p.seq_q + decode_rows - 1) / decode_rows;
+  p.splits = plan.splits, p.chunks = plan.chunks, p.row_groups = plan.row_groups;
   p.causal = causal;
   p.scale_log2 = float(double(scale) * 1.4426950408889634);
   MP_USER_CHECK(1ll * s.kv_heads * p.row_groups < 65536 && s.batch < 65536, "attention decode: ", s.str(),
                 " needs more blocks than a launch grid has (batch and kv_heads * row groups below 65536)");
-  MP_INTERNAL_CHECK(p.splits >= 1 && p.splits <= 64, "attention decode: ", p.splits,
-                    " slices (the combine's scratch holds 64)");
+  MP_INTERNAL_CHECK(p.splits >= 1 && p.splits <= attention_decode_max_splits && p.splits <= p.chunks,
+                    "attention decode: ", p.splits, " slices of ", p.chunks, " chunks");
   if (p.splits > 1) {
     const size_t rows = s.lse_elems();
     p.part_o = static_cast<float*>(attention_workspace(stream, rows * p.splits * s.dim * sizeof(float), 0));
@@ -431,18 +474,37 @@ cudaError_t launch_decode(const AttentionShape& s, const void* q, const void* k,
         stream, size_t(s.batch) * s.kv_heads * p.row_groups * sizeof(unsigned), 4, /*zeroed=*/true));
   }
   const dim3 grid(unsigned(p.splits), unsigned(s.kv_heads * p.row_groups), unsigned(s.batch));
-  auto go = [&]<int D, int NT>() -> cudaError_t {
-    constexpr int smem = decode_ring<D>.smem_bytes;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(attn_decode_split<D, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  auto go = [&]<int D, int NT, int BPS>() -> cudaError_t {
+    constexpr int smem = decode_ring<D, BPS>.smem_bytes;
+    static const cudaError_t attr = cudaFuncSetAttribute(attn_decode_split<D, NT, BPS>,
+                                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (attr != cudaSuccess) return attr;
-    attn_decode_split<D, NT><<<grid, decode_threads, smem, stream>>>(p);
-    return cudaGetLastError();
+    if (!pdl) {
+      attn_decode_split<D, NT, BPS><<<grid, decode_threads, smem, stream>>>(p);
+      return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid, cfg.blockDim = dim3(decode_threads), cfg.dynamicSmemBytes = smem, cfg.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at, cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, attn_decode_split<D, NT, BPS>, p);
   };
+  // One instance per (dim, row tiles, residency) that attention_decode_residency_built names.
+  static_assert(attention_decode_residency_built(64, 2) && attention_decode_residency_built(128, 1) &&
+                attention_decode_residency_built(128, 2) && attention_decode_residency_built(128, 3) &&
+                attention_decode_residency_built(256, 1));
   const bool narrow = p.group * p.seq_q <= 8;
-  if (s.dim == 64) return narrow ? go.template operator()<64, 1>() : go.template operator()<64, 2>();
-  if (s.dim == 128) return narrow ? go.template operator()<128, 1>() : go.template operator()<128, 2>();
-  return narrow ? go.template operator()<256, 1>() : go.template operator()<256, 2>();
+  const int bps = plan.ring.blocks_per_sm;
+  MP_INTERNAL_CHECK(attention_decode_residency_built(s.dim, bps), "attention decode: residency ", bps);
+  if (s.dim == 64) return narrow ? go.template operator()<64, 1, 2>() : go.template operator()<64, 2, 2>();
+  if (s.dim == 128) {
+    if (bps == 1) return narrow ? go.template operator()<128, 1, 1>() : go.template operator()<128, 2, 1>();
+    if (bps == 3) return narrow ? go.template operator()<128, 1, 3>() : go.template operator()<128, 2, 3>();
+    return narrow ? go.template operator()<128, 1, 2>() : go.template operator()<128, 2, 2>();
+  }
+  return narrow ? go.template operator()<256, 1, 1>() : go.template operator()<256, 2, 1>();
 }
 }  // namespace
 }  // namespace mp::kernels

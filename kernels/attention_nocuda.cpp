@@ -15,8 +15,9 @@ void attention_forward(const AttentionShape& s, const void*, const void*, const 
   no_cuda("the attention forward kernel");
 }
 void attention_decode(const AttentionShape& s, const void*, const void*, const void*, void*, float*, float,
-                      bool, CUstream_st*) {
+                      bool, CUstream_st*, const AttentionDecodeConfig& config) {
   check_attention_decode_shape(s);
+  attention_decode_plan(s, 1, config);  // a bad config is reported as on a GPU
   no_cuda("the attention decode kernel");
 }
 void attention_backward(const AttentionShape& s, const void*, const void*, const void*, const void*,
@@ -31,7 +32,7 @@ AttentionCheckResult check_attention(const AttentionShape& s, attention_pass pas
   no_cuda("the attention check");
 }
 AttentionTiming time_attention(const AttentionShape& s, attention_pass pass, bool, int, double,
-                               attention_backward_impl) {
+                               attention_backward_impl, const AttentionDecodeConfig&) {
   pass == attention_pass::decode ? check_attention_decode_shape(s) : check_attention_shape(s);
   no_cuda("attention timing");
 }

@@ -356,14 +356,16 @@ void attention_forward(const AttentionShape& s, const void* q, const void* k, co
 }
 
 void attention_decode(const AttentionShape& s, const void* q, const void* k, const void* v, void* o,
-                      float* lse, float scale, bool causal, CUstream_st* stream) {
+                      float* lse, float scale, bool causal, CUstream_st* stream,
+                      const AttentionDecodeConfig& config) {
   check_attention_decode_shape(s);
   check_scale(scale);
   check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}});
   MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
                 "attention: LSE must be a 4-byte aligned device pointer");
-  const int splits = attention_decode_splits(s, pc::device_sm_count());
-  check_cuda(launch_decode(s, q, k, v, o, lse, scale, causal, splits, stream), "the attention decode launch");
+  const AttentionDecodePlan plan = attention_decode_plan(s, pc::device_sm_count(), config);
+  check_cuda(launch_decode(s, q, k, v, o, lse, scale, causal, plan, config.pdl, stream),
+             "the attention decode launch");
 }
 
 void attention_backward(const AttentionShape& s, const void* q, const void* k, const void* v, const void* o,

@@ -1,9 +1,10 @@
 // CPU tests of the attention layer: the shape checks and their messages, the fp64 references against a
 // naive matrix formulation (forward) and against finite differences (backward), the causal alignment
-// when seq_q != seq_kv, the decode's split count, and `metapipe attention` as a user runs it (errors, and
-// the exit without a GPU).
+// when seq_q != seq_kv, the decode's launch plan and its config, and `metapipe attention` as a user runs it
+// (errors, and the exit without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -161,8 +162,10 @@ TEST(Attention, BackwardImplementationNames) {
   EXPECT_STREQ(attention_backward_impl_name(attention_backward_impl::automatic), "auto");
   EXPECT_EQ(AttentionCheckOptions{}.backward_impl, attention_backward_impl::automatic);
   // automatic: Tensor Cores where the wgmma backward exists, CUDA cores for dim 256; explicit stays.
-  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 64), attention_backward_impl::wgmma);
-  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 128), attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 64),
+            attention_backward_impl::wgmma);
+  EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 128),
+            attention_backward_impl::wgmma);
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::automatic, 256),
             attention_backward_impl::cuda_core);
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::cuda_core, 64),
@@ -284,61 +287,170 @@ TEST(Attention, DecodeSplitsFollowLengthAndSMs) {
   const auto one = shape(1, 32, 8, 1, 32768, 128);
   const int s132 = attention_decode_splits(one, 132);
   EXPECT_GT(s132, 1);
-  EXPECT_LE(s132, 64);
+  EXPECT_LE(s132, attention_decode_max_splits);
   EXPECT_GE(attention_decode_splits(one, 264), s132);  // more SMs: at least as many slices
   EXPECT_LE(attention_decode_splits(shape(8, 32, 8, 1, 32768, 128), 132), s132);  // more batch: fewer
-  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);       // a short cache: one slice
-  EXPECT_LE(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 4);      // >= 256 keys per slice
-  // One wave of two blocks per SM: the Llama-3.1-8B layouts at 8k and 32k keys fill 132 SMs without a tail.
-  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 8192, 128), 132), 32);   // 8 x 32 = 256 <= 264 blocks
-  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 32);  // 33 wanted: 1024-key slices
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 200, 128), 132), 1);       // 4 chunks: one slice
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 1000, 128), 132), 5);      // 16 chunks: >= 3 each
+  // One wave of two blocks per SM, filled exactly where the slices allow: batch 1 of the Llama-3.1-8B
+  // layout is 8 KV heads x 33 slices = 264 blocks on 132 SMs x 2, at 8k keys as at 32k (uneven slices of
+  // whole chunks: 128 chunks as 3 or 4 per slice, 512 as 15 or 16).
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 8192, 128), 132), 33);
+  EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 128), 132), 33);
   EXPECT_EQ(attention_decode_splits(shape(8, 32, 8, 1, 8192, 128), 132), 4);    // 64 x 4 = 256
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 1, 32768, 256), 132), 16);  // one block per SM at d256
   EXPECT_EQ(attention_decode_splits(shape(64, 32, 8, 1, 8192, 128), 132), 1);   // more blocks than slots
   // 16 rows per block: a group of 4 heads x 16 rows is 4 row groups, so batch 1 gets 264 / 32 = 8 slices.
   EXPECT_EQ(attention_decode_splits(shape(1, 32, 8, 16, 8192, 128), 132), 8);
   EXPECT_THROW(attention_decode_splits(one, 0), mp::user_error);
-  // Every slice the count names holds keys, and together they cover the cache exactly once.
-  for (int n : {1, 17, 255, 256, 1000, 4097, 8192, 8193, 32768, 100000})
-    for (int sms : {1, 8, 132, 264})
-      for (int d : {64, 128, 256}) {
-        const auto s = shape(1, 32, 8, 1, n, d);
-        const int splits = attention_decode_splits(s, sms), slice = attention_decode_slice(s, splits);
-        EXPECT_GE(splits, 1);
-        EXPECT_LE(splits, 64);
-        EXPECT_EQ(slice % 64, 0) << n;
-        EXPECT_LT(1ll * (splits - 1) * slice, n) << n << " keys, " << sms << " SMs, d" << d;  // none empty
-        EXPECT_GE(1ll * splits * slice, n) << n << " keys, " << sms << " SMs, d" << d;        // all covered
-      }
-  EXPECT_EQ(attention_decode_slice(shape(1, 32, 8, 1, 8192, 128), 33), 256);
-  EXPECT_EQ(attention_decode_slice(shape(1, 32, 8, 1, 17, 128), 1), 64);
-  EXPECT_THROW(attention_decode_slice(one, 0), mp::user_error);
 }
 
-// The decode's shared-memory ring: at least two chunks ahead of the compute, the blocks of one SM within
-// sm_90's 228 KB and each within its 227 KB, and the merge's scratch (four warps x 16 rows x dim fp32)
-// inside the ring it reuses.
+// The plan's slices: whole 64-key chunks dealt as evenly as whole chunks allow, in order, none empty,
+// together the cache exactly once; the grid within the waves asked for.
+TEST(Attention, DecodePlanSlicesCoverTheCacheOnce) {
+  for (int n : {1, 17, 63, 64, 65, 255, 256, 1000, 4097, 8192, 8193, 32768, 100000})
+    for (int sms : {1, 8, 132, 264})
+      for (int d : attention_dims)
+        for (int bps : {0, 1, 3})
+          for (int waves : {0, 1, 2, 4}) {
+            if (bps != 0 && d != 128) continue;
+            AttentionDecodeConfig c;
+            c.blocks_per_sm = bps, c.waves = waves;
+            for (int b : {1, 8}) {
+              const auto s = shape(b, 32, 8, 1, n, d);
+              const AttentionDecodePlan p = attention_decode_plan(s, sms, c);
+              const std::string where = s.str() + " sms " + std::to_string(sms) + " " + c.str();
+              ASSERT_GE(p.splits, 1) << where;
+              ASSERT_LE(p.splits, attention_decode_max_splits) << where;
+              EXPECT_EQ(p.chunks, (n + 63) / 64) << where;
+              EXPECT_EQ(p.blocks, 1ll * b * 8 * p.row_groups * p.splits) << where;
+              EXPECT_EQ(p.slots, 1ll * sms * p.ring.blocks_per_sm) << where;
+              if (p.splits > 1) {
+                EXPECT_LE(p.blocks, 1ll * std::max(1, waves) * p.slots) << where;
+              }
+              EXPECT_EQ(p.first_key(0), 0) << where;
+              EXPECT_GE(p.first_key(p.splits), n) << where;  // all covered
+              EXPECT_LT(p.first_key(p.splits), n + 64) << where;
+              int shortest = 1 << 30, longest = 0;
+              for (int i = 0; i < p.splits; ++i) {
+                const int len = std::min(n, p.first_key(i + 1)) - p.first_key(i);
+                EXPECT_GT(len, 0) << where << " slice " << i;  // none empty
+                EXPECT_EQ(p.first_key(i) % 64, 0) << where << " slice " << i;
+                if (i + 1 < p.splits) shortest = std::min(shortest, len), longest = std::max(longest, len);
+              }
+              if (p.splits > 2) {
+                EXPECT_LE(longest - shortest, 64) << where;  // within one chunk of each other
+              }
+            }
+          }
+  // 8192 keys in 33 slices: 128 chunks as 29 slices of 4 and 4 of 3 (in the order the formula deals them).
+  const AttentionDecodePlan p = attention_decode_plan(shape(1, 32, 8, 1, 8192, 128), 132);
+  ASSERT_EQ(p.splits, 33);
+  int threes = 0;
+  for (int i = 0; i < p.splits; ++i) threes += p.first_key(i + 1) - p.first_key(i) == 192;
+  EXPECT_EQ(threes, 4);
+}
+
+// The benchmark's knobs: each moves the plan as it says, and bad values are one-line errors.
+TEST(Attention, DecodeConfigSteersThePlan) {
+  const auto b1 = shape(1, 32, 8, 1, 32768, 128), b1_8k = shape(1, 32, 8, 1, 8192, 128);
+  AttentionDecodeConfig c;
+  c.blocks_per_sm = 3;  // a 2-stage ring, 396 slots: 8 x 49 = 392 blocks at 32k; 42 (>= 3 chunks) at 8k
+  EXPECT_EQ(attention_decode_plan(b1, 132, c).ring.stages, 2);
+  EXPECT_EQ(attention_decode_plan(b1, 132, c).splits, 49);
+  EXPECT_EQ(attention_decode_plan(b1_8k, 132, c).splits, 42);
+  c.blocks_per_sm = 1;  // a 6-stage ring, 132 slots: 8 x 16 = 128 blocks
+  EXPECT_EQ(attention_decode_plan(b1, 132, c).ring.stages, 6);
+  EXPECT_EQ(attention_decode_plan(b1, 132, c).splits, 16);
+  c = {};
+  c.waves = 2;  // 528 slots: 66 wanted, capped at 64
+  EXPECT_EQ(attention_decode_plan(b1, 132, c).splits, 64);
+  EXPECT_EQ(attention_decode_plan(shape(8, 32, 8, 1, 32768, 128), 132, c).splits, 8);
+  c = {};
+  c.splits = 48;
+  EXPECT_EQ(attention_decode_plan(b1_8k, 132, c).splits, 48);
+  EXPECT_EQ(attention_decode_plan(shape(1, 32, 8, 1, 100, 128), 132, c).splits, 2);  // no more than chunks
+  EXPECT_EQ(attention_decode_plan(b1, 132, {}).ring.stages, attention_decode_ring(128).stages);
+
+  const auto parsed = parse_attention_decode_config("bps=3,waves=2,splits=48");
+  EXPECT_EQ(parsed.blocks_per_sm, 3);
+  EXPECT_EQ(parsed.waves, 2);
+  EXPECT_EQ(parsed.splits, 48);
+  EXPECT_FALSE(parsed.pdl);
+  EXPECT_EQ(parsed.str(), "bps=3,waves=2,splits=48,pdl=off");
+  EXPECT_EQ(parse_attention_decode_config("waves=auto").str(), "bps=auto,waves=auto,splits=auto,pdl=off");
+  EXPECT_EQ(parse_attention_decode_config("default").str(), "bps=auto,waves=auto,splits=auto,pdl=off");
+  EXPECT_TRUE(parse_attention_decode_config("pdl=on,bps=3").pdl);
+  EXPECT_EQ(parse_attention_decode_config("pdl=on,bps=3").blocks_per_sm, 3);
+  EXPECT_FALSE(parse_attention_decode_config("pdl=off").pdl);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("pdl=1"); }).find("pdl='1' is not on or off"),
+            std::string::npos);
+  EXPECT_EQ(parse_attention_decode_config("").splits, 0);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("stages=3"); }).find("unknown key 'stages'"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_attention_decode_config("bps=x"); }).find("bps='x' is not a positive integer"),
+      std::string::npos);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("bps=0"); }).find("bps='0'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("bps=3,"); }).find("is not key=value"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_attention_decode_config("bps"); }).find("'bps' is not key=value"),
+            std::string::npos);
+  auto plan_error = [](int d, const char* text) {
+    return error_of(
+        [&] { attention_decode_plan(shape(1, 8, 2, 1, 4096, d), 132, parse_attention_decode_config(text)); });
+  };
+  EXPECT_NE(plan_error(128, "bps=4").find("4 blocks per SM at dim 128 is not built (built: 1, 2, 3)"),
+            std::string::npos);
+  EXPECT_NE(plan_error(64, "bps=1").find("1 blocks per SM at dim 64 is not built (built: 2)"),
+            std::string::npos);
+  EXPECT_NE(plan_error(256, "bps=3").find("3 blocks per SM at dim 256 is not built (built: 1)"),
+            std::string::npos);
+  EXPECT_NE(plan_error(64, "waves=5").find("waves=5 must be 1 to 4"), std::string::npos);
+  EXPECT_NE(plan_error(64, "splits=65").find("splits=65 must be 1 to 64"), std::string::npos);
+}
+
+// The decode's shared-memory ring: at least one chunk in flight while one is computed (two at the
+// default residencies), the blocks of one SM within sm_90's 228 KB and each within its 227 KB, and the
+// merge's scratch (four warps x 16 rows x dim fp32) and the combine's weights (16 rows x 64 slices) inside
+// the ring they reuse.
 TEST(Attention, DecodeRingFitsSharedMemory) {
-  for (int d : attention_dims) {
-    const AttentionDecodeRing r = attention_decode_ring(d);
-    EXPECT_EQ(r.chunk_keys, 64);
-    EXPECT_GE(r.stages, 3) << d;  // at least two chunks in flight while one is computed
-    EXPECT_LE(r.stages, 8) << d;
-    EXPECT_EQ(r.stage_bytes, 2 * 64 * (d + 8) * 2) << d;
-    EXPECT_LE(r.smem_bytes, 227 * 1024) << d;
-    EXPECT_LE(r.blocks_per_sm * (r.smem_bytes + 1024), 228 * 1024) << d;
-    EXPECT_GE(r.stages * r.stage_bytes, 4 * attention_decode_block_rows * d * 4) << d;
-    // One more stage would not fit: the ring takes what the blocks of an SM leave.
-    EXPECT_GT(r.blocks_per_sm * (r.smem_bytes + r.stage_bytes + 1024), 228 * 1024) << d;
-    // Bytes in flight per SM while a chunk is computed: at least 64 KB (Little's law at about 4 TB/s and
-    // about 1 us of DRAM latency wants about 32 KB per SM of 132).
-    EXPECT_GE(r.blocks_per_sm * (r.stages - 1) * r.stage_bytes, 64 * 1024) << d;
-  }
+  for (int d : attention_dims)
+    for (int bps = 1; bps <= 4; ++bps) {
+      const AttentionDecodeRing r = attention_decode_ring(d, bps);
+      if (!attention_decode_residency_built(d, bps)) continue;
+      const std::string where = "d" + std::to_string(d) + " bps " + std::to_string(bps);
+      EXPECT_EQ(r.chunk_keys, 64);
+      EXPECT_EQ(r.blocks_per_sm, bps);
+      EXPECT_GE(r.stages, bps == attention_decode_default_residency(d) ? 3 : 2) << where;
+      EXPECT_LE(r.stages, 8) << where;
+      EXPECT_EQ(r.stage_bytes, 2 * 64 * (d + 8) * 2) << where;
+      EXPECT_LE(r.smem_bytes, 227 * 1024) << where;
+      EXPECT_LE(r.blocks_per_sm * (r.smem_bytes + 1024), 228 * 1024) << where;
+      EXPECT_GE(r.stages * r.stage_bytes, 4 * attention_decode_block_rows * d * 4) << where;
+      EXPECT_GE(r.stages * r.stage_bytes, attention_decode_block_rows * attention_decode_max_splits * 4)
+          << where;
+      // One more stage would not fit: the ring takes what the blocks of an SM leave.
+      if (r.stages < 8) {
+        EXPECT_GT(r.blocks_per_sm * (r.smem_bytes + r.stage_bytes + 1024), 228 * 1024) << where;
+      }
+      // Bytes in flight per SM while a chunk is computed: at least 64 KB (Little's law at about 4 TB/s and
+      // about 1 us of DRAM latency wants about 32 KB per SM of 132).
+      EXPECT_GE(r.blocks_per_sm * (r.stages - 1) * r.stage_bytes, 64 * 1024) << where;
+    }
   EXPECT_EQ(attention_decode_ring(64).stages, 6);
   EXPECT_EQ(attention_decode_ring(128).stages, 3);
   EXPECT_EQ(attention_decode_ring(256).stages, 3);
   EXPECT_EQ(attention_decode_ring(128).blocks_per_sm, 2);
   EXPECT_EQ(attention_decode_ring(256).blocks_per_sm, 1);
+  EXPECT_EQ(attention_decode_ring(128, 3).stages, 2);
+  EXPECT_EQ(attention_decode_ring(128, 1).stages, 6);
+  // Residencies that leave no room for two stages are not a ring.
+  EXPECT_EQ(attention_decode_ring(128, 4).stages, 0);
+  EXPECT_EQ(attention_decode_ring(256, 2).stages, 0);
+  EXPECT_EQ(attention_decode_ring(256, 2).smem_bytes, 0);
+  EXPECT_FALSE(attention_decode_residency_built(128, 4));
+  EXPECT_FALSE(attention_decode_residency_built(64, 3));
 }
 
 TEST(Attention, FlopsAsTheIssueCountsThem) {
