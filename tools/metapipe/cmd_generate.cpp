@@ -573,7 +573,7 @@ MP_REGISTER_COMMAND(
     "                   split=balanced|two-per-worker, fetch-ahead=0|1, stream=0..8 (bf16 rows through\n"
     "                   a shared-memory ring), seg-kib=1..16, combine=separate|fused|last,\n"
     "                   slices=auto|1|2|4|8 (column slices per GEMV row) (defaults min-blocks=4,loads=4,\n"
-    "                   prefetch-kib=32,split=balanced,fetch-ahead=1,stream=0,seg-kib=4,combine=last,\n"
+    "                   prefetch-kib=32,split=balanced,fetch-ahead=0,stream=0,seg-kib=4,combine=last,\n"
     "                   slices=auto; docs/llama-gpu.md)\n"
     "  --gpu-trace FILE with --target cuda: time every task of the last position (GPU timer), print where\n"
     "                   the time went per operation role and write one CSV row per task to FILE\n"

@@ -164,14 +164,14 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
   EXPECT_EQ(runs[2].first_logits, runs[1].first_logits);
   EXPECT_LE(max_diff(runs[0].first_logits, runs[1].first_logits), 1e-4 * max_abs(runs[0].first_logits));
   for (size_t k = 1; k < runs.size(); ++k) EXPECT_EQ(runs[k].tokens, runs[0].tokens) << "mode " << k;
-  // The megakernel with every tuning switch at its alternative (other task sizes, the 2-block kernel, no
+  // The megakernel with every tuning switch at its alternative (other task sizes, the 2-block kernel,
   // fetch-ahead, whole-task prefetch): each row is still one warp's sum in the same order, so the values
   // agree up to the compiler's contractions, and the tokens are the same.
   {
     SCOPED_TRACE("megakernel, tuning alternatives");
     LlamaGpuOptions o;
     o.launch = Launch::megakernel, o.context = ctx;
-    apply_tuning("min-blocks=3,loads=8,prefetch-kib=all,split=two-per-worker,fetch-ahead=0,combine=fused", o);
+    apply_tuning("min-blocks=3,loads=8,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,combine=fused", o);
     auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
     Decode r = run_gpu(*g, prompt, n);
     EXPECT_LE(max_diff(r.first_logits, runs[2].first_logits), 1e-4 * max_abs(runs[2].first_logits));
