@@ -123,7 +123,7 @@ struct LlamaSchedule {
 };
 
 // How a GEMV's rows are cut into tasks. balanced: the task size (a multiple of 8 rows, one per warp)
-// that minimizes the rows one worker runs, waves x rows per task, for the given workers (ties: fewer,
+// that minimizes the rows one worker runs, waves x (rows per task + a task's overhead), for the given workers (ties: fewer,
 // larger tasks). two_per_worker: about two tasks per worker, the smallest multiple of 8 rows that gives it.
 enum class GemvSplit { balanced, two_per_worker };
 
@@ -150,6 +150,8 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
                              int slices = 0);
 // Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
 int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
+// The per-task cost the balanced split charges on top of a task's rows, in warp items.
+constexpr int64_t kTaskOverheadItems = 1;
 // Rows per task of a GEMV of `rows` rows over `workers` blocks (a multiple of 8 in [8, 256]).
 int64_t gemv_rows_per_task(int64_t rows, int64_t workers, GemvSplit split);
 // The same for GEMVs that run at once (their tasks share the workers), in warp items (rows x column

@@ -182,12 +182,14 @@ int64_t gemv_items_per_task(const std::vector<int64_t>& items, int64_t workers, 
   if (split == GemvSplit::two_per_worker)
     return std::clamp<int64_t>(round_up(ceil_div(total, 2 * workers), 8), 8, 256);
   // A task of 8k items gives each of its 8 warps k; a worker runs ceil(tasks / workers) tasks, the
-  // tasks of all the GEMVs together (they run at once).
+  // tasks of all the GEMVs together (they run at once). Each task also pays about one item's time for
+  // taking it, staging its input and publishing it (the LM head's 16,032 tasks of 8 rows spent as much
+  // on that as on their 64 KB of weights).
   int64_t best = 1, best_cost = std::numeric_limits<int64_t>::max();
   for (int64_t k = 1; k <= 32; ++k) {
     int64_t tasks = 0;
     for (int64_t n : items) tasks += ceil_div(n, 8 * k);
-    const int64_t cost = ceil_div(tasks, workers) * k;
+    const int64_t cost = ceil_div(tasks, workers) * (k + kTaskOverheadItems);
     if (cost <= best_cost) best = k, best_cost = cost;  // ties: the larger tasks
     if (8 * k >= total) break;
   }

@@ -108,13 +108,13 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
 }
 
 // The balanced split never gives a worker more rows than two tasks per worker does (the makespan of a
-// wave model: waves x warp rows per task), and picks the sizes worked out by hand for Llama 3.1 8B on
-// 132 SMs x 3 blocks: FFN gate / up 14,336 rows -> 40 per task (359 tasks, one wave) where two per
+// wave model: waves x (warp rows per task + the per-task overhead)), and picks the sizes worked out by
+// hand for Llama 3.1 8B on 132 SMs x 3 blocks: FFN gate / up 14,336 rows -> 40 per task (359 tasks, one wave) where two per
 // worker gives 24 (598 tasks, two waves); 4,096 rows -> 16 (256 tasks, one wave).
 TEST(LlamaGpuSchedule, BalancedGemvSplit) {
   auto makespan = [](int64_t rows, int64_t workers, int64_t per_task) {
     const int64_t tasks = (rows + per_task - 1) / per_task;
-    return (tasks + workers - 1) / workers * ((per_task + 7) / 8);
+    return (tasks + workers - 1) / workers * ((per_task + 7) / 8 + kTaskOverheadItems);
   };
   for (int64_t rows : {8, 64, 192, 576, 1024, 1536, 4096, 14336, 49152, 128256})
     for (int64_t workers : {1, 7, 132, 264, 396, 528, 1056}) {
@@ -129,6 +129,8 @@ TEST(LlamaGpuSchedule, BalancedGemvSplit) {
   EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::balanced), 40);
   EXPECT_EQ(gemv_rows_per_task(14336, 396, GemvSplit::two_per_worker), 24);
   EXPECT_EQ(gemv_rows_per_task(4096, 396, GemvSplit::balanced), 16);
+  // The LM head of 128,256 rows: 168 rows per task in two waves (764 tasks), not 16,032 tasks of 8.
+  EXPECT_EQ(gemv_rows_per_task(128256, 396, GemvSplit::balanced), 168);
   // Sized together: Llama 3.1 8B's gate and up (14,336 rows each) in one wave of 396 workers: 80 rows
   // per task, 2 x 180 tasks (alone each would take 40 rows in 359 tasks, and the two 718 tasks two waves).
   EXPECT_EQ(gemv_items_per_task({14336, 14336}, 396, GemvSplit::balanced), 80);
