@@ -123,8 +123,9 @@ struct LlamaSchedule {
 };
 
 // How a GEMV's rows are cut into tasks. balanced: the task size (a multiple of 8 rows, one per warp)
-// that minimizes the rows one worker runs, waves x (rows per task + a task's overhead), for the given workers (ties: fewer,
-// larger tasks). two_per_worker: about two tasks per worker, the smallest multiple of 8 rows that gives it.
+// that minimizes the rows one worker runs, waves x (rows per task + a task's overhead), for the given
+// workers (ties: fewer, larger tasks). two_per_worker: about two tasks per worker, the smallest
+// multiple of 8 rows that gives it.
 enum class GemvSplit { balanced, two_per_worker };
 
 // Where the fused modes merge the split-KV partials of a head: an operation of its own (a task per
