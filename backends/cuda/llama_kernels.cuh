@@ -487,6 +487,48 @@ __device__ void task_rope(const Params& p, const GpuOp& op, float* smem) {
   __syncthreads();  // the table is read before the block's next use of shared memory
 }
 
+// The fused modes' rope_append, a task per KV head g: RoPE on the query heads of g's group and on k's
+// head g (the same rotation as task_rope), then head g's k and v into the cache as bf16.
+__device__ void task_rope_append_head(const Params& p, const GpuOp& op, int g, float* smem) {
+  const int half = p.Dh / 2, grp = p.H / p.HKV;
+  float2* cs = reinterpret_cast<float2*>(smem);
+  for (int j = threadIdx.x; j < half; j += kThreads) {
+    double s, c;
+    sincos(double(p.pos) * p.rope_freq[j], &s, &c);
+    cs[j] = make_float2(float(c), float(s));
+  }
+  __syncthreads();
+  float2* q = reinterpret_cast<float2*>(p.buf[op.in0] + int64_t(g) * grp * p.Dh);
+  float* k = p.buf[op.in1] + int64_t(g) * p.Dh;
+  const int qn = grp * half, n = qn + half;
+  for (int i0 = threadIdx.x; i0 < n; i0 += kThreads * kBatch) {
+    float2 x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      x[u] = i < n ? (i < qn ? q[i] : reinterpret_cast<float2*>(k)[i - qn]) : make_float2(0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i >= n) continue;
+      const float2 r = cs[(i < qn ? i : i - qn) % half];
+      const float2 y = make_float2(x[u].x * r.x - x[u].y * r.y, x[u].y * r.x + x[u].x * r.y);
+      if (i < qn)
+        q[i] = y;
+      else
+        reinterpret_cast<float2*>(k)[i - qn] = y;
+    }
+  }
+  __syncthreads();  // k rotated; the table is read before the block's next use of shared memory
+  const float* v = p.buf[op.out] + int64_t(g) * p.Dh;
+  const int64_t at = (int64_t(op.layer) * p.context + p.pos) * (p.HKV * p.Dh) + int64_t(g) * p.Dh;
+  for (int e = threadIdx.x; e < p.Dh; e += kThreads) {
+    p.cache_k[at + e] = __float2bfloat16_rn(k[e]);
+    p.cache_v[at + e] = __float2bfloat16_rn(v[e]);
+  }
+}
+
 __device__ void kv_append(const Params& p, int layer, const float* k, const float* v) {
   const int kvw = p.HKV * p.Dh;
   const int64_t at = (int64_t(layer) * p.context + p.pos) * kvw;
@@ -728,9 +770,7 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
       kv_append(p, op.layer, p.buf[op.in0], p.buf[op.in1]);
       break;
     case OpKind::rope_append:
-      task_rope(p, op, smem);
-      __syncthreads();
-      kv_append(p, op.layer, p.buf[op.in1], p.buf[op.out]);
+      task_rope_append_head(p, op, task.index, smem);
       break;
     case OpKind::attention:
       task_attention(p, op, task.index, smem);

@@ -272,6 +272,9 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       case OpKind::attn_combine:
         o.per_task = 1;
         break;
+      case OpKind::rope_append:  // a task per KV head: its group's query pairs and its own key pairs
+        o.per_task = int32_t(rows / s.kv_heads);
+        break;
       default:
         o.per_task = int32_t(rows);
         break;  // one task
