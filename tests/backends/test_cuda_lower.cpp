@@ -132,7 +132,7 @@ TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
     return cuda::lower(compiled(spec, examples::resolve(spec, sets)));
   };
   // (TS=1026: tile offsets that are not always 16-byte aligned keep dotproduct's loads off the tile ring)
-  std::string dot = lowered("dotproduct", {"TS=1026"}).source;
+  std::string dot = lowered("dotproduct", {"TS=1026", "mask=1"}).source;
   EXPECT_NE(dot.find("the tile is contiguous in A: 16-byte copies"), std::string::npos);
   EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
   EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
