@@ -3,6 +3,7 @@
 // (cuda_lower_host.h) against the reference interpreter, and the lowering's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -211,6 +212,47 @@ TEST(CudaLower, CarriedSumsFoldOverBlocksDeterministically) {
   // A loop whose carried value is not a plain running sum (kmeans' centroids) stays on one block.
   auto& km = examples::find_program("kmeans");
   for (auto& k : cuda::lower(compiled(km, examples::resolve(km, {}))).kernels) EXPECT_FALSE(k.fold) << k.statement;
+}
+
+TEST(CudaLower, CarriedMaxAndMinFoldOverBlocks) {
+  // A running max and a running min (cuda_lower_cases.h's fold_max_min) fold over the blocks like a
+  // sum: each block's partial starts from the identity, the last block combines them; max and min are
+  // exact, so every grid gives the interpreter's bits.
+  ir::Program c = cuda_test::compiled_extra("fold_max_min");
+  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  int folds = 0;
+  for (auto& k : low.kernels) folds += k.fold && k.distributed && k.trip > 1 ? 1 : 0;
+  EXPECT_EQ(folds, 1);
+  EXPECT_NE(low.source.find("= (float)(-mp_inf());"), std::string::npos) << "max's identity";
+  EXPECT_NE(low.source.find("= (float)mp_inf();"), std::string::npos) << "min's identity";
+  const mp_host::Program* hp = host_unit("fold_max_min");
+  ASSERT_NE(hp, nullptr);
+  uint64_t seed = fresh_seed() % 1000000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // All negative, then all positive: a partial that started from 0 instead of the identity would show.
+  for (float sign : {-1.f, 1.f})
+  for (int grid : {1, 8}) {
+    SCOPED_TRACE(std::to_string(grid) + " blocks, sign " + std::to_string(sign));
+    std::vector<float> a = random_floats(1000, seed, 1.f, 100.f);
+    for (auto& x : a) x *= sign;
+    ir::Memory want = ir::make_memory(c, {{"A", a}}), got = ir::make_memory(c, {{"A", a}});
+    cpu::interpret(c, want);
+    ASSERT_EQ(mp_host::run(*hp, low, got, grid), 0);
+    EXPECT_EQ(got.at("hi").data, want.at("hi").data);
+    EXPECT_EQ(got.at("lo").data, want.at("lo").data);
+    EXPECT_EQ(got.at("hi").data[0], *std::max_element(a.begin(), a.end()));
+    EXPECT_EQ(got.at("lo").data[0], *std::min_element(a.begin(), a.end()));
+  }
+  // A running product stays on one block.
+  using namespace mp::front;
+  ProgramBuilder b("fold_product");
+  auto A = b.input("A", {256, 1});
+  auto out = b.output("out", {1, 1});
+  auto acc = METAPIPE_FOLD(4, {FILL({1, 1}, 1.0)}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
+    return {ZIP(s[0], REDUCE(LOAD_TILE(A, {64, 1}), 0, Combiner::Mul), [](Expr x, Expr y) { return x * y; })};
+  });
+  STORE_TILE(out, acc[0]);
+  for (auto& k : cuda::lower(passes::compile(b.finish(), {})).kernels) EXPECT_FALSE(k.fold) << k.statement;
 }
 
 TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {

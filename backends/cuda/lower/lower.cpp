@@ -385,6 +385,29 @@ class Gen {
   // its iterations into a partial of its own (in its scratch), and the last block to finish adds the
   // partials in block order to the initial value. Deterministic for a given grid; the order of the
   // additions differs from the reference's one-by-one fold, within the tolerance of the dtype.
+  // The carried updates that fold over blocks: a running sum, max or min (associative and commutative;
+  // max / min give the sequential fold's bits, NaN order included, since a partial starts from the
+  // identity and NaN never enters `mp_max(acc, x)` from the right). A product is left to one block: its
+  // partials would change the rounding of long products beyond what the dtype tolerance covers.
+  static bool fold_combiner(ir::ExprOp op) {
+    return op == ir::ExprOp::Add || op == ir::ExprOp::Max || op == ir::ExprOp::Min;
+  }
+  // The combining op of a folded carried value (the Zip that makes its next value).
+  static ir::ExprOp fold_op(const ir::MetaPipe& m, const ir::Carried& c) {
+    for (auto& st : m.stages)
+      for (auto& op : st.ops)
+        if (op->out && op->out->id == c.next->id) return op->cast<ir::Zip>().f.node().op;
+    return ir::ExprOp::Add;
+  }
+  static std::string fold_identity(ir::ExprOp op) {
+    return op == ir::ExprOp::Max ? "(float)(-mp_inf())" : op == ir::ExprOp::Min ? "(float)mp_inf()" : "0.0f";
+  }
+  static std::string fold_step(ir::ExprOp op, const std::string& acc, const std::string& x) {
+    if (op == ir::ExprOp::Max) return acc + " = mp_max(" + acc + ", " + x + ");";
+    if (op == ir::ExprOp::Min) return acc + " = mp_min(" + acc + ", " + x + ");";
+    return acc + " += " + x + ";";
+  }
+
   static bool foldable(const ir::MetaPipe& m) {
     if (m.carried.empty()) return false;
     std::map<int, int> uses;
@@ -403,7 +426,7 @@ class Gen {
           z->ins[1]->shape != c.arg->shape || c.init->shape != c.arg->shape)
         return false;
       const ir::ExprNode& f = z->f.node();
-      if (f.op != ir::ExprOp::Add || f.kids.size() != 2 || f.kids[0]->op != ir::ExprOp::Arg ||
+      if (!fold_combiner(f.op) || f.kids.size() != 2 || f.kids[0]->op != ir::ExprOp::Arg ||
           f.kids[0]->index != 0 || f.kids[1]->op != ir::ExprOp::Arg || f.kids[1]->index != 1)
         return false;
       if (uses[c.arg->id] != 1 || uses[c.next->id] != 0) return false;
@@ -943,8 +966,9 @@ class Gen {
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
     if (k.fold)
-      src_ << "// its " << k.trip << " iterations carry running sums only: persistent blocks stride over them, each\n"
-           << "// summing into a partial of its own; the last block to finish adds the partials in block order.\n";
+      src_ << "// its " << k.trip << " iterations carry running sums / maxima / minima only: persistent blocks stride\n"
+           << "// over them, each folding into a partial of its own; the last block to finish combines the partials\n"
+           << "// in block order.\n";
     else if (k.distributed)
       src_ << "// its " << k.trip << " iterations carry no value: persistent blocks stride over them.\n";
     else if (mp)
@@ -1028,11 +1052,12 @@ class Gen {
       std::string i = "i" + std::to_string(m.var->id);
       if (k.fold)
         for (auto& c : m.carried) {
-          line("// " + ir::value_name(c.arg) + ": this block's partial sum, from 0 over the extents of " +
+          auto op = fold_op(m, c);
+          line("// " + ir::value_name(c.arg) + ": this block's partial " + ir::to_string(op) + ", from its identity over the extents of " +
                ir::value_name(c.init));
           copy_meta(c.arg, c.init);
           open_elements(c.arg);
-          line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = 0.0f;");
+          line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = " + fold_identity(op) + ";");
           close_elements();
         }
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
@@ -1107,7 +1132,8 @@ class Gen {
     j = 0;
     for (auto& c : m.carried) {
       size_t r = c.arg->shape.size();
-      line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " + the partials of blocks 0, 1, ...");
+      line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " combined (" + ir::to_string(fold_op(m, c)) +
+           ") with the partials of blocks 0, 1, ...");
       for (size_t a = 0; a < r; ++a) line(e(c.result, a) + " = " + e(c.init, a) + "; " + o(c.result, a) + " = " + o(c.init, a) + ";");
       line("for (unsigned b_ = 0; b_ < gridDim.x; ++b_) {");
       line("  const volatile float* m_ = mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(fold_meta_ + j) + ";");
@@ -1120,8 +1146,9 @@ class Gen {
       open_elements(c.result);
       line("    float s_ = " + v(c.init->id) + "[" + at(c.init, xs(r)) + "];");
       line("    for (unsigned b_ = 0; b_ < gridDim.x; ++b_)");
-      line("      s_ += ((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) + "))[" +
-           at(c.arg, xs(r)) + "];");
+      line("      " + fold_step(fold_op(m, c), "s_",
+                              "((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) +
+                                  "))[" + at(c.arg, xs(r)) + "]"));
       line("    " + v(c.result->id) + "[" + at(c.result, xs(r)) + "] = mp_round(s_, " +
            std::to_string(dt_code(c.result->dtype)) + ");");
       close_elements();
