@@ -808,6 +808,7 @@ class Gen {
   std::set<int> ring_nodes_;           // their LoadTile node ids
   int ring_depth_ = 0;
   std::vector<std::string> ring_notes_;  // why a loop or a tile took the direct path
+  bool stage_has_direct_ = false;        // the stage being emitted has a LoadTile off the ring
 
   std::string ring_refusal(const ir::LoadTile& l, const ir::MetaPipe& m) {
     const auto& t = l.src;
@@ -1176,6 +1177,8 @@ class Gen {
     for (size_t s = 0; s < m.stages.size(); ++s) {
       line("// stage " + m.stages[s].name);
       auto& ops = m.stages[s].ops;
+      stage_has_direct_ = false;
+      for (auto& op : ops) stage_has_direct_ = stage_has_direct_ || (op->kind == ir::NodeKind::LoadTile && !ring_nodes_.count(op->id));
       for (size_t j = 0; j < ops.size(); ++j) {
         skip_barrier_ = ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
                         ops[j + 1]->kind == ir::NodeKind::LoadTile;
@@ -1372,7 +1375,7 @@ class Gen {
     }
     if (ring_nodes_.count(l.id)) {
       line("// the data: this iteration's ring slot, copied by cp.async (waited for above)");
-      barrier();  // for a direct copy before it in the stage (none of its own)
+      if (stage_has_direct_) barrier();  // for a direct copy before it in the stage (none of its own)
       return;
     }
     tile_copy(l.out, t, start, ext, false, [&] {
