@@ -11,12 +11,18 @@ mp="${1:-./build/tools/metapipe/metapipe}"
 [ -x "$mp" ] || { echo "device-cuda-lower.sh: no $mp (build with cmake --preset default first)"; exit 2; }
 # program | --set arguments | streaming (1: report bandwidth). Tile sizes keep a block's tiles near a
 # third of an SM's shared memory, so that blocks on one SM overlap each other's loads and compute
-# (tpchq6's four 4096-element tiles: 64 KiB).
+# (tpchq6's four 4096-element tiles: 64 KiB). The streaming programs run a second time at smaller tiles:
+# their loads go through the lowering's cp.async tile ring, whose depth grows as a tile shrinks (2 slots
+# of 64 KiB, or 3-4 of 16-32 KiB and more blocks per SM); the unit's comment says which path and depth.
 cases=(
   "softmax|R=16384 C=1024 mask=1 row_tile=16|1"
   "dotproduct|N=16777216 TS=8192|1"
   "tpchq6|N=16777216 TS=4096|1"
   "blackscholes|N=8388608 TS=4096|1"
+  "softmax|R=16384 C=1024 mask=1 row_tile=4|1"
+  "dotproduct|N=16777216 TS=2048|1"
+  "tpchq6|N=16777216 TS=1024|1"
+  "blackscholes|N=8388608 TS=1024|1"
   "outerproduct|M=8192 N=8192 TM=64 TN=256|1"
   "matmul|M=1024 N=1024 K=1024 MM=64 NN=64|0"
   "matmul|M=1024 N=1024 K=1024 MM=64 NN=64 dtype=bf16|0"

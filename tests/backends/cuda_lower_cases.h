@@ -2,10 +2,14 @@
 // for the host emulation of the generated code (tests/backends/cuda_lower_host.h), non-dividing tiles
 // included so the masked paths run. A program not named here runs at its defaults.
 #pragma once
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "front/front.h"
+#include "passes/pipeline.h"
 
 namespace mp::cuda_test {
 
@@ -51,6 +55,44 @@ inline const std::vector<Variant>& variants() {
       {"softmax_unaligned", "softmax", {"R=40", "C=23", "row_tile=5", "mask=1"}},
   };
   return v;
+}
+
+// Programs built here rather than registered, for lowering paths no registered program takes: a loop
+// whose carried values are a running max and a running min (folded over the blocks like dotproduct's
+// sum), over masked tiles (1000 is not a multiple of 128).
+struct Extra {
+  std::string name;
+  std::function<ir::Program()> build;
+};
+inline ir::Program build_fold_max_min() {
+  using namespace mp::front;
+  const int64_t N = 1000, TS = 128;
+  ProgramBuilder b("fold_max_min");
+  auto A = b.input("A", {N, 1});
+  auto hi = b.output("hi", {1, 1});
+  auto lo = b.output("lo", {1, 1});
+  auto h0 = FILL({1, 1}, -1e30);
+  auto l0 = FILL({1, 1}, 1e30);
+  auto acc = METAPIPE_FOLD(cdiv(N, TS), {h0, l0}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
+    auto a = LOAD_TILE(A, {TS, 1}, masked = true);
+    auto top = ZIP(s[0], MAX(a, 0), [](Expr x, Expr y) { return max(x, y); });
+    auto bottom = ZIP(s[1], REDUCE(a, 0, Combiner::Min), [](Expr x, Expr y) { return min(x, y); });
+    return {top, bottom};
+  });
+  STORE_TILE(hi, acc[0]);
+  STORE_TILE(lo, acc[1]);
+  return b.finish();
+}
+inline const std::vector<Extra>& extra_programs() {
+  static const std::vector<Extra> e = {{"fold_max_min", build_fold_max_min}};
+  return e;
+}
+inline ir::Program compiled_extra(const std::string& name) {
+  passes::CompileOptions o;
+  o.tile.masking = true;
+  for (auto& x : extra_programs())
+    if (x.name == name) return passes::compile(x.build(), o);
+  throw internal_error("no extra program " + name);
 }
 
 }  // namespace mp::cuda_test

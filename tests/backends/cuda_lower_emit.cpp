@@ -30,11 +30,16 @@ int main(int argc, char** argv) {
       units.push_back({spec->name, spec->name, sets});
     }
     for (auto& v : mp::cuda_test::variants()) units.push_back(v);
+    for (auto& x : mp::cuda_test::extra_programs()) units.push_back({x.name, "", {}});
     for (auto& u : units) {
-      const auto* spec = &mp::examples::find_program(u.program);
-      const auto& sets = u.sets;
-      auto params = mp::examples::resolve(*spec, sets);
-      auto p = mp::passes::compile(mp::examples::build(*spec, params), mp::examples::compile_options(params));
+      mp::ir::Program p;
+      if (u.program.empty()) {  // one of cuda_test::extra_programs()
+        p = mp::cuda_test::compiled_extra(u.name);
+      } else {
+        const auto* spec = &mp::examples::find_program(u.program);
+        auto params = mp::examples::resolve(*spec, u.sets);
+        p = mp::passes::compile(mp::examples::build(*spec, params), mp::examples::compile_options(params));
+      }
       mp::cuda::Lowered low;
       try {
         low = mp::cuda::lower(p, mp::cuda_test::host_options());

@@ -19,6 +19,9 @@
 #include "backends/cuda/lower/runtime.h"
 #include "ir/eval.h"
 
+// The generated unit's prelude leaves its cp.async helpers to this file (below).
+#define MP_HOST_EMULATION 1
+
 struct mp_host_dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
@@ -34,6 +37,7 @@ inline thread_local mp_host_dim3 tid;
 inline thread_local Block* block = nullptr;
 inline mp_host_dim3 bid, bdim, gdim;  // written only between blocks, while no thread runs
 inline std::mutex atomics;
+inline std::atomic<bool> leftover_copies{false};  // a thread ended with cp.async copies not waited for
 
 inline constexpr size_t kSmemFloats = 65536;  // 256 KiB: more than any sm_90 block may opt into
 
@@ -110,11 +114,47 @@ inline double __shfl_down_sync(unsigned, double v, int d) {
   return r;
 }
 
+// cp.async on the host: a thread's copies gather into its open group; a committed group lands at the
+// latest when a wait allows fewer groups in flight, and every other group lands at once at its commit, so
+// both a read before its wait (poison NaN read) and a slot refilled while another thread still reads it
+// (data of a later iteration read) show up as wrong results.
+namespace mp_host {
+struct Copy {
+  float* dst;
+  const float* src;
+  int n;
+};
+inline thread_local std::vector<Copy> open_group;
+inline thread_local std::vector<std::vector<Copy>> in_flight;
+inline thread_local unsigned long long commits = 0;
+inline void land(const std::vector<Copy>& g) {
+  for (auto& c : g) std::memcpy(c.dst, c.src, size_t(c.n) * sizeof(float));
+}
+}  // namespace mp_host
+inline void mp_cp_async16(float* s, const float* g) { mp_host::open_group.push_back({s, g, 4}); }
+inline void mp_cp_async4(float* s, const float* g) { mp_host::open_group.push_back({s, g, 1}); }
+inline void mp_cp_commit() {
+  if (mp_host::commits++ % 2 == 1) {
+    mp_host::land(mp_host::open_group);
+    mp_host::in_flight.emplace_back();
+  } else {
+    mp_host::in_flight.push_back(std::move(mp_host::open_group));
+  }
+  mp_host::open_group.clear();
+}
+template <int N>
+inline void mp_cp_wait() {
+  while (mp_host::in_flight.size() > size_t(N)) {
+    mp_host::land(mp_host::in_flight.front());
+    mp_host::in_flight.erase(mp_host::in_flight.begin());
+  }
+}
+
 namespace mp_host {
 
 // The launch sequence of runtime_cuda.cpp on the host: the same tensor table, values between statements,
 // scratch and error word; `max_grid` bounds the persistent blocks (a GPU would use its SM count).
-// Returns the device error word (0: none).
+// Returns the device error word (0: none; 99: a thread ended with cp.async copies not waited for).
 inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory& mem, int max_grid) {
   std::vector<std::vector<unsigned char>> tensors;
   std::vector<void*> table;
@@ -144,10 +184,15 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
           tid.x = unsigned(t);
           block = &blk;
           fn(table.data(), gv.data(), gm.data(), scratch.data(), k.scratch_floats, err);
+          // A copy never waited for would land after the kernel on a GPU, or never.
+          bool left = !open_group.empty();
+          for (auto& g : in_flight) left = left || !g.empty();
+          if (left) leftover_copies = true;
         });
       for (auto& th : threads) th.join();
     }
   }
+  if (leftover_copies.exchange(false)) return 99;
   for (size_t i = 0; i < low.tensors.size(); ++i)
     if (low.tensors[i]->role != mp::ir::TensorRole::Input)
       mp::cuda::from_device_bytes(tensors[i], mem.at(low.tensors[i]->name));

@@ -3,6 +3,7 @@
 // (cuda_lower_host.h) against the reference interpreter, and the lowering's errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -131,7 +132,8 @@ TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
     auto& spec = examples::find_program(name);
     return cuda::lower(compiled(spec, examples::resolve(spec, sets)));
   };
-  std::string dot = lowered("dotproduct", {}).source;
+  // (TS=1026: tile offsets that are not always 16-byte aligned keep dotproduct's loads off the tile ring)
+  std::string dot = lowered("dotproduct", {"TS=1026", "mask=1"}).source;
   EXPECT_NE(dot.find("the tile is contiguous in A: 16-byte copies"), std::string::npos);
   EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
   EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
@@ -154,7 +156,40 @@ TEST(CudaLower, ElementwiseResultsReuseADeadOperandsStorage) {
   size_t n = 0;
   for (size_t at = 0; (at = low.source.find("written over its dead operand", at)) != std::string::npos; ++at) ++n;
   EXPECT_EQ(n, 2u) << "the Map and the Zip";
-  EXPECT_LT(low.kernels[0].smem_bytes, 2 * 64 * 128 * 4) << "one tile of the default 64 x 128, and the row sums";
+  ASSERT_NE(low.source.find("path: tile ring (cp.async), 2 slots per tile: X"), std::string::npos);
+  EXPECT_LT(low.kernels[0].smem_bytes, 3 * 64 * 128 * 4)
+      << "the two ring slots of one tile of the default 64 x 128 (the results live in the slot), and the row sums";
+}
+
+TEST(CudaLower, StreamingLoopsTakeTheTileRing) {
+  // The streaming programs' loads have addresses known from the loop index, 16-byte aligned: a ring of
+  // cp.async slots, the copies of later iterations issued before this one computes. Tiles whose offsets
+  // are not always aligned take the direct copy, and the unit says why.
+  auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
+    auto& spec = examples::find_program(name);
+    return cuda::lower(compiled(spec, examples::resolve(spec, sets))).source;
+  };
+  for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
+    SCOPED_TRACE(name);
+    std::string src = lowered(name, {});
+    EXPECT_NE(src.find("// path: tile ring (cp.async), "), std::string::npos);
+    EXPECT_NE(src.find("mp_cp_async16(d_ + 4 * q_, g_ + 4 * q_);"), std::string::npos);
+    EXPECT_NE(src.find("mp_cp_async4(d_ + f_, g_ + f_);"), std::string::npos) << "the masked tail";
+    EXPECT_NE(src.find("__syncthreads();  // ... and every thread's"), std::string::npos);
+    EXPECT_NE(src.find("cp.async.cg.shared.global"), std::string::npos);
+    EXPECT_NE(src.find("mp_cp_wait<0>();"), std::string::npos);
+  }
+  for (auto& v : cuda_test::variants()) {
+    if (v.name.find("unaligned") == std::string::npos) continue;
+    SCOPED_TRACE(v.name);
+    std::string src = lowered(v.program, v.sets);
+    EXPECT_EQ(src.find("// path: tile ring"), std::string::npos);
+    EXPECT_NE(src.find("takes the direct copy: its offset is not always 16-byte aligned"), std::string::npos);
+  }
+  // The ring on the host with one block (8 iterations through a ring of 4 slots, the last tile cut at
+  // 1001 - 896 = 105 elements: 26 16-byte copies and one 4-byte one) and with 2 blocks.
+  uint64_t seed = fresh_seed() % 1000000;
+  for (int grid : {1, 2}) check_on_host("dotproduct_tail", "dotproduct", {"N=1001", "TS=128", "mask=1"}, grid, seed);
 }
 
 TEST(CudaLower, CarriedSumsFoldOverBlocksDeterministically) {
@@ -177,6 +212,47 @@ TEST(CudaLower, CarriedSumsFoldOverBlocksDeterministically) {
   // A loop whose carried value is not a plain running sum (kmeans' centroids) stays on one block.
   auto& km = examples::find_program("kmeans");
   for (auto& k : cuda::lower(compiled(km, examples::resolve(km, {}))).kernels) EXPECT_FALSE(k.fold) << k.statement;
+}
+
+TEST(CudaLower, CarriedMaxAndMinFoldOverBlocks) {
+  // A running max and a running min (cuda_lower_cases.h's fold_max_min) fold over the blocks like a
+  // sum: each block's partial starts from the identity, the last block combines them; max and min are
+  // exact, so every grid gives the interpreter's bits.
+  ir::Program c = cuda_test::compiled_extra("fold_max_min");
+  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  int folds = 0;
+  for (auto& k : low.kernels) folds += k.fold && k.distributed && k.trip > 1 ? 1 : 0;
+  EXPECT_EQ(folds, 1);
+  EXPECT_NE(low.source.find("= (float)(-mp_inf());"), std::string::npos) << "max's identity";
+  EXPECT_NE(low.source.find("= (float)mp_inf();"), std::string::npos) << "min's identity";
+  const mp_host::Program* hp = host_unit("fold_max_min");
+  ASSERT_NE(hp, nullptr);
+  uint64_t seed = fresh_seed() % 1000000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // All negative, then all positive: a partial that started from 0 instead of the identity would show.
+  for (float sign : {-1.f, 1.f})
+  for (int grid : {1, 8}) {
+    SCOPED_TRACE(std::to_string(grid) + " blocks, sign " + std::to_string(sign));
+    std::vector<float> a = random_floats(1000, seed, 1.f, 100.f);
+    for (auto& x : a) x *= sign;
+    ir::Memory want = ir::make_memory(c, {{"A", a}}), got = ir::make_memory(c, {{"A", a}});
+    cpu::interpret(c, want);
+    ASSERT_EQ(mp_host::run(*hp, low, got, grid), 0);
+    EXPECT_EQ(got.at("hi").data, want.at("hi").data);
+    EXPECT_EQ(got.at("lo").data, want.at("lo").data);
+    EXPECT_EQ(got.at("hi").data[0], *std::max_element(a.begin(), a.end()));
+    EXPECT_EQ(got.at("lo").data[0], *std::min_element(a.begin(), a.end()));
+  }
+  // A running product stays on one block.
+  using namespace mp::front;
+  ProgramBuilder b("fold_product");
+  auto A = b.input("A", {256, 1});
+  auto out = b.output("out", {1, 1});
+  auto acc = METAPIPE_FOLD(4, {FILL({1, 1}, 1.0)}, [&](Idx, const std::vector<Value>& s) -> std::vector<Value> {
+    return {ZIP(s[0], REDUCE(LOAD_TILE(A, {64, 1}), 0, Combiner::Mul), [](Expr x, Expr y) { return x * y; })};
+  });
+  STORE_TILE(out, acc[0]);
+  for (auto& k : cuda::lower(passes::compile(b.finish(), {})).kernels) EXPECT_FALSE(k.fold) << k.statement;
 }
 
 TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {

@@ -70,6 +70,46 @@ TEST(SM90_CudaLower, Bf16Programs) {
                 seed + 1);
 }
 
+TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
+  // Many iterations per block (the ring wraps around its slots many times), last tiles cut by the mask
+  // at lengths that are not multiples of four (the 4-byte cp.async tail); each lowered unit must take
+  // the ring path.
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"dotproduct", {"N=4194307", "TS=2048", "mask=1"}},
+      {"tpchq6", {"N=1000003", "TS=1024", "mask=1"}},
+      {"blackscholes", {"N=1000001", "TS=1024", "mask=1"}},
+      {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
+      {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
+  };
+  for (auto& [name, sets] : cases) {
+    auto& spec = examples::find_program(name);
+    auto params = examples::resolve(spec, sets);
+    auto src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
+    EXPECT_NE(src.find("// path: tile ring (cp.async)"), std::string::npos) << name;
+    check_program(spec, sets, seed++);
+  }
+}
+
+TEST(SM90_CudaLower, CarriedMaxAndMinFoldOverBlocks) {
+  MP_REQUIRE_GPU();
+  ir::Program c = cuda_test::compiled_extra("fold_max_min");
+  uint64_t seed = fresh_seed() % 1000000;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (float sign : {-1.f, 1.f}) {
+    std::vector<float> a = random_floats(1000, seed, 1.f, 100.f);
+    for (auto& x : a) x *= sign;
+    ir::Memory want = ir::make_memory(c, {{"A", a}}), got = ir::make_memory(c, {{"A", a}});
+    cpu::interpret(c, want);
+    auto rep = cuda::run(c, got);
+    ASSERT_EQ(rep.kernels.size(), c.body.size());
+    EXPECT_GT(rep.kernels[2].grid, 1) << "the folded loop runs on many blocks";
+    EXPECT_EQ(got.at("hi").data, want.at("hi").data);
+    EXPECT_EQ(got.at("lo").data, want.at("lo").data);
+  }
+}
+
 TEST(SM90_CudaLower, CacheHitOnSecondRun) {
   MP_REQUIRE_GPU();
   auto dir = std::filesystem::temp_directory_path() / ("mp-cuda-cache-test-" + std::to_string(fresh_seed() % 1000000));

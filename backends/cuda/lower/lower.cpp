@@ -84,6 +84,28 @@ __device__ void mp_fail(int* err, int code, int node, long long detail) {
 __device__ __forceinline__ long long mp_clip(long long room, long long want) {
   return room < want ? (room > 0 ? room : 0) : want;
 }
+// Asynchronous global -> shared copies (sm_80+ cp.async) for the tile rings of the streaming loops: 16
+// bytes through L2 only (.cg), 4-byte copies for a tile's last n % 4 elements; one commit group per
+// iteration, waited for with the number of groups still allowed in flight. The host test of the
+// lowering provides its own versions (MP_HOST_EMULATION).
+#ifndef MP_HOST_EMULATION
+__device__ __forceinline__ unsigned mp_smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 q; cvta.to.shared.u64 q, %1; cvt.u32.u64 %0, q; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ void mp_cp_async16(float* s, const float* g) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(mp_smem_addr(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void mp_cp_async4(float* s, const float* g) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(mp_smem_addr(s)), "l"(g) : "memory");
+}
+__device__ __forceinline__ void mp_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void mp_cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#endif
 )";
 
 std::string num(double v) {
@@ -129,9 +151,9 @@ std::string one_line(std::string s) {
   return b == std::string::npos ? s : s.substr(b);
 }
 
-std::string affine(const ir::Affine& a) {
+std::string affine(const ir::Affine& a, int var = -1, const std::string& as = "") {
   std::string s = ll(a.constant);
-  for (auto& [v, c] : a.terms) s += " + " + ll(c) + " * i" + std::to_string(v->id);
+  for (auto& [v, c] : a.terms) s += " + " + ll(c) + " * " + (v->id == var ? as : "i" + std::to_string(v->id));
   return "(" + s + ")";
 }
 
@@ -363,6 +385,29 @@ class Gen {
   // its iterations into a partial of its own (in its scratch), and the last block to finish adds the
   // partials in block order to the initial value. Deterministic for a given grid; the order of the
   // additions differs from the reference's one-by-one fold, within the tolerance of the dtype.
+  // The carried updates that fold over blocks: a running sum, max or min (associative and commutative;
+  // max / min give the sequential fold's bits, NaN order included, since a partial starts from the
+  // identity and NaN never enters `mp_max(acc, x)` from the right). A product is left to one block: its
+  // partials would change the rounding of long products beyond what the dtype tolerance covers.
+  static bool fold_combiner(ir::ExprOp op) {
+    return op == ir::ExprOp::Add || op == ir::ExprOp::Max || op == ir::ExprOp::Min;
+  }
+  // The combining op of a folded carried value (the Zip that makes its next value).
+  static ir::ExprOp fold_op(const ir::MetaPipe& m, const ir::Carried& c) {
+    for (auto& st : m.stages)
+      for (auto& op : st.ops)
+        if (op->out && op->out->id == c.next->id) return op->cast<ir::Zip>().f.node().op;
+    return ir::ExprOp::Add;
+  }
+  static std::string fold_identity(ir::ExprOp op) {
+    return op == ir::ExprOp::Max ? "(float)(-mp_inf())" : op == ir::ExprOp::Min ? "(float)mp_inf()" : "0.0f";
+  }
+  static std::string fold_step(ir::ExprOp op, const std::string& acc, const std::string& x) {
+    if (op == ir::ExprOp::Max) return acc + " = mp_max(" + acc + ", " + x + ");";
+    if (op == ir::ExprOp::Min) return acc + " = mp_min(" + acc + ", " + x + ");";
+    return acc + " += " + x + ";";
+  }
+
   static bool foldable(const ir::MetaPipe& m) {
     if (m.carried.empty()) return false;
     std::map<int, int> uses;
@@ -381,7 +426,7 @@ class Gen {
           z->ins[1]->shape != c.arg->shape || c.init->shape != c.arg->shape)
         return false;
       const ir::ExprNode& f = z->f.node();
-      if (f.op != ir::ExprOp::Add || f.kids.size() != 2 || f.kids[0]->op != ir::ExprOp::Arg ||
+      if (!fold_combiner(f.op) || f.kids.size() != 2 || f.kids[0]->op != ir::ExprOp::Arg ||
           f.kids[0]->index != 0 || f.kids[1]->op != ir::ExprOp::Arg || f.kids[1]->index != 1)
         return false;
       if (uses[c.arg->id] != 1 || uses[c.next->id] != 0) return false;
@@ -677,6 +722,7 @@ class Gen {
     scratch = 0;
     for (int r : roots) {
       int64_t n = (ir::num_elements(values_.at(r)->shape) + 3) / 4 * 4;
+      if (ring_roots_.count(r)) n *= ring_depth_;
       if (!partials_.count(r) && (smem + n) * 4 <= opt_.smem_bytes) {
         slot_[r] = {Where::Shared, smem};
         smem += n;
@@ -748,6 +794,141 @@ class Gen {
     return in_place_.count(id) ? w + ", written over its dead operand" : w;
   }
 
+  // ---- the tile ring of a streaming loop
+  // A top-level loop spread over blocks whose first stage is LoadTiles: each LoadTile whose address is
+  // known from the loop index alone, one contiguous run of a float-stored tensor, always at a 16-byte
+  // aligned element offset, with its inner axes full, gets a ring of `ring_depth_` slots in shared
+  // memory, filled by cp.async: a block issues the copies of its iteration k + depth - 1 before it
+  // computes iteration k, so the loads of later iterations are in flight while this one computes and
+  // stores. Only the elements within the run-time extents are copied (every consumer skips the others,
+  // as it does on the direct path). A tile the ring cannot serve takes the direct copy, and the kernel's
+  // comment says why.
+  std::vector<const ir::LoadTile*> ring_tiles_;
+  std::set<int> ring_roots_;           // storage groups of the ring tiles
+  std::set<int> ring_nodes_;           // their LoadTile node ids
+  int ring_depth_ = 0;
+  std::vector<std::string> ring_notes_;  // why a loop or a tile took the direct path
+  bool stage_has_direct_ = false;        // the stage being emitted has a LoadTile off the ring
+
+  std::string ring_refusal(const ir::LoadTile& l, const ir::MetaPipe& m) {
+    const auto& t = l.src;
+    size_t r = t->shape.size();
+    if (std::string(dev_type(t->dtype)) != "float") return "its tensor is not stored as float";
+    int lead = -1;
+    for (size_t a = 0; a < r; ++a)
+      if (l.out->shape[a] > 1) {
+        lead = int(a);
+        break;
+      }
+    if (lead < 0) return "a one-element tile";
+    for (size_t a = size_t(lead + 1); a < r; ++a)
+      if (l.out->shape[a] != t->shape[a] || !l.offset[a].is_const() || l.offset[a].constant != 0)
+        return "the tile is not one contiguous run of its tensor";
+    auto tst = strides(t->shape);
+    for (size_t a = 0; a < r; ++a) {
+      if (l.offset[a].constant * tst[a] % 4 != 0) return "its offset is not always 16-byte aligned";
+      for (auto& [var, c] : l.offset[a].terms) {
+        if (var->id != m.var->id) return "its offset depends on an inner loop";
+        if (c * tst[a] % 4 != 0) return "its offset is not always 16-byte aligned";
+      }
+    }
+    int g = groups_.find(l.out->id);
+    for (auto& [id, val] : values_) {
+      (void)val;
+      if (groups_.find(id) == g &&
+          (pinned_.count(id) || toplevel_.count(id) || partials_.count(id)))
+        return "its storage is shared with a carried value";
+    }
+    return "";
+  }
+
+  void plan_ring(const ir::MetaPipe& m) {
+    ring_tiles_.clear();
+    ring_roots_.clear();
+    ring_nodes_.clear();
+    ring_notes_.clear();
+    ring_depth_ = 0;
+    if (m.stages.empty() || m.stages[0].ops.empty()) return;
+    for (auto& op : m.stages[0].ops)
+      if (op->kind != ir::NodeKind::LoadTile) {
+        ring_notes_.push_back("no tile ring: the first stage is not LoadTiles only");
+        return;
+      }
+    int64_t bytes = 0;
+    for (auto& op : m.stages[0].ops) {
+      auto& l = op->cast<ir::LoadTile>();
+      std::string why = ring_refusal(l, m);
+      if (!why.empty()) {
+        ring_notes_.push_back(l.where() + " takes the direct copy: " + why);
+        continue;
+      }
+      ring_tiles_.push_back(&l);
+      ring_roots_.insert(groups_.find(l.out->id));
+      ring_nodes_.insert(l.id);
+      bytes += (ir::num_elements(l.out->shape) + 3) / 4 * 16;
+    }
+    if (ring_tiles_.empty()) return;
+    // Depth: enough slots that about 32 KiB per block are in flight beyond the slot being computed on
+    // (several blocks per SM then keep 64 KiB or more per SM moving), between 2 and 4; never more slots
+    // than a block has iterations.
+    int64_t per_block = std::max<int64_t>(1, m.trip());
+    ring_depth_ = int(std::clamp<int64_t>(1 + (32 * 1024 + bytes - 1) / bytes, 2, 4));
+    ring_depth_ = int(std::min<int64_t>(ring_depth_, std::max<int64_t>(2, per_block)));
+  }
+  void drop_ring(const std::string& why) {
+    ring_notes_.push_back("no tile ring: " + why);
+    ring_tiles_.clear();
+    ring_roots_.clear();
+    ring_nodes_.clear();
+    ring_depth_ = 0;
+  }
+  int64_t ring_slot_floats(const ir::LoadTile& l) const { return (ir::num_elements(l.out->shape) + 3) / 4 * 4; }
+
+  // The cp.async copies of iteration `iter` (an expression) of the ring tiles into slot `slot`, then the
+  // commit of their group (an empty group where the iteration is past the end, so that every thread
+  // counts the same groups).
+  void ring_issue(const ir::MetaPipe& m, const std::string& iter, const std::string& slot) {
+    line("if (" + iter + " < " + ll(m.trip()) + ") {");
+    for (auto* l : ring_tiles_) {
+      const auto& t = l->src;
+      size_t r = t->shape.size();
+      auto tst = strides(t->shape);
+      int lead = 0;
+      while (l->out->shape[size_t(lead)] == 1) ++lead;
+      int64_t inner = 1;
+      for (size_t a = size_t(lead + 1); a < r; ++a) inner *= t->shape[a];
+      std::string g0, ok;
+      for (size_t a = 0; a < r; ++a) {
+        std::string sa = affine(l->offset[a], m.var->id, iter);
+        g0 += std::string(a ? " + " : "") + sa + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+        if (int(a) != lead) ok += " && " + sa + " >= 0 && " + sa + " < " + ll(t->shape[a]);
+      }
+      std::string sl = affine(l->offset[size_t(lead)], m.var->id, iter);
+      line("  {  // " + l->where() + ": " + t->name);
+      line("    const long long s_ = " + sl + ", g0_ = " + g0 + ";");
+      line("    const int n_ = s_ >= 0" + ok + " ? (int)mp_clip(" + ll(t->shape[size_t(lead)]) + " - s_, " +
+           ll(l->out->shape[size_t(lead)]) + ") * " + std::to_string(inner) + " : 0, n4_ = n_ >> 2;");
+      int64_t base = slot_.at(groups_.find(l->out->id)).offset;
+      line("    float* d_ = mp_smem + " + ll(base) + " + (long long)(" + slot + ") * " + ll(ring_slot_floats(*l)) + ";");
+      line("    const float* g_ = " + T(t) + " + g0_;");
+      line("    for (int q_ = threadIdx.x; q_ < n4_; q_ += blockDim.x) mp_cp_async16(d_ + 4 * q_, g_ + 4 * q_);");
+      line("    for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x) mp_cp_async4(d_ + f_, g_ + f_);");
+      line("  }");
+    }
+    line("}");
+    line("mp_cp_commit();");
+  }
+  // Points every value of a ring tile's storage group at slot `slot`.
+  void ring_point(const std::set<int>& used, const std::string& slot) {
+    for (auto* l : ring_tiles_) {
+      int g = groups_.find(l->out->id);
+      int64_t base = slot_.at(g).offset;
+      for (int id : used)
+        if (groups_.find(id) == g)
+          line(v(id) + " = mp_smem + " + ll(base) + " + (long long)(" + slot + ") * " + ll(ring_slot_floats(*l)) + ";");
+    }
+  }
+
   // ---- one kernel per top-level statement
   void kernel(int stmt) {
     const ir::NodeRef& top = p_.body[size_t(stmt)];
@@ -760,19 +941,50 @@ class Gen {
     k.fold = fold_stmts_.count(stmt) > 0;
     k.distributed = mp && (mp->carried.empty() || k.fold);
     k.trip = k.distributed ? mp->trip() : 1;
+    ring_tiles_.clear();
+    ring_roots_.clear();
+    ring_nodes_.clear();
+    ring_notes_.clear();
+    ring_depth_ = 0;
+    if (k.distributed) plan_ring(*mp);
     assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+    // Fewer slots where the ring does not fit in shared memory; none below two.
+    auto ring_fits = [&] {
+      for (int r : ring_roots_)
+        if (slot_.at(r).where != Where::Shared) return false;
+      return true;
+    };
+    while (!ring_roots_.empty() && !ring_fits() && ring_depth_ > 2) {
+      --ring_depth_;
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+    }
+    if (!ring_roots_.empty() && !ring_fits()) {
+      drop_ring(std::to_string(ring_depth_) + " slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) +
+                " bytes of shared memory");
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+    }
 
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
     if (k.fold)
-      src_ << "// its " << k.trip << " iterations carry running sums only: persistent blocks stride over them, each\n"
-           << "// summing into a partial of its own; the last block to finish adds the partials in block order.\n";
+      src_ << "// its " << k.trip << " iterations carry running sums / maxima / minima only: persistent blocks stride\n"
+           << "// over them, each folding into a partial of its own; the last block to finish combines the partials\n"
+           << "// in block order.\n";
     else if (k.distributed)
       src_ << "// its " << k.trip << " iterations carry no value: persistent blocks stride over them.\n";
     else if (mp)
       src_ << "// loop-carried values: one block runs the iterations in order.\n";
     else
       src_ << "// one block.\n";
+    if (!ring_tiles_.empty()) {
+      src_ << "// path: tile ring (cp.async), " << ring_depth_ << " slots per tile:";
+      for (auto* l : ring_tiles_) src_ << " " << l->src->name;
+      src_ << "; the copies of a block's iteration k + " << ring_depth_ - 1
+           << " are issued before it computes iteration k.\n";
+    } else if (k.distributed) {
+      src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
+    }
+    for (auto& note : ring_notes_) src_ << "// " << note << ".\n";
     if (k.scratch_floats > 0 && !k.fold)
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
@@ -841,19 +1053,47 @@ class Gen {
       std::string i = "i" + std::to_string(m.var->id);
       if (k.fold)
         for (auto& c : m.carried) {
-          line("// " + ir::value_name(c.arg) + ": this block's partial sum, from 0 over the extents of " +
+          auto op = fold_op(m, c);
+          line("// " + ir::value_name(c.arg) + ": this block's partial " + ir::to_string(op) + ", from its identity over the extents of " +
                ir::value_name(c.init));
           copy_meta(c.arg, c.init);
           open_elements(c.arg);
-          line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = 0.0f;");
+          line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = " + fold_identity(op) + ";");
           close_elements();
         }
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
+      int N = ring_depth_;
+      if (N > 0) {
+        line("// the tile ring: the first " + std::to_string(N - 1) + " iterations of this block in flight");
+        line("for (int p_ = 0; p_ < " + std::to_string(N - 1) + "; ++p_) {");
+        ind_ += "  ";
+        line("const long long n_i_ = (long long)blockIdx.x + (long long)p_ * gridDim.x;");
+        ring_issue(m, "n_i_", "p_");
+        ind_.resize(ind_.size() - 2);
+        line("}");
+        line("int mp_k = 0;  // this block's iterations so far: iteration mp_k reads slot mp_k % " + std::to_string(N));
+      }
       line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
       ind_ += "  ";
+      if (N > 0) {
+        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
+        ind_ += "  ";
+        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
+        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
+        ind_.resize(ind_.size() - 2);
+        line("}");
+        line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
+        line("__syncthreads();  // ... and every thread's");
+        ring_point(used, "mp_k % " + std::to_string(N));
+      }
       loop_body(m);
+      if (N > 0) {
+        line("++mp_k;");
+        line("__syncthreads();  // slot mp_k % " + std::to_string(N) + " is read no more: the next issue refills it");
+      }
       ind_.resize(ind_.size() - 2);
       line("}");
+      if (N > 0) line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
       if (k.fold) fold_combine(m, stmt);
     } else {
       node(*top);
@@ -893,7 +1133,8 @@ class Gen {
     j = 0;
     for (auto& c : m.carried) {
       size_t r = c.arg->shape.size();
-      line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " + the partials of blocks 0, 1, ...");
+      line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " combined (" + ir::to_string(fold_op(m, c)) +
+           ") with the partials of blocks 0, 1, ...");
       for (size_t a = 0; a < r; ++a) line(e(c.result, a) + " = " + e(c.init, a) + "; " + o(c.result, a) + " = " + o(c.init, a) + ";");
       line("for (unsigned b_ = 0; b_ < gridDim.x; ++b_) {");
       line("  const volatile float* m_ = mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(fold_meta_ + j) + ";");
@@ -906,8 +1147,9 @@ class Gen {
       open_elements(c.result);
       line("    float s_ = " + v(c.init->id) + "[" + at(c.init, xs(r)) + "];");
       line("    for (unsigned b_ = 0; b_ < gridDim.x; ++b_)");
-      line("      s_ += ((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) + "))[" +
-           at(c.arg, xs(r)) + "];");
+      line("      " + fold_step(fold_op(m, c), "s_",
+                              "((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) +
+                                  "))[" + at(c.arg, xs(r)) + "]"));
       line("    " + v(c.result->id) + "[" + at(c.result, xs(r)) + "] = mp_round(s_, " +
            std::to_string(dt_code(c.result->dtype)) + ");");
       close_elements();
@@ -935,6 +1177,8 @@ class Gen {
     for (size_t s = 0; s < m.stages.size(); ++s) {
       line("// stage " + m.stages[s].name);
       auto& ops = m.stages[s].ops;
+      stage_has_direct_ = false;
+      for (auto& op : ops) stage_has_direct_ = stage_has_direct_ || (op->kind == ir::NodeKind::LoadTile && !ring_nodes_.count(op->id));
       for (size_t j = 0; j < ops.size(); ++j) {
         skip_barrier_ = ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
                         ops[j + 1]->kind == ir::NodeKind::LoadTile;
@@ -1128,6 +1372,11 @@ class Gen {
       line("  " + o(l.out, a) + " = s_; " + e(l.out, a) + " = s_ < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
       start.push_back(o(l.out, a));
       ext.push_back(e(l.out, a));
+    }
+    if (ring_nodes_.count(l.id)) {
+      line("// the data: this iteration's ring slot, copied by cp.async (waited for above)");
+      if (stage_has_direct_) barrier();  // for a direct copy before it in the stage (none of its own)
+      return;
     }
     tile_copy(l.out, t, start, ext, false, [&] {
       std::string g;
