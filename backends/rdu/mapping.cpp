@@ -32,7 +32,7 @@ int64_t systolic_cycles(const Arch& a, int64_t m, int64_t k, int64_t n) {
 // PMUs of a buffer: enough capacity for depth x bytes, enough slots (one PMU's address logic handles up to
 // pmu.max_nbuf slots), and enough banks for its widest parallel access (one lane per bank and cycle).
 int buffer_pmus(const Arch& a, const Buffer& b) {
-  if (b.control) return 0;  // ordering tokens travel on the control network, no scratchpad
+  if (b.control || b.in_register) return 0;  // ordering tokens: the control network; accumulators: a register
   int64_t total = b.bytes * b.depth;
   int64_t slots = cdiv(b.depth, a.pmu_max_nbuf), banks = cdiv(std::max(1, b.access_lanes), a.pmu_banks);
   return int(std::max<int64_t>({1, cdiv(total, a.pmu_bytes()), slots, banks}));
@@ -163,6 +163,47 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
                       std::to_string(int64_t(want[i])) + " bytes of '" + s.name + "' in flight");
   }
   return agcus;
+}
+
+// A fold whose running value is small and read by nothing but the stage that combines it (the sums of
+// DotProduct and TPC-H Q6: acc = acc + sum(tile)) keeps that value in an accumulator register at the end
+// of the combining PCU's pipeline, as a reduction tree's last stage does. The value then never leaves the
+// PCU: no PMU holds it and no route carries it, and iteration i + 1 needs it only when its own partial
+// result reaches that last stage, one pipeline depth after it fires, by when iteration i's combine is done.
+// So the recurrence no longer waits for the stage's pipeline latency and routes every iteration; the carry
+// stage's forwarding (init at the start of a loop run, the register otherwise) still costs its cycle.
+// Larger carried values (Kmeans' centroids) or values other stages read stay in PMUs.
+void keep_accumulators_in_registers(const Arch& a, Graph& g, std::vector<std::string>& notes) {
+  const int64_t register_bytes = int64_t(a.pcu_lanes) * 4;  // one 32-bit word per lane
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    Buffer& carried = g.buffers[b];
+    if (carried.initial_tokens <= 0 || carried.control || carried.bytes > register_bytes) continue;
+    const int s = g.producer_of(int(b));
+    const std::vector<int> carriers = g.consumers_of(int(b));
+    if (s < 0 || carriers.size() != 1) continue;
+    const Stage& S = g.stages[size_t(s)];
+    const Stage& C = g.stages[size_t(carriers[0])];
+    if (S.kind != StageKind::Compute || S.is_control() || S.is_matmul() || !C.is_control() ||
+        C.outputs.size() != 1 || C.iterations != S.iterations)
+      continue;
+    Buffer& arg = g.buffers[size_t(C.outputs[0])];
+    const std::vector<int> readers = g.consumers_of(C.outputs[0]);
+    if (arg.control || arg.bytes > register_bytes || readers.size() != 1 || readers[0] != s) continue;
+    carried.in_register = arg.in_register = true;
+    // The same value on its way to the loop's result (a yield taking the last of each run) is read from
+    // the register too; only the run's last value leaves the PCU (the simulator gives it the latency).
+    for (int o : S.outputs) {
+      Buffer& out = g.buffers[size_t(o)];
+      const std::vector<int> cons = g.consumers_of(o);
+      bool to_yield = !cons.empty() && !out.control && out.initial_tokens == 0 && out.bytes <= register_bytes;
+      for (int c : cons)
+        to_yield = to_yield && g.stages[size_t(c)].is_control() && g.stages[size_t(c)].accumulate > 1 &&
+                   g.stages[size_t(c)].iterations == S.iterations;
+      if (to_yield) out.in_register = true;
+    }
+    notes.push_back("loop-carried '" + carried.name + "' kept in an accumulator register of stage '" + S.name +
+                    "': the fold costs one cycle per iteration, not the stage's pipeline and routes");
+  }
 }
 
 // The widest parallel access of every buffer (par x lanes of its producer or a consumer) decides its banks.
@@ -330,6 +371,7 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
       out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name +
                           "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
   }
+  keep_accumulators_in_registers(a, g, out.notes);
   raise_par_to_memory_rate(a, g, par, out.notes);
   // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
   set_access_width(a, g, par);
