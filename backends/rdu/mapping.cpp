@@ -268,6 +268,39 @@ void raise_par_to_memory_rate(const Arch& a, const Graph& g0, std::vector<int>& 
                       std::to_string(par[i]) + " to keep up with the memory streams");
 }
 
+// Off-chip tensors are allocated so that tensors streamed side by side keep their rows in different banks.
+// A channel receives 1/channels of every address range, so its DRAM row advances every channels x
+// row_bytes bytes of a tensor, and the controller hashes a row's bank as (row xor row / banks) mod banks
+// (sim.cpp): for tensors starting at multiples of banks such rows ("groups"), tiles at the same index lie
+// in the same bank exactly when the tensors' group indices agree modulo banks. Tensors of equal size
+// (DotProduct's two vectors, BlackScholes' six inputs and its output: 4 MiB, a multiple of banks groups
+// on Plasticine) would then share a bank in every channel, and their streams would close each other's
+// rows at every switch. So the k-th tensor starts at the first group boundary after the previous one
+// whose index is, modulo banks, k with its bits reversed (0, 8, 4, 12, 2, ... for 16 banks): two
+// tensors' indices then differ in a high bit, so a stream one row ahead of another (rows r + 1 and r,
+// whose banks differ by an odd xor) does not land in the other's bank either. At most banks - 1 groups
+// stay unused per tensor (15 MiB on the SN40L).
+void allocate_tensors(const Arch& a, Graph& g) {
+  const Memory& mem = a.memory();
+  const int64_t group = int64_t(mem.channels) * mem.row_bytes * mem.banks;
+  int bits = 0;
+  while ((int64_t(1) << (bits + 1)) <= mem.banks) ++bits;
+  const bool pow2 = (int64_t(1) << bits) == mem.banks;
+  auto residue = [&](int64_t k) {
+    if (!pow2) return k % mem.banks;
+    int64_t r = 0;
+    for (int b = 0; b < bits; ++b) r |= ((k >> b) & 1) << (bits - 1 - b);
+    return r;
+  };
+  int64_t next = 0, k = 0;
+  for (auto& t : g.tensors) {
+    int64_t index = (next + group - 1) / group;
+    index += ((residue(k++) - index) % mem.banks + mem.banks) % mem.banks;
+    t.base = index * group;
+    next = t.base + std::max<int64_t>(t.bytes, 1);
+  }
+}
+
 }  // namespace
 
 StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
@@ -324,6 +357,7 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
 Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
   g0.validate();
   Graph g = g0;  // buffers get their access width below
+  allocate_tensors(a, g);
   Mapping out;
   const int npcu = a.pcus(), npmu = a.pmus(), nag = a.agcus;
   // Choose par per stage: as asked, lowered when one stage alone does not fit the chip.
