@@ -439,7 +439,9 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
       for (auto& in : s.inputs) {
         int p = g.producer_of(in.buffer);
         if (p >= 0 && cfg_of[p] >= 0 && cfg_of[p] != cfg && !g.buffers[in.buffer].control) {
-          u.pmus += buffer_pmus(a, g.buffers[in.buffer]);
+          Buffer spilled = g.buffers[in.buffer];
+          spilled.in_register = false;  // a spill load fills a PMU
+          u.pmus += buffer_pmus(a, spilled);
           u.agcus += 1;
         }
       }
@@ -566,6 +568,9 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
           int ob = in.buffer;
           if (bmap.find(ob) == bmap.end()) {
             int lb = local_buffer(ob);
+            // a register's value read in a later call (a fold's result whose yield did not fit): the
+            // producer's call stores it from the register, this call loads it into a PMU
+            sg.buffers[size_t(lb)].in_register = false;
             const Stage& ps = g.stages[p];
             Stage ld;
             ld.name = "spill-load " + g.buffers[ob].name;

@@ -30,7 +30,10 @@ TileChoice choose_tiles(const Arch& a, const TileSearch& search, const RunOption
   out.result = run(a, g0, opt);
   const double default_cycles = out.result.cycles;
   const int default_calls = out.result.kernel_calls;
-  if (default_calls > 1 || out.result.memory_roof_cycles < 2 * out.result.compute_roof_cycles ||
+  // A MatMul's tiles trade on-chip reuse and compute (the parallelize pass's choice), not only the
+  // granularity of memory streams: programs with one are left as written.
+  const bool streaming = std::none_of(g0.stages.begin(), g0.stages.end(), [](const Stage& s) { return s.is_matmul(); });
+  if (!streaming || default_calls > 1 || out.result.memory_roof_cycles < 2 * out.result.compute_roof_cycles ||
       search.defaults.empty())
     return out;
   // Tiles: doubling (or halving) them still builds and leaves the off-chip tensors unchanged.

@@ -32,8 +32,8 @@ struct TileChoice {
   RunResult result;    // the simulation of the chosen values
 };
 
-// Only bandwidth-bound programs (memory roof at least twice the compute roof) that map in one kernel
-// call are searched: doubling and halving one tile at a time while the simulated cycles fall by at
+// Only bandwidth-bound streaming programs (memory roof at least twice the compute roof, no MatMul, one
+// kernel call) are searched: doubling and halving one tile at a time while the simulated cycles fall by at
 // least 1 % (looking one step past a step that does not), at most 16 candidates. The defaults stay unless a candidate is at least 3 % faster.
 TileChoice choose_tiles(const Arch& a, const TileSearch& search, const RunOptions& opt = {});
 
