@@ -70,7 +70,7 @@ TEST(RduCli, TilesTheUserDidNotFixAreChosenForTheArchitecture) {
   ASSERT_EQ(fixed.status, 0) << fixed.out;
   EXPECT_NE(fixed.out.find(" TM=32 TN=64 "), std::string::npos) << fixed.out;
   EXPECT_EQ(fixed.out.find("tile chosen"), std::string::npos) << fixed.out;
-  EXPECT_GT(number_after(fixed.out, "outerproduct on sn40l: "), 2 * cycles) << fixed.out;
+  EXPECT_GT(number_after(fixed.out, "outerproduct on sn40l: "), 1.1 * cycles) << fixed.out;
   // one tile fixed, the other still chosen
   auto half = sh("sim outerproduct --arch sn40l --set M=1024 --set N=1024 --set TM=32 --quiet");
   ASSERT_EQ(half.status, 0) << half.out;
