@@ -201,7 +201,8 @@ void keep_accumulators_in_registers(const Arch& a, Graph& g, std::vector<std::st
                    g.stages[size_t(c)].iterations == S.iterations;
       if (to_yield) out.in_register = true;
     }
-    notes.push_back("loop-carried '" + carried.name + "' kept in an accumulator register of stage '" + S.name +
+    notes.push_back("loop-carried '" + carried.name + "' kept in an accumulator register of stage '" +
+                    S.name +
                     "': the fold costs one cycle per iteration, not the stage's pipeline and routes");
   }
 }

@@ -641,7 +641,7 @@ class Sim {
   std::vector<Agcu> ag_;
   std::vector<StageState> st_;
   std::vector<bool> has_register_output_;  // per stage: writes an accumulator register
-  std::vector<int64_t> register_run_;       // per stage: iterations of a loop run whose result leaves it
+  std::vector<int64_t> register_run_;      // per stage: iterations of a loop run whose result leaves it
   std::vector<BufState> bs_;
   EventHeap q_;
   std::vector<Ev> now_q_;  // events at the current time, in sequence order, from now_head_ on

@@ -32,7 +32,8 @@ TileChoice choose_tiles(const Arch& a, const TileSearch& search, const RunOption
   const int default_calls = out.result.kernel_calls;
   // A MatMul's tiles trade on-chip reuse and compute (the parallelize pass's choice), not only the
   // granularity of memory streams: programs with one are left as written.
-  const bool streaming = std::none_of(g0.stages.begin(), g0.stages.end(), [](const Stage& s) { return s.is_matmul(); });
+  const bool streaming =
+      std::none_of(g0.stages.begin(), g0.stages.end(), [](const Stage& s) { return s.is_matmul(); });
   if (!streaming || default_calls > 1 || out.result.memory_roof_cycles < 2 * out.result.compute_roof_cycles ||
       search.defaults.empty())
     return out;

@@ -26,15 +26,16 @@ struct TileSearch {
 };
 
 struct TileChoice {
-  TileValues values;   // the chosen values of every parameter of `defaults`
+  TileValues values;  // the chosen values of every parameter of `defaults`
   bool changed = false;
-  std::string why;     // "tile chosen: TS=16384 (...)", empty when the defaults stay
-  RunResult result;    // the simulation of the chosen values
+  std::string why;   // "tile chosen: TS=16384 (...)", empty when the defaults stay
+  RunResult result;  // the simulation of the chosen values
 };
 
 // Only bandwidth-bound streaming programs (memory roof at least twice the compute roof, no MatMul, one
 // kernel call) are searched: doubling and halving one tile at a time while the simulated cycles fall by at
-// least 1 % (looking one step past a step that does not), at most 16 candidates. The defaults stay unless a candidate is at least 3 % faster.
+// least 1 % (looking one step past a step that does not), at most 16 candidates. The defaults stay unless a
+// candidate is at least 3 % faster.
 TileChoice choose_tiles(const Arch& a, const TileSearch& search, const RunOptions& opt = {});
 
 }  // namespace mp::rdu

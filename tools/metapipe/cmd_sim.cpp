@@ -16,9 +16,9 @@
 #include "examples/run.h"
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
-#include "tools/metapipe/sim_llama.h"
 #include "tools/metapipe/limits.h"
 #include "tools/metapipe/progress.h"
+#include "tools/metapipe/sim_llama.h"
 
 namespace mp::cli {
 namespace {

@@ -199,15 +199,17 @@ TEST(RduSim, StreamingProgramsReachTheirMemoryRoofAtThePublishedSizesWithTheirDe
     const char* program;
     const char* arch;
   };
-  for (const Case& c : {Case{"dotproduct", "plasticine"}, Case{"dotproduct", "sn40l"}, Case{"tpchq6", "plasticine"},
-                        Case{"tpchq6", "sn40l"}, Case{"blackscholes", "plasticine"}}) {
+  for (const Case& c :
+       {Case{"dotproduct", "plasticine"}, Case{"dotproduct", "sn40l"}, Case{"tpchq6", "plasticine"},
+        Case{"tpchq6", "sn40l"}, Case{"blackscholes", "plasticine"}}) {
     Arch a = load_arch(c.arch);
     auto r = sim(a, compiled(c.program, {"N=1048576"}));
     EXPECT_GE(r.memory_roof_cycles / r.cycles, 0.85)
         << c.program << " on " << c.arch << ": " << r.cycles << " cycles, roof " << r.memory_roof_cycles;
     if (std::string(c.program) != "blackscholes") {
       bool in_register = false;
-      for (auto& n : r.notes) in_register = in_register || n.find("accumulator register") != std::string::npos;
+      for (auto& n : r.notes)
+        in_register = in_register || n.find("accumulator register") != std::string::npos;
       EXPECT_TRUE(in_register) << c.program << " on " << c.arch;
     }
   }
