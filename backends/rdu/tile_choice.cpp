@@ -84,7 +84,12 @@ TileChoice choose_tiles(const Arch& a, const TileSearch& search, const RunOption
           Graph g;
           if (candidates >= max_candidates || !try_build(v, g)) break;
           ++candidates;
-          RunResult r = run(a, g, opt);
+          RunResult r;
+          try {  // a tile the fabric cannot hold (a buffer over the PMUs) is no candidate
+            r = run(a, g, opt);
+          } catch (const user_error&) {
+            break;
+          }
           if (r.kernel_calls > default_calls || r.cycles > 0.99 * best_cycles) {
             ++misses;
             continue;
