@@ -95,6 +95,9 @@ struct Buffer {
   int64_t initial_tokens = 0;  // tokens present before the start (loop-carried values)
   bool control = false;        // carries only ordering (a kernel-call boundary already provides it)
   int access_lanes = 0;        // widest parallel access (par x lanes of a reader or writer); set by mapping
+  // Set by mapping: a loop-carried accumulator held in the pipeline register of the PCU that combines it
+  // (no PMU, no mesh route); its token is ready when the combining stage can take its next iteration.
+  bool in_register = false;
   int64_t elems() const { return bytes / 4; }
 };
 

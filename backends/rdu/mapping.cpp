@@ -32,7 +32,7 @@ int64_t systolic_cycles(const Arch& a, int64_t m, int64_t k, int64_t n) {
 // PMUs of a buffer: enough capacity for depth x bytes, enough slots (one PMU's address logic handles up to
 // pmu.max_nbuf slots), and enough banks for its widest parallel access (one lane per bank and cycle).
 int buffer_pmus(const Arch& a, const Buffer& b) {
-  if (b.control) return 0;  // ordering tokens travel on the control network, no scratchpad
+  if (b.control || b.in_register) return 0;  // ordering tokens: the control network; accumulators: a register
   int64_t total = b.bytes * b.depth;
   int64_t slots = cdiv(b.depth, a.pmu_max_nbuf), banks = cdiv(std::max(1, b.access_lanes), a.pmu_banks);
   return int(std::max<int64_t>({1, cdiv(total, a.pmu_bytes()), slots, banks}));
@@ -165,6 +165,48 @@ std::vector<int> plan_streams(const Arch& a, Graph& g, int call, std::vector<std
   return agcus;
 }
 
+// A fold whose running value is small and read by nothing but the stage that combines it (the sums of
+// DotProduct and TPC-H Q6: acc = acc + sum(tile)) keeps that value in an accumulator register at the end
+// of the combining PCU's pipeline, as a reduction tree's last stage does. The value then never leaves the
+// PCU: no PMU holds it and no route carries it, and iteration i + 1 needs it only when its own partial
+// result reaches that last stage, one pipeline depth after it fires, by when iteration i's combine is done.
+// So the recurrence no longer waits for the stage's pipeline latency and routes every iteration; the carry
+// stage's forwarding (init at the start of a loop run, the register otherwise) still costs its cycle.
+// Larger carried values (Kmeans' centroids) or values other stages read stay in PMUs.
+void keep_accumulators_in_registers(const Arch& a, Graph& g, std::vector<std::string>& notes) {
+  const int64_t register_bytes = int64_t(a.pcu_lanes) * 4;  // one 32-bit word per lane
+  for (size_t b = 0; b < g.buffers.size(); ++b) {
+    Buffer& carried = g.buffers[b];
+    if (carried.initial_tokens <= 0 || carried.control || carried.bytes > register_bytes) continue;
+    const int s = g.producer_of(int(b));
+    const std::vector<int> carriers = g.consumers_of(int(b));
+    if (s < 0 || carriers.size() != 1) continue;
+    const Stage& S = g.stages[size_t(s)];
+    const Stage& C = g.stages[size_t(carriers[0])];
+    if (S.kind != StageKind::Compute || S.is_control() || S.is_matmul() || !C.is_control() ||
+        C.outputs.size() != 1 || C.iterations != S.iterations)
+      continue;
+    Buffer& arg = g.buffers[size_t(C.outputs[0])];
+    const std::vector<int> readers = g.consumers_of(C.outputs[0]);
+    if (arg.control || arg.bytes > register_bytes || readers.size() != 1 || readers[0] != s) continue;
+    carried.in_register = arg.in_register = true;
+    // The same value on its way to the loop's result (a yield taking the last of each run) is read from
+    // the register too; only the run's last value leaves the PCU (the simulator gives it the latency).
+    for (int o : S.outputs) {
+      Buffer& out = g.buffers[size_t(o)];
+      const std::vector<int> cons = g.consumers_of(o);
+      bool to_yield = !cons.empty() && !out.control && out.initial_tokens == 0 && out.bytes <= register_bytes;
+      for (int c : cons)
+        to_yield = to_yield && g.stages[size_t(c)].is_control() && g.stages[size_t(c)].accumulate > 1 &&
+                   g.stages[size_t(c)].iterations == S.iterations;
+      if (to_yield) out.in_register = true;
+    }
+    notes.push_back("loop-carried '" + carried.name + "' kept in an accumulator register of stage '" +
+                    S.name +
+                    "': the fold costs one cycle per iteration, not the stage's pipeline and routes");
+  }
+}
+
 // The widest parallel access of every buffer (par x lanes of its producer or a consumer) decides its banks.
 void set_access_width(const Arch& a, Graph& g, const std::vector<int>& par) {
   for (size_t b = 0; b < g.buffers.size(); ++b) {
@@ -227,6 +269,39 @@ void raise_par_to_memory_rate(const Arch& a, const Graph& g0, std::vector<int>& 
                       std::to_string(par[i]) + " to keep up with the memory streams");
 }
 
+// Off-chip tensors are allocated so that tensors streamed side by side keep their rows in different banks.
+// A channel receives 1/channels of every address range, so its DRAM row advances every channels x
+// row_bytes bytes of a tensor, and the controller hashes a row's bank as (row xor row / banks) mod banks
+// (sim.cpp): for tensors starting at multiples of banks such rows ("groups"), tiles at the same index lie
+// in the same bank exactly when the tensors' group indices agree modulo banks. Tensors of equal size
+// (DotProduct's two vectors, BlackScholes' six inputs and its output: 4 MiB, a multiple of banks groups
+// on Plasticine) would then share a bank in every channel, and their streams would close each other's
+// rows at every switch. So the k-th tensor starts at the first group boundary after the previous one
+// whose index is, modulo banks, k with its bits reversed (0, 8, 4, 12, 2, ... for 16 banks): two
+// tensors' indices then differ in a high bit, so a stream one row ahead of another (rows r + 1 and r,
+// whose banks differ by an odd xor) does not land in the other's bank either. At most banks - 1 groups
+// stay unused per tensor (15 MiB on the SN40L).
+void allocate_tensors(const Arch& a, Graph& g) {
+  const Memory& mem = a.memory();
+  const int64_t group = int64_t(mem.channels) * mem.row_bytes * mem.banks;
+  int bits = 0;
+  while ((int64_t(1) << (bits + 1)) <= mem.banks) ++bits;
+  const bool pow2 = (int64_t(1) << bits) == mem.banks;
+  auto residue = [&](int64_t k) {
+    if (!pow2) return k % mem.banks;
+    int64_t r = 0;
+    for (int b = 0; b < bits; ++b) r |= ((k >> b) & 1) << (bits - 1 - b);
+    return r;
+  };
+  int64_t next = 0, k = 0;
+  for (auto& t : g.tensors) {
+    int64_t index = (next + group - 1) / group;
+    index += ((residue(k++) - index) % mem.banks + mem.banks) % mem.banks;
+    t.base = index * group;
+    next = t.base + std::max<int64_t>(t.bytes, 1);
+  }
+}
+
 }  // namespace
 
 StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
@@ -283,6 +358,7 @@ StageMap map_stage(const Arch& a, const Graph& g, const Stage& s, int par) {
 Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
   g0.validate();
   Graph g = g0;  // buffers get their access width below
+  allocate_tensors(a, g);
   Mapping out;
   const int npcu = a.pcus(), npmu = a.pmus(), nag = a.agcus;
   // Choose par per stage: as asked, lowered when one stage alone does not fit the chip.
@@ -330,6 +406,7 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
       out.notes.push_back("the loop-carried cycle from stage '" + g.stages[i].name +
                           "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
   }
+  keep_accumulators_in_registers(a, g, out.notes);
   raise_par_to_memory_rate(a, g, par, out.notes);
   // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
   set_access_width(a, g, par);
@@ -363,7 +440,9 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
       for (auto& in : s.inputs) {
         int p = g.producer_of(in.buffer);
         if (p >= 0 && cfg_of[p] >= 0 && cfg_of[p] != cfg && !g.buffers[in.buffer].control) {
-          u.pmus += buffer_pmus(a, g.buffers[in.buffer]);
+          Buffer spilled = g.buffers[in.buffer];
+          spilled.in_register = false;  // a spill load fills a PMU
+          u.pmus += buffer_pmus(a, spilled);
           u.agcus += 1;
         }
       }
@@ -490,6 +569,9 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
           int ob = in.buffer;
           if (bmap.find(ob) == bmap.end()) {
             int lb = local_buffer(ob);
+            // a register's value read in a later call (a fold's result whose yield did not fit): the
+            // producer's call stores it from the register, this call loads it into a PMU
+            sg.buffers[size_t(lb)].in_register = false;
             const Stage& ps = g.stages[p];
             Stage ld;
             ld.name = "spill-load " + g.buffers[ob].name;

@@ -165,8 +165,9 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
   P.wire_cost_initial = cost;
 
   const int nunits = int(P.units.size());
-  const int64_t moves = std::min<int64_t>(400000, int64_t(300) * std::max(1, nunits));
+  const int64_t moves = std::min<int64_t>(1600000, int64_t(1200) * std::max(1, nunits));
   double temp = 2.0 + double(a.rows + a.cols) / 4;
+  const double temp0 = temp;
   const double cool = std::pow(0.01 / temp, 1.0 / double(std::max<int64_t>(1, moves / 100)));
   std::uniform_real_distribution<double> U(0, 1);
   std::vector<int> touched;
@@ -175,7 +176,20 @@ Placement place_and_route(const Arch& a, const Config& cfg, uint64_t seed) {
     if (fixed[size_t(ui)]) continue;
     auto& sites = sites_of(P.units[ui].kind);
     auto site = sites[rng() % sites.size()];
-    // restrict moves to a window around the unit as the temperature drops
+    // Moves stay within a window around the unit that shrinks with the temperature: once the placement
+    // has settled, a jump across the chip is almost always rejected, while a step to a neighbouring site
+    // (a MatMul copy next to the PMU it reads) is what still pays.
+    if (P.units[ui].kind != UnitKind::AGCU) {
+      const int radius = std::max(2, int(std::ceil(double(std::max(a.rows, a.cols)) * temp / temp0)));
+      for (int tries = 0; tries < 8; ++tries) {
+        const int x = P.units[ui].x + int(rng() % uint64_t(2 * radius + 1)) - radius;
+        const int y = P.units[ui].y + int(rng() % uint64_t(2 * radius + 1)) - radius;
+        if (x < 0 || y < 0 || x >= a.cols || y >= a.rows) continue;
+        if (a.is_pcu(y, x) != (P.units[ui].kind == UnitKind::PCU)) continue;
+        site = {x, y};
+        break;
+      }
+    }
     auto it_occ = occ.find(site);
     int uj = it_occ == occ.end() ? -1 : it_occ->second;
     if (uj == ui || (uj >= 0 && fixed[size_t(uj)])) continue;

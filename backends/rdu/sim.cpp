@@ -13,7 +13,17 @@
 namespace mp::rdu {
 namespace {
 
-enum EvType : int { TRY, RELEASE, DONE, AGCU_ISSUE, CHAN_SERVE, BURST_DONE, CHAN_DONE_HEAD, RELEASE_TRY };
+enum EvType : int {
+  TRY,
+  RELEASE,
+  DONE,
+  AGCU_ISSUE,
+  CHAN_SERVE,
+  BURST_DONE,
+  CHAN_DONE_HEAD,
+  RELEASE_TRY,
+  DONE_REGISTER  // a compute stage's accumulator-register outputs (Buffer::in_register)
+};
 
 struct Ev {
   double t;
@@ -142,6 +152,15 @@ class Sim {
       ch.next_refresh = refresh_int_ > 0 ? refresh_int_ : 1e300;
     }
     st_.resize(g_.stages.size());
+    has_register_output_.assign(g_.stages.size(), false);
+    register_run_.assign(g_.stages.size(), 0);
+    for (size_t s = 0; s < g_.stages.size(); ++s)
+      for (int b : g_.stages[s].outputs)
+        if (g_.buffers[size_t(b)].in_register && g_.stages[s].kind == StageKind::Compute) {
+          has_register_output_[s] = true;
+          for (int c : g_.consumers_of(b))
+            if (g_.stages[size_t(c)].accumulate > 1) register_run_[s] = g_.stages[size_t(c)].accumulate;
+        }
     bs_.resize(g_.buffers.size());
     for (size_t b = 0; b < g_.buffers.size(); ++b) {
       bs_[b].avail = g_.buffers[b].initial_tokens;
@@ -223,6 +242,9 @@ class Sim {
           break;
         case DONE:
           complete(e.a, e.b);
+          break;
+        case DONE_REGISTER:
+          complete_outputs(e.a, e.b, true);
           break;
         case AGCU_ISSUE:
           ag_[e.a].issue_pending = false;
@@ -370,6 +392,12 @@ class Sim {
       T.idle_from = T.busy_until;
       R.busy += ii;
       const double done_at = now_ + ii + double(M.latency) + extra + double(S.delay_cycles);
+      // An accumulator register is combined at the end of the pipeline, in step with the iterations: the
+      // next iteration may take it as soon as the stage is free (its own partial result arrives there one
+      // pipeline depth later, when this combine is done).
+      // The register's value at the end of a loop run leaves for the loop's result (yield) as any output
+      // does, after the pipeline and the route.
+      if (has_register_output_[size_t(s)] && !register_leaves(s, i)) push(T.busy_until, DONE_REGISTER, s, i);
       // The stage tries its next iteration when it is free again, right after releasing its inputs: one
       // event for both (the try would come next anyway: the only event scheduled between the two is the
       // completion, at a later time).
@@ -563,13 +591,27 @@ class Sim {
   }
 
   void complete(int s, int64_t i) {
-    const Stage& S = g_.stages[s];
     auto& T = st_[s];
     ++T.finished;
     end_ = std::max(end_, now_);
     res_.stages[s].last_end = std::max(res_.stages[s].last_end, now_);
+    complete_outputs(s, i, false);
+    if (has_register_output_[size_t(s)] && register_leaves(s, i)) complete_outputs(s, i, true);
+  }
+
+  // Iteration i of a stage writing an accumulator register is the last of a loop run, whose value a
+  // yield (a control stage accumulating the run) takes out of the PCU.
+  bool register_leaves(int s, int64_t i) const {
+    const int64_t run = register_run_[size_t(s)];
+    return run > 1 && (i + 1) % run == 0;
+  }
+
+  // The output tokens of iteration i in the stage's accumulator registers (`in_register`) or elsewhere.
+  void complete_outputs(int s, int64_t i, bool in_register) {
+    const Stage& S = g_.stages[s];
     if ((i + 1) % S.accumulate == 0)
       for (int b : S.outputs) {
+        if (g_.buffers[b].in_register != in_register) continue;
         auto& B = bs_[b];
         B.done_ahead.push_back(out_token(s, i, b));
         // tokens can complete out of order (bursts on different channels); advance over the done prefix
@@ -598,6 +640,8 @@ class Sim {
   std::vector<Channel> chans_;
   std::vector<Agcu> ag_;
   std::vector<StageState> st_;
+  std::vector<bool> has_register_output_;  // per stage: writes an accumulator register
+  std::vector<int64_t> register_run_;      // per stage: iterations of a loop run whose result leaves it
   std::vector<BufState> bs_;
   EventHeap q_;
   std::vector<Ev> now_q_;  // events at the current time, in sequence order, from now_head_ on

@@ -1,5 +1,6 @@
 // `metapipe sim`: a program compiled onto the simulated reconfigurable dataflow accelerator (Plasticine /
 // SN40L presets or an architecture file), simulated cycle by cycle; plus its demo rows and `info` section.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -8,15 +9,16 @@
 #include "backends/rdu/lower.h"
 #include "backends/rdu/rdu.h"
 #include "backends/rdu/report.h"
+#include "backends/rdu/tile_choice.h"
 #include "core/compare.h"
 #include "core/random.h"
 #include "examples/registry.h"
 #include "examples/run.h"
 #include "ir/eval.h"
 #include "tools/metapipe/cli.h"
-#include "tools/metapipe/sim_llama.h"
 #include "tools/metapipe/limits.h"
 #include "tools/metapipe/progress.h"
+#include "tools/metapipe/sim_llama.h"
 
 namespace mp::cli {
 namespace {
@@ -55,7 +57,6 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
                   const std::vector<std::string>& sets, bool functional, uint64_t seed, const Limits& lim) {
   SimOutcome out;
   examples::Params params = examples::resolve(spec, sets);
-  for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
   ir::Program p = examples::build(spec, params);
   ir::Program c = passes::compile(p, examples::compile_options(params));
   if (!functional) {
@@ -64,9 +65,33 @@ SimOutcome sim_ir(const rdu::Arch& arch, const examples::ProgramSpec& spec,
     Progress bar("metapipe sim", lim.quiet);
     rdu::RunOptions o;
     o.progress = [&](double f) { bar.update(f, 1); };
-    out.r = rdu::run(arch, g, o);
+    // Tiles the user did not fix are chosen for the architecture (rdu/tile_choice.h); --set keeps one.
+    rdu::TileSearch ts;
+    for (auto& prm : spec.params) {
+      const bool fixed = std::any_of(sets.begin(), sets.end(),
+                                     [&](const std::string& x) { return x.rfind(prm.name + "=", 0) == 0; });
+      if (!fixed && prm.def.find_first_not_of("0123456789") == std::string::npos && !prm.def.empty())
+        ts.defaults[prm.name] = params.i(prm.name);
+    }
+    ts.max_events = lim.work;
+    ts.build = [&](const rdu::TileValues& v) {
+      std::vector<std::string> with = sets;
+      for (auto& [k, x] : v) with.push_back(k + "=" + std::to_string(x));
+      examples::Params pv = examples::resolve(spec, with);
+      return rdu::lower(passes::compile(examples::build(spec, pv), examples::compile_options(pv)));
+    };
+    rdu::TileChoice choice = rdu::choose_tiles(arch, ts, o);
+    out.r = std::move(choice.result);
+    if (choice.changed) {
+      std::vector<std::string> with = sets;
+      for (auto& [k, x] : choice.values) with.push_back(k + "=" + std::to_string(x));
+      params = examples::resolve(spec, with);
+      out.r.notes.insert(out.r.notes.begin(), choice.why);
+    }
+    for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
     return out;
   }
+  for (auto& [k, v] : params.values) out.params += " " + k + "=" + v;
   check_memory(spec, params, lim.memory);
   check_work(arch, rdu::lower(c), spec, lim.work);
   examples::HostInputs in = examples::make_inputs(spec, params, p, seed);
@@ -170,7 +195,9 @@ MP_REGISTER_COMMAND(
     "  --arch NAME|FILE  preset (plasticine, sn40l; default plasticine) or an .arch file (docs/rdu.md)\n"
     "  --set NAME=VALUE  a program parameter (e.g. N=4096) or an architecture key (dotted names,\n"
     "                    clock_ghz, program_memory)\n"
-    "                    e.g. pcu.lanes=32, memory.ddr.channels=1; repeatable\n"
+    "                    e.g. pcu.lanes=32, memory.ddr.channels=1; repeatable. The tiles of a\n"
+    "                    streaming program not fixed here are chosen for the architecture by a\n"
+    "                    search on the cycle model (the report's \"tile chosen\" note)\n"
     "  --json            cycles, seconds, kernel_calls, utilization, off-chip bytes and bandwidth,\n"
     "                    per-stage busy and stall cycles as JSON\n"
     "  --svg FILE        the placement with routes and per-unit utilization\n"
