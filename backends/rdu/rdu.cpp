@@ -40,9 +40,23 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
         return p;
       };
       if (pars(m) != pars(R.mapping)) {
-        R.mapping = std::move(m);
-        R.placements.clear();
-        for (const Config& cf : R.mapping.configs) R.placements.push_back(place_and_route(a, cf, opt.seed));
+        std::vector<Placement> placed;
+        for (const Config& cf : m.configs) placed.push_back(place_and_route(a, cf, opt.seed));
+        // The new copies bring nets of their own; they are kept only if the slowest compute stage, as
+        // placed, is faster than before.
+        auto slowest = [](const Mapping& x, const std::vector<Placement>& pl) {
+          double worst = 0;
+          for (size_t c = 0; c < x.configs.size(); ++c)
+            for (size_t s = 0; s < x.configs[c].stages.size(); ++s)
+              if (x.configs[c].graph.stages[s].kind == StageKind::Compute)
+                worst = std::max(worst, double(x.configs[c].stages[s].ii) * pl[c].stage_slowdown[s] *
+                                            double(x.configs[c].graph.stages[s].iterations));
+          return worst;
+        };
+        if (slowest(m, placed) < slowest(R.mapping, R.placements)) {
+          R.mapping = std::move(m);
+          R.placements = std::move(placed);
+        }
       }
     }
   }
