@@ -18,7 +18,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
     for (const Config& cf : R.mapping.configs) R.placements.push_back(place_and_route(a, cf, opt.seed));
     // A stage that the mesh slows (its input nets sharing links) may no longer keep up with the memory
     // streams at the parallelism chosen for it unslowed: map again knowing the slowdown, and keep the new
-    // mapping when it changes some stage's parallelism.
+    // mapping when it changes some stage's parallelism and, placed again, its slowest compute stage is
+    // faster.
     MapOptions again = opt.map;
     again.stage_slowdown.assign(g.stages.size(), 1.0);
     bool slowed = false;
@@ -27,7 +28,8 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
       for (size_t s = 0; s < cf.stages.size(); ++s) {
         const int o = cf.original_stage[s];
         if (o < 0 || R.placements[c].stage_slowdown[s] <= 1) continue;
-        again.stage_slowdown[size_t(o)] = std::max(again.stage_slowdown[size_t(o)], R.placements[c].stage_slowdown[s]);
+        again.stage_slowdown[size_t(o)] =
+            std::max(again.stage_slowdown[size_t(o)], R.placements[c].stage_slowdown[s]);
         slowed = true;
       }
     }

@@ -239,7 +239,8 @@ TEST(RduSim, BlackScholesOnSn40lIsHeldBelowItsHbmRoofByRefreshNotByItsCompute) {
   Arch no_refresh = a;
   apply_override(no_refresh, "memory.hbm.refresh_interval_ns=0");
   auto nr = sim(no_refresh, compiled("blackscholes", sets));
-  EXPECT_GE(nr.memory_roof_cycles / nr.cycles, 0.85) << nr.cycles << " cycles, roof " << nr.memory_roof_cycles;
+  EXPECT_GE(nr.memory_roof_cycles / nr.cycles, 0.85)
+      << nr.cycles << " cycles, roof " << nr.memory_roof_cycles;
   EXPECT_EQ(nr.refreshes, 0);
   EXPECT_GT(r.refreshes, 0);
 }
