@@ -223,10 +223,11 @@ void set_access_width(const Arch& a, Graph& g, const std::vector<int>& par) {
 // An element-wise stage much slower than the memory streams of its program would bind a bandwidth-bound
 // program to its PCUs: when the whole graph fits one configuration, the slowest such stage gets twice
 // the copies while that shortens it, keeps the graph in one configuration, and the stage still takes more
-// than half the time the program's off-chip bytes need at the peak rate. `par` from the IR is the floor;
+// than half the time the program's off-chip bytes need at the peak rate (counting the slowdown an earlier
+// place & route measured on the mesh, MapOptions::stage_slowdown). `par` from the IR is the floor;
 // a matmul's par stays the parallelize pass's choice (its compute, not the memory, is what it trades).
-void raise_par_to_memory_rate(const Arch& a, const Graph& g0, std::vector<int>& par,
-                              std::vector<std::string>& notes) {
+void raise_par_to_memory_rate(const Arch& a, const Graph& g0, const std::vector<double>& slowdown,
+                              std::vector<int>& par, std::vector<std::string>& notes) {
   Graph g = g0;
   auto fits = [&]() {
     int pcus = 0, pmus = 0, ag = 0;
@@ -250,7 +251,8 @@ void raise_par_to_memory_rate(const Arch& a, const Graph& g0, std::vector<int>& 
     for (size_t i = 0; i < g.stages.size(); ++i) {
       const Stage& s = g.stages[i];
       if (s.kind != StageKind::Compute || s.is_control() || s.is_matmul()) continue;
-      const double t = double(map_stage(a, g, s, par[i]).ii) * double(s.iterations);
+      const double slow = i < slowdown.size() ? std::max(1.0, slowdown[i]) : 1.0;
+      const double t = double(map_stage(a, g, s, par[i]).ii) * slow * double(s.iterations);
       if (t > worst_t) worst = int(i), worst_t = t;
     }
     if (worst < 0 || worst_t <= 0.5 * mem_cycles) break;
@@ -407,7 +409,7 @@ Mapping map_graph(const Arch& a, const Graph& g0, const MapOptions& opt) {
                           "' had its parallelism lowered to fit " + std::to_string(npcu) + " PCUs");
   }
   keep_accumulators_in_registers(a, g, out.notes);
-  raise_par_to_memory_rate(a, g, par, out.notes);
+  raise_par_to_memory_rate(a, g, opt.stage_slowdown, par, out.notes);
   // Buffers: their widest parallel access decides the banks (PMUs) they need besides capacity and slots.
   set_access_width(a, g, par);
   for (size_t b = 0; b < g.buffers.size(); ++b) {

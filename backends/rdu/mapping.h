@@ -48,6 +48,10 @@ struct Mapping {
 // decoder layer, ...) is imposed on a program that would fit in fewer calls.
 struct MapOptions {
   std::function<std::string(int last_statement, int next_statement)> split_between;
+  // Per stage of the input graph (empty: none): how much an earlier place & route of the same graph
+  // slowed the stage by over-subscribed mesh links. The parallelism that keeps element-wise stages up
+  // with the memory streams is chosen for the slowed stage.
+  std::vector<double> stage_slowdown;
 };
 
 // Cycles one iteration of a compute stage takes on the arch with `par` copies (used by mapping and tests).

@@ -14,6 +14,54 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
   R.program = g.name;
   R.arch = a.name;
   R.mapping = map_graph(a, g, opt.map);
+  if (opt.place) {
+    for (const Config& cf : R.mapping.configs) R.placements.push_back(place_and_route(a, cf, opt.seed));
+    // A stage that the mesh slows (its input nets sharing links) may no longer keep up with the memory
+    // streams at the parallelism chosen for it unslowed: map again knowing the slowdown, and keep the new
+    // mapping when it changes some stage's parallelism and, placed again, its slowest compute stage is
+    // faster.
+    MapOptions again = opt.map;
+    again.stage_slowdown.assign(g.stages.size(), 1.0);
+    bool slowed = false;
+    for (size_t c = 0; c < R.mapping.configs.size(); ++c) {
+      const Config& cf = R.mapping.configs[c];
+      for (size_t s = 0; s < cf.stages.size(); ++s) {
+        const int o = cf.original_stage[s];
+        if (o < 0 || R.placements[c].stage_slowdown[s] <= 1) continue;
+        again.stage_slowdown[size_t(o)] =
+            std::max(again.stage_slowdown[size_t(o)], R.placements[c].stage_slowdown[s]);
+        slowed = true;
+      }
+    }
+    if (slowed) {
+      Mapping m = map_graph(a, g, again);
+      auto pars = [](const Mapping& x) {
+        std::vector<int> p;
+        for (const Config& cf : x.configs)
+          for (const StageMap& sm : cf.stages) p.push_back(sm.par);
+        return p;
+      };
+      if (pars(m) != pars(R.mapping)) {
+        std::vector<Placement> placed;
+        for (const Config& cf : m.configs) placed.push_back(place_and_route(a, cf, opt.seed));
+        // The new copies bring nets of their own; they are kept only if the slowest compute stage, as
+        // placed, is faster than before.
+        auto slowest = [](const Mapping& x, const std::vector<Placement>& pl) {
+          double worst = 0;
+          for (size_t c = 0; c < x.configs.size(); ++c)
+            for (size_t s = 0; s < x.configs[c].stages.size(); ++s)
+              if (x.configs[c].graph.stages[s].kind == StageKind::Compute)
+                worst = std::max(worst, double(x.configs[c].stages[s].ii) * pl[c].stage_slowdown[s] *
+                                            double(x.configs[c].graph.stages[s].iterations));
+          return worst;
+        };
+        if (slowest(m, placed) < slowest(R.mapping, R.placements)) {
+          R.mapping = std::move(m);
+          R.placements = std::move(placed);
+        }
+      }
+    }
+  }
   R.notes = R.mapping.notes;
   R.kernel_calls = R.mapping.kernel_calls();
   double pmu_time = 0;
@@ -33,8 +81,7 @@ RunResult run(const Arch& a, Graph& g, const RunOptions& opt) {
     SimOptions so;
     so.functional = opt.functional;
     if (opt.place) {
-      R.placements.push_back(place_and_route(a, cf, opt.seed));
-      const Placement& P = R.placements.back();
+      const Placement& P = R.placements[c];
       so.stage_extra_latency = P.stage_extra_latency;
       for (size_t s = 0; s < cf.stages.size(); ++s)
         if (P.stage_slowdown[s] > 1) {
