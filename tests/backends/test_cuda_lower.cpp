@@ -78,7 +78,8 @@ const mp_host::Program* host_unit(const std::string& name) {
 // interpreter on fresh random inputs (outputs NaN-poisoned); returns the outputs it produced.
 std::map<std::string, std::vector<float>> check_on_host(const std::string& unit, const std::string& program,
                                                         const std::vector<std::string>& sets, int max_grid,
-                                                        uint64_t seed) {
+                                                        uint64_t seed,
+                                                        const cuda::LowerOptions& lo = cuda_test::host_options()) {
   SCOPED_TRACE(unit + " with " + std::to_string(max_grid) + " blocks, seed " + std::to_string(seed));
   std::map<std::string, std::vector<float>> outputs;
   auto& spec = examples::find_program(program);
@@ -88,7 +89,7 @@ std::map<std::string, std::vector<float>> check_on_host(const std::string& unit,
   auto params = examples::resolve(spec, sets);
   ir::Program p = examples::build(spec, params);
   ir::Program c = passes::compile(p, examples::compile_options(params));
-  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  cuda::Lowered low = cuda::lower(c, lo);
   auto in = examples::make_inputs(spec, params, p, seed);
   ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
   cpu::interpret(c, want);
@@ -120,7 +121,7 @@ class CudaLowerHostVariant : public testing::TestWithParam<cuda_test::Variant> {
 
 TEST_P(CudaLowerHostVariant, GeneratedCodeMatchesTheInterpreter) {
   const auto& v = GetParam();
-  check_on_host(v.name, v.program, v.sets, 3, fresh_seed() % 1000000);
+  check_on_host(v.name, v.program, v.sets, 3, fresh_seed() % 1000000, cuda_test::host_options(v));
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaLowerHostVariant, testing::ValuesIn(cuda_test::variants()),
                          [](const testing::TestParamInfo<cuda_test::Variant>& i) { return i.param.name; });

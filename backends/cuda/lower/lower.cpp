@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -192,6 +193,7 @@ class Gen {
     out_.tensors = p_.tensors;
     for (size_t i = 0; i < p_.tensors.size(); ++i) tensor_index_[p_.tensors[i]->id] = int(i);
     collect();
+    count_reads();
     // Run-time extents and origins in 32 bits where every tensor and value extent allows it (fewer
     // registers live across the loops); flat offsets are computed in 64 bits either way.
     int64_t biggest = 0;
@@ -378,6 +380,46 @@ class Gen {
     }
   }
   std::set<int> in_place_;  // results that overwrite an operand (named in the emitted comment)
+
+  // How many times each value is read anywhere in the program (operands, a loop's carried inits and next
+  // values): a Map / Zip read once, by the Reduce after it, need not be stored (fusion below).
+  std::map<int, int> reads_;
+  void count_reads() {
+    ir::walk(p_.body, [&](const ir::NodeRef& n, int) {
+      for (auto& x : n->operands()) ++reads_[x->id];
+      if (auto* m = n->as<ir::MetaPipe>())
+        for (auto& c : m->carried) ++reads_[c.next->id], ++reads_[c.arg->id], ++reads_[c.result->id];
+    });
+  }
+  static bool is_elementwise(const ir::Node& n) { return n.kind == ir::NodeKind::Map || n.kind == ir::NodeKind::Zip; }
+  static std::vector<ir::Value> elementwise_ins(const ir::Node& n) {
+    if (auto* m = n.as<ir::Map>()) return {m->in};
+    return n.cast<ir::Zip>().ins;
+  }
+  static const ir::Expr& elementwise_f(const ir::Node& n) {
+    if (auto* m = n.as<ir::Map>()) return m->f;
+    return n.cast<ir::Zip>().f;
+  }
+  // ops[j], a Map / Zip, is computed inside the Reduce ops[j + 1] that reads it and nothing else.
+  bool fused_into_reduce(const std::vector<ir::NodeRef>& ops, size_t j) const {
+    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j])) return false;
+    auto* rd = ops[j + 1]->as<ir::Reduce>();
+    int id = ops[j]->out->id;
+    if (!rd || rd->in->id != id || toplevel_.count(id) || pinned_.count(id) || partials_.count(id)) return false;
+    auto it = reads_.find(id);
+    return it != reads_.end() && it->second == 1;
+  }
+  // No barrier after ops[j] (a stored Map / Zip): the next node is a stored Map / Zip over the same
+  // nominal shape, whose element loop gives element x to the thread that wrote element x here. Its
+  // operands of that shape are read at x (only the thread that wrote them); operands of other shapes
+  // were written before the last barrier (only nodes of this shape are chained).
+  bool chained(const std::vector<ir::NodeRef>& ops, size_t j) const {
+    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j]) || !is_elementwise(*ops[j + 1]))
+      return false;
+    if (fused_into_reduce(ops, j) || fused_into_reduce(ops, j + 1)) return false;
+    return ops[j]->out->shape == ops[j + 1]->out->shape;
+  }
+  const ir::Node* fused_src_ = nullptr;  // the Map / Zip the Reduce being emitted computes in its loop
 
   // A top-level loop whose every carried value is a running sum, `next = zip(arg, x) (arg + x)` in one of
   // its stages with arg read by that Zip only and x of arg's shape (dotproduct's and tpchq6's
@@ -765,9 +807,10 @@ class Gen {
     });
     return most;
   }
-  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const {
+  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const { return blocks_per_sm(k.smem_bytes, top); }
+  int blocks_per_sm(int64_t smem_bytes, const ir::NodeRef& top) const {
     if (largest_expr(top) > 48) return 1;
-    int64_t by_smem = (228 * 1024) / (k.smem_bytes + 1024);
+    int64_t by_smem = (228 * 1024) / (smem_bytes + 1024);
     int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
     return int(std::clamp<int64_t>(by_smem, 1, most));
   }
@@ -807,6 +850,8 @@ class Gen {
   std::set<int> ring_roots_;           // storage groups of the ring tiles
   std::set<int> ring_nodes_;           // their LoadTile node ids
   int ring_depth_ = 0;
+  int64_t ring_bytes_ = 0;               // bytes one iteration copies through the ring
+  std::string ring_plan_;                // how the depth was chosen (the kernel's comment)
   std::vector<std::string> ring_notes_;  // why a loop or a tile took the direct path
   bool stage_has_direct_ = false;        // the stage being emitted has a LoadTile off the ring
 
@@ -867,13 +912,81 @@ class Gen {
       ring_nodes_.insert(l.id);
       bytes += (ir::num_elements(l.out->shape) + 3) / 4 * 16;
     }
-    if (ring_tiles_.empty()) return;
-    // Depth: enough slots that about 32 KiB per block are in flight beyond the slot being computed on
-    // (several blocks per SM then keep 64 KiB or more per SM moving), between 2 and 4; never more slots
-    // than a block has iterations.
-    int64_t per_block = std::max<int64_t>(1, m.trip());
-    ring_depth_ = int(std::clamp<int64_t>(1 + (32 * 1024 + bytes - 1) / bytes, 2, 4));
-    ring_depth_ = int(std::min<int64_t>(ring_depth_, std::max<int64_t>(2, per_block)));
+    ring_bytes_ = bytes;
+    if (!ring_tiles_.empty()) ring_depth_ = 2;  // chosen by choose_ring_depth once storage is known
+  }
+  // Passes of the loop body over tile-sized values (Map, Zip, Reduce and MatMul nodes with an operand at
+  // least half as large as the smallest ring tile): softmax's max, exp, sum and divide are four,
+  // dotproduct's product and sum two.
+  int tile_passes(const ir::MetaPipe& m) const {
+    int64_t smallest = INT64_MAX;
+    for (auto* l : ring_tiles_) smallest = std::min(smallest, ir::num_elements(l->out->shape));
+    int n = 0;
+    for (auto& st : m.stages)
+      for (auto& op : st.ops) {
+        if (op->kind != ir::NodeKind::Map && op->kind != ir::NodeKind::Zip && op->kind != ir::NodeKind::Reduce &&
+            op->kind != ir::NodeKind::MatMul)
+          continue;
+        for (auto& x : op->operands())
+          if (2 * ir::num_elements(x->shape) >= smallest) {
+            ++n;
+            break;
+          }
+      }
+    return n;
+  }
+  // The ring's depth (docs/cuda-lowering.md): the fewest slots, 2 to 8 and no more than the loop has
+  // iterations, whose copies beyond the slot being computed on reach the KiB per SM asked for, counting
+  // the blocks per SM that the ring's shared memory admits; else the depth with the most in flight. In
+  // Auto, a ring that leaves fewer blocks per SM than the direct path, with fewer bytes in flight than the
+  // direct path's blocks each loading one iteration, over a loop body of three or more passes over its
+  // tiles, is dropped: such a body is bound by the warps that compute, not by the loads (softmax's 64 KiB
+  // tiles: 2 slots left one block of 512 threads per SM, and ran slower than the direct path's two).
+  void choose_ring_depth(const ir::MetaPipe& m, const ir::NodeRef& top, int stmt, KernelLaunch& k) {
+    auto ring_fits = [&] {
+      for (int r : ring_roots_)
+        if (slot_.at(r).where != Where::Shared) return false;
+      return true;
+    };
+    if (opt_.ring == LowerOptions::Ring::Off) {
+      drop_ring("switched off (MP_CUDA_LOWER_RING=off)");
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+      return;
+    }
+    ring_depth_ = 1;  // the direct path's storage: one copy of each tile
+    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+    const int direct_blocks = blocks_per_sm(k.smem_bytes, top);
+    const int64_t direct_flight = direct_blocks * ring_bytes_;
+    const int64_t target = opt_.ring_kib_per_sm * 1024;
+    const int cap = int(std::clamp<int64_t>(m.trip(), 2, 8));
+    int best = 0, best_blocks = 0;
+    int64_t best_flight = 0;
+    for (int d = 2; d <= cap; ++d) {
+      ring_depth_ = d;
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+      if (!ring_fits()) break;  // a deeper ring does not fit either
+      int b = blocks_per_sm(k.smem_bytes, top);
+      int64_t flight = int64_t(b) * (d - 1) * ring_bytes_;
+      if (flight > best_flight) best = d, best_blocks = b, best_flight = flight;
+      if (flight >= target) break;
+    }
+    if (best == 0) {
+      ring_depth_ = 2;
+      drop_ring("2 slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) + " bytes of shared memory");
+    } else if (int passes = tile_passes(m); opt_.ring == LowerOptions::Ring::Auto && best_blocks < direct_blocks &&
+                                            best_flight < direct_flight && passes >= 3) {
+      drop_ring(std::to_string(best) + " slots would leave " + std::to_string(best_blocks) +
+                " block(s) per SM instead of the direct path's " + std::to_string(direct_blocks) + ", with " +
+                std::to_string(best_flight / 1024) + " KiB per SM in flight against " + std::to_string(direct_flight / 1024) +
+                ", and the loop body makes " + std::to_string(passes) +
+                " passes over its tiles: the warps that compute bound it more than the loads");
+    } else {
+      ring_depth_ = best;
+      ring_plan_ = std::to_string(best_blocks) + " block(s) per SM by shared memory and registers, " +
+                   std::to_string(best_flight / 1024) + " KiB per SM in flight beyond the slots computed on (asked: " +
+                   std::to_string(opt_.ring_kib_per_sm) + ")";
+    }
+    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
   }
   void drop_ring(const std::string& why) {
     ring_notes_.push_back("no tile ring: " + why);
@@ -946,23 +1059,12 @@ class Gen {
     ring_nodes_.clear();
     ring_notes_.clear();
     ring_depth_ = 0;
+    ring_plan_.clear();
     if (k.distributed) plan_ring(*mp);
-    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    // Fewer slots where the ring does not fit in shared memory; none below two.
-    auto ring_fits = [&] {
-      for (int r : ring_roots_)
-        if (slot_.at(r).where != Where::Shared) return false;
-      return true;
-    };
-    while (!ring_roots_.empty() && !ring_fits() && ring_depth_ > 2) {
-      --ring_depth_;
+    if (!ring_tiles_.empty())
+      choose_ring_depth(*mp, top, stmt, k);
+    else
       assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    }
-    if (!ring_roots_.empty() && !ring_fits()) {
-      drop_ring(std::to_string(ring_depth_) + " slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) +
-                " bytes of shared memory");
-      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    }
 
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
@@ -980,7 +1082,7 @@ class Gen {
       src_ << "// path: tile ring (cp.async), " << ring_depth_ << " slots per tile:";
       for (auto* l : ring_tiles_) src_ << " " << l->src->name;
       src_ << "; the copies of a block's iteration k + " << ring_depth_ - 1
-           << " are issued before it computes iteration k.\n";
+           << " are issued before it computes iteration k;\n// " << ring_plan_ << ".\n";
     } else if (k.distributed) {
       src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
     }
@@ -1180,10 +1282,20 @@ class Gen {
       stage_has_direct_ = false;
       for (auto& op : ops) stage_has_direct_ = stage_has_direct_ || (op->kind == ir::NodeKind::LoadTile && !ring_nodes_.count(op->id));
       for (size_t j = 0; j < ops.size(); ++j) {
-        skip_barrier_ = ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
-                        ops[j + 1]->kind == ir::NodeKind::LoadTile;
+        if (fused_into_reduce(ops, j)) {
+          line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
+          line("// ... computed in the loop of " + ops[j + 1]->where() + ", its only reader: never stored");
+          elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
+          fused_src_ = ops[j].get();
+          continue;
+        }
+        skip_barrier_ = (ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
+                         ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
+                        chained(ops, j);
         node(*ops[j]);
+        if (chained(ops, j)) line("// no barrier here: " + ops[j + 1]->where() + " reads only the elements each thread wrote");
         skip_barrier_ = false;
+        fused_src_ = nullptr;
       }
     }
     for (auto& c : m.carried) {
@@ -1486,13 +1598,28 @@ class Gen {
     std::string step = custom ? "1" : std::to_string(32 * G);
     line(std::string("    if (valid_") + (custom ? " && lane_ == 0" : "") + ")");
     line("    for (long long k_ = " + first + "; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + step + ") {");
-    line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
-    if (rd.pre || custom) {
+    const ir::Node* src = fused_src_ && fused_src_->out->id == in->id ? fused_src_ : nullptr;
+    fused_src_ = nullptr;
+    bool src_index = src && uses_index(elementwise_f(*src));
+    if (rd.pre || custom || src_index) {
       std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
       for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
       if (r == 0) s += "0";
       line(s + "};");
       line("      (void)g_;");
+    }
+    if (src) {  // the fused Map / Zip's element at (ys), rounded to its dtype as its stored value would be
+      auto ins = elementwise_ins(*src);
+      std::vector<std::string> args;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        std::string a = "a" + std::to_string(i) + "_";
+        line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], ys) + "];");
+        args.push_back(a);
+      }
+      std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
+      line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) + ");");
+    } else {
+      line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
     }
     if (rd.pre)
       line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
@@ -1588,5 +1715,44 @@ class Gen {
 }  // namespace
 
 Lowered lower(const ir::Program& p, const LowerOptions& opt) { return Gen(p, opt).run(); }
+
+namespace {
+// A whole decimal number in [lo, hi], else -1.
+int64_t whole_number(const std::string& s, int64_t lo, int64_t hi) {
+  if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+  int64_t v = std::stoll(s);
+  return v >= lo && v <= hi ? v : -1;
+}
+}  // namespace
+
+void set_ring_option(LowerOptions& o, const std::string& value) {
+  if (value == "off") {
+    o.ring = LowerOptions::Ring::Off;
+  } else if (value == "auto") {
+    o.ring = LowerOptions::Ring::Auto;
+  } else {
+    int64_t kib = whole_number(value, 1, 4096);
+    MP_USER_CHECK(kib > 0, "MP_CUDA_LOWER_RING='", value,
+                  "' is not one of off, auto or a number of KiB per SM in [1, 4096] (e.g. MP_CUDA_LOWER_RING=128)");
+    o.ring = LowerOptions::Ring::PerSm;
+    o.ring_kib_per_sm = kib;
+  }
+}
+
+LowerOptions options_from_env(LowerOptions base) {
+  if (const char* r = std::getenv("MP_CUDA_LOWER_RING"); r && *r) set_ring_option(base, r);
+  if (const char* t = std::getenv("MP_CUDA_LOWER_THREADS"); t && *t) {
+    int64_t n = whole_number(t, 64, 1024);
+    MP_USER_CHECK(n > 0 && n % 32 == 0, "MP_CUDA_LOWER_THREADS='", t,
+                  "' is not a multiple of 32 in [64, 1024] (threads per block, e.g. MP_CUDA_LOWER_THREADS=256)");
+    base.threads = int(n);
+  }
+  if (const char* f = std::getenv("MP_CUDA_LOWER_FUSE"); f && *f) {
+    std::string v = f;
+    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_FUSE='", v, "' is not on or off");
+    base.fuse_elementwise = v == "on";
+  }
+  return base;
+}
 
 }  // namespace mp::cuda
