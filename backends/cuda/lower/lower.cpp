@@ -421,6 +421,61 @@ class Gen {
   }
   const ir::Node* fused_src_ = nullptr;  // the Map / Zip the Reduce being emitted computes in its loop
 
+  // A folded loop's running sum `next = arg + reduce_add(x)` to one f32 value, whose Reduce is read by
+  // that update only: each thread keeps its share in a double register (mp_facc<id>_) over all of its
+  // block's iterations, and the block reduces it once after the loop into its partial. The sum's order
+  // differs from the per-iteration fold (as the fold over blocks already does; fp32's tolerance), and
+  // per iteration one barrier remains instead of four.
+  std::map<int, std::string> reg_acc_;  // Reduce node id -> its thread's accumulator
+  std::set<int> reg_update_;            // the carried updates' Zip node ids (not emitted)
+  bool reg_tail_ = false;  // the node being emitted is the iteration's last before the ring's barrier
+  std::vector<std::pair<ir::Value, std::string>> reg_partials_;  // carried arg -> accumulator
+  void plan_register_fold(const ir::MetaPipe& m) {
+    reg_acc_.clear();
+    reg_update_.clear();
+    reg_partials_.clear();
+    if (!opt_.fuse_elementwise) return;
+    for (auto& c : m.carried) {
+      const ir::Zip* z = nullptr;
+      const ir::Reduce* rd = nullptr;
+      for (auto& st : m.stages)
+        for (auto& op : st.ops)
+          if (op->out && op->out->id == c.next->id) z = op->as<ir::Zip>();
+      if (!z || fold_op(m, c) != ir::ExprOp::Add) continue;
+      for (auto& st : m.stages)
+        for (auto& op : st.ops)
+          if (op->out && op->out->id == z->ins[1]->id) rd = op->as<ir::Reduce>();
+      if (!rd || rd->combiner != ir::Combiner::Add || rd->custom || ir::num_elements(rd->out->shape) != 1 ||
+          ir::num_elements(c.arg->shape) != 1 || reads_[rd->out->id] != 1 || c.arg->dtype != ir::DType::f32 ||
+          c.next->dtype != ir::DType::f32 || rd->out->dtype != ir::DType::f32)
+        continue;
+      std::string acc = "mp_facc" + std::to_string(c.arg->id) + "_";
+      reg_acc_[rd->id] = acc;
+      reg_update_.insert(z->id);
+      reg_partials_.push_back({c.arg, acc});
+    }
+  }
+  // After the loop: each register sum reduced over the block (warp shuffles, then warp 0's lanes in
+  // order through mp_red) and added to the block's partial.
+  void reduce_register_folds() {
+    const int warps = opt_.threads / 32;
+    for (auto& [arg, acc] : reg_partials_) {
+      line("{  // " + ir::value_name(arg) + ": this block's partial += the threads' register sums");
+      line("  const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;");
+      line("  double s_ = " + acc + ";");
+      line("  for (int d_ = 16; d_ > 0; d_ >>= 1) s_ += __shfl_down_sync(0xffffffffu, s_, d_);");
+      line("  if (lane_ == 0) mp_red[warp_] = s_;");
+      line("  __syncthreads();");
+      line("  if (threadIdx.x == 0) {");
+      line("    double t_ = mp_red[0];");
+      line("    for (int p_ = 1; p_ < " + std::to_string(warps) + "; ++p_) t_ += mp_red[p_];");
+      line("    " + v(arg->id) + "[0] = (float)((double)" + v(arg->id) + "[0] + t_);");
+      line("  }");
+      line("  __syncthreads();");
+      line("}");
+    }
+  }
+
   // A top-level loop whose every carried value is a running sum, `next = zip(arg, x) (arg + x)` in one of
   // its stages with arg read by that Zip only and x of arg's shape (dotproduct's and tpchq6's
   // accumulators): its iterations spread over blocks like a loop without carried values; each block sums
@@ -1163,6 +1218,9 @@ class Gen {
           line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = " + fold_identity(op) + ";");
           close_elements();
         }
+      if (k.fold) plan_register_fold(m);
+      for (auto& [arg, acc] : reg_partials_)
+        line("double " + acc + " = 0.0;  // this thread's share of " + ir::value_name(arg) + "'s running sum");
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
       int N = ring_depth_;
       if (N > 0) {
@@ -1196,6 +1254,10 @@ class Gen {
       ind_.resize(ind_.size() - 2);
       line("}");
       if (N > 0) line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
+      reduce_register_folds();
+      reg_acc_.clear();
+      reg_update_.clear();
+      reg_partials_.clear();
       if (k.fold) fold_combine(m, stmt);
     } else {
       node(*top);
@@ -1289,6 +1351,14 @@ class Gen {
           fused_src_ = ops[j].get();
           continue;
         }
+        if (reg_update_.count(ops[j]->id)) {
+          line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
+          line("// ... the running sum stays in the threads' registers (added up after the loop)");
+          elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
+          continue;
+        }
+        reg_tail_ = ring_depth_ > 0 && s + 1 == m.stages.size();
+        for (size_t q = j + 1; q < ops.size(); ++q) reg_tail_ = reg_tail_ && reg_update_.count(ops[q]->id);
         skip_barrier_ = (ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
                          ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
                         chained(ops, j);
@@ -1300,7 +1370,12 @@ class Gen {
     }
     for (auto& c : m.carried) {
       line("// carried " + ir::value_name(c.arg) + " <- " + ir::value_name(c.next));
-      copy_value(c.arg, c.next);
+      bool in_registers = false;
+      for (auto& rp : reg_partials_) in_registers = in_registers || rp.first->id == c.arg->id;
+      if (in_registers)
+        copy_meta(c.arg, c.next);
+      else
+        copy_value(c.arg, c.next);
     }
   }
 
@@ -1587,6 +1662,59 @@ class Gen {
     for (size_t a = 0; a < r; ++a) ys.push_back(int(a) == rd.axis ? "k_" : "y" + std::to_string(a));
     std::vector<std::string> ys_out = ys;
     ys_out[size_t(rd.axis)] = "0";
+    // The loop's element k_ as the double x_ (the fused Map / Zip computed here, else the stored value).
+    const ir::Node* src = fused_src_ && fused_src_->out->id == in->id ? fused_src_ : nullptr;
+    fused_src_ = nullptr;
+    auto element = [&] {
+      bool src_index = src && uses_index(elementwise_f(*src));
+      if (rd.pre || custom || src_index) {
+        std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
+        for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
+        if (r == 0) s += "0";
+        line(s + "};");
+        line("      (void)g_;");
+      }
+      if (src) {  // the fused Map / Zip's element at (ys), rounded to its dtype as its stored value would be
+        auto ins = elementwise_ins(*src);
+        std::vector<std::string> args;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          std::string a = "a" + std::to_string(i) + "_";
+          line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], ys) + "];");
+          args.push_back(a);
+        }
+        std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
+        line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) + ");");
+      } else {
+        line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
+      }
+      if (rd.pre)
+        line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
+      else
+        line("      const double x_ = xin_;");
+    };
+    if (auto it = reg_acc_.find(rd.id); it != reg_acc_.end()) {
+      // A running sum's Reduce to one value, kept in this thread's register across the iterations
+      // (mp_facc*), reduced over the block once after the loop: no warp shuffle, mp_red or barrier per
+      // iteration. The extents above still follow eval.cpp's; its one reader, the carried update, is
+      // not emitted.
+      std::string valid;
+      for (size_t a = 0; a < r; ++a)
+        if (int(a) != rd.axis) valid += " && 0 < " + e(out, a);
+      line("{");
+      for (size_t a = 0; a < r; ++a)
+        if (int(a) != rd.axis) line("  const int y" + std::to_string(a) + " = 0; (void)y" + std::to_string(a) + ";");
+      line("  if (true" + valid + ")");
+      line("    for (long long k_ = threadIdx.x; k_ < " + e(in, size_t(rd.axis)) + "; k_ += blockDim.x) {");
+      element();
+      line("      " + it->second + " += x_;");
+      line("    }");
+      line("}");
+      if (reg_tail_)
+        line("// (the ring's barrier at the end of the iteration keeps what this read from being rewritten)");
+      else
+        line("__syncthreads();  // the values read here may be rewritten by the nodes after it");
+      return;
+    }
     line("{");
     line("  const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;");
     line("  for (int w_ = warp_ / " + std::to_string(G) + "; w_ < " + std::to_string(nout) + "; w_ += " +
@@ -1598,33 +1726,7 @@ class Gen {
     std::string step = custom ? "1" : std::to_string(32 * G);
     line(std::string("    if (valid_") + (custom ? " && lane_ == 0" : "") + ")");
     line("    for (long long k_ = " + first + "; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + step + ") {");
-    const ir::Node* src = fused_src_ && fused_src_->out->id == in->id ? fused_src_ : nullptr;
-    fused_src_ = nullptr;
-    bool src_index = src && uses_index(elementwise_f(*src));
-    if (rd.pre || custom || src_index) {
-      std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
-      for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
-      if (r == 0) s += "0";
-      line(s + "};");
-      line("      (void)g_;");
-    }
-    if (src) {  // the fused Map / Zip's element at (ys), rounded to its dtype as its stored value would be
-      auto ins = elementwise_ins(*src);
-      std::vector<std::string> args;
-      for (size_t i = 0; i < ins.size(); ++i) {
-        std::string a = "a" + std::to_string(i) + "_";
-        line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], ys) + "];");
-        args.push_back(a);
-      }
-      std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
-      line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) + ");");
-    } else {
-      line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
-    }
-    if (rd.pre)
-      line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
-    else
-      line("      const double x_ = xin_;");
+    element();
     line("      acc_ = " + comb("acc_", "x_", "      ") + ";");
     line("    }");
     if (!custom) {
