@@ -27,10 +27,10 @@ int main(int argc, char** argv) {
       std::vector<std::string> sets;
       if (auto it = mp::cuda_test::small_sets().find(spec->name); it != mp::cuda_test::small_sets().end())
         sets = it->second;
-      units.push_back({spec->name, spec->name, sets, "", 0});
+      units.push_back({spec->name, spec->name, sets, "", 0, true});
     }
     for (auto& v : mp::cuda_test::variants()) units.push_back(v);
-    for (auto& x : mp::cuda_test::extra_programs()) units.push_back({x.name, "", {}, "", 0});
+    for (auto& x : mp::cuda_test::extra_programs()) units.push_back({x.name, "", {}, "", 0, true});
     for (auto& u : units) {
       mp::ir::Program p;
       if (u.program.empty()) {  // one of cuda_test::extra_programs()

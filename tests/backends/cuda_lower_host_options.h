@@ -18,6 +18,7 @@ cuda::LowerOptions host_options(const V& v) {
   cuda::LowerOptions o = host_options();
   if (!v.ring.empty()) cuda::set_ring_option(o, v.ring);
   if (v.threads > 0) o.threads = v.threads;
+  o.fuse_elementwise = v.fuse;
   return o;
 }
 
