@@ -129,17 +129,21 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CudaLowerHostVariant, testing::ValuesIn(cuda_tes
 TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
   // dotproduct's [TS, 1] tiles of an [N, 1] tensor are one run: the float4 copy with its aligned check
   // and the element tail; matmul's [MM, K] tile of A spans A's rows, its B tile [K, NN] does not.
-  auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
+  auto lowered = [](const std::string& name, const std::vector<std::string>& sets, bool fuse = true) {
     auto& spec = examples::find_program(name);
-    return cuda::lower(compiled(spec, examples::resolve(spec, sets)));
+    cuda::LowerOptions o;
+    o.fuse_elementwise = fuse;
+    return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o);
   };
   // (TS=1026: tile offsets that are not always 16-byte aligned keep dotproduct's loads off the tile ring)
   std::string dot = lowered("dotproduct", {"TS=1026", "mask=1"}).source;
   EXPECT_NE(dot.find("the tile is contiguous in A: 16-byte copies"), std::string::npos);
   EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
   EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
+  // The StoreTile too, where its value is stored (fusion off; on, the Zip's elements go to the tensor).
+  EXPECT_NE(lowered("blackscholes", {}, false).source.find("the tile is contiguous in price"), std::string::npos);
   std::string bs = lowered("blackscholes", {}).source;
-  EXPECT_NE(bs.find("the tile is contiguous in price"), std::string::npos) << "the StoreTile too";
+  EXPECT_NE(bs.find("Zip #22's elements, computed here and stored to price"), std::string::npos);
   // blackscholes' element function is a DAG: each shared subexpression once, in fp32.
   EXPECT_NE(bs.find("logf("), std::string::npos);
   EXPECT_NE(bs.find("= expf("), std::string::npos);
@@ -417,6 +421,13 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_EQ(src.find("mp_facc"), std::string::npos);
   }
   EXPECT_NE(unit_of("flash_attention", sets_of("flash_attention")).find("// no barrier here: Zip #"), std::string::npos);
+  // The last Map / Zip of a stage goes straight to the StoreTile that starts the next (blackscholes'
+  // price, softmax's quotient, outerproduct's product); with fusion off it is stored in shared memory.
+  for (const char* name : {"blackscholes", "softmax", "outerproduct"}) {
+    SCOPED_TRACE(name);
+    EXPECT_NE(unit_of(name, {}).find("'s elements, computed here and stored to "), std::string::npos);
+    EXPECT_EQ(unit_of(name, {}, nofuse).find("computed here and stored"), std::string::npos);
+  }
   EXPECT_EQ(unit_of("flash_attention", sets_of("flash_attention"), nofuse).find("// no barrier here"), std::string::npos);
   // The register sums over 1 and 2 blocks (many iterations each) against the interpreter.
   uint64_t seed = fresh_seed() % 1000000;

@@ -400,12 +400,15 @@ class Gen {
     if (auto* m = n.as<ir::Map>()) return m->f;
     return n.cast<ir::Zip>().f;
   }
-  // ops[j], a Map / Zip, is computed inside the Reduce ops[j + 1] that reads it and nothing else.
+  // ops[j], a Map / Zip, is computed inside the Reduce or StoreTile ops[j + 1] that reads it and nothing
+  // else.
   bool fused_into_reduce(const std::vector<ir::NodeRef>& ops, size_t j) const {
     if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j])) return false;
-    auto* rd = ops[j + 1]->as<ir::Reduce>();
     int id = ops[j]->out->id;
-    if (!rd || rd->in->id != id || toplevel_.count(id) || pinned_.count(id) || partials_.count(id)) return false;
+    auto* rd = ops[j + 1]->as<ir::Reduce>();
+    auto* st = ops[j + 1]->as<ir::StoreTile>();
+    if (!(rd && rd->in->id == id) && !(st && st->in->id == id)) return false;
+    if (toplevel_.count(id) || pinned_.count(id) || partials_.count(id)) return false;
     auto it = reads_.find(id);
     return it != reads_.end() && it->second == 1;
   }
@@ -416,7 +419,9 @@ class Gen {
   bool chained(const std::vector<ir::NodeRef>& ops, size_t j) const {
     if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j]) || !is_elementwise(*ops[j + 1]))
       return false;
-    if (fused_into_reduce(ops, j) || fused_into_reduce(ops, j + 1)) return false;
+    // (a next node fused into a StoreTile keeps the element loop over its shape: still chained)
+    if (fused_into_reduce(ops, j)) return false;
+    if (fused_into_reduce(ops, j + 1) && ops[j + 2]->kind != ir::NodeKind::StoreTile) return false;
     return ops[j]->out->shape == ops[j + 1]->out->shape;
   }
   const ir::Node* fused_src_ = nullptr;  // the Map / Zip the Reduce being emitted computes in its loop
@@ -1338,15 +1343,20 @@ class Gen {
 
   void loop_body(const ir::MetaPipe& m) {
     for (auto& c : m.carried) line("// carried " + ir::value_name(c.arg) + " = " + ir::value_name(c.init) + " at the start");
+    // The body's nodes in order across its stages (which run one after the other here): a Map / Zip at
+    // the end of a stage fuses into the StoreTile that starts the next.
+    std::vector<ir::NodeRef> flat;
+    for (auto& st : m.stages) flat.insert(flat.end(), st.ops.begin(), st.ops.end());
+    size_t g = 0;
     for (size_t s = 0; s < m.stages.size(); ++s) {
       line("// stage " + m.stages[s].name);
       auto& ops = m.stages[s].ops;
       stage_has_direct_ = false;
       for (auto& op : ops) stage_has_direct_ = stage_has_direct_ || (op->kind == ir::NodeKind::LoadTile && !ring_nodes_.count(op->id));
-      for (size_t j = 0; j < ops.size(); ++j) {
-        if (fused_into_reduce(ops, j)) {
+      for (size_t j = 0; j < ops.size(); ++j, ++g) {
+        if (fused_into_reduce(flat, g)) {
           line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
-          line("// ... computed in the loop of " + ops[j + 1]->where() + ", its only reader: never stored");
+          line("// ... computed in the loop of " + flat[g + 1]->where() + ", its only reader: never stored in shared memory");
           elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
           fused_src_ = ops[j].get();
           continue;
@@ -1357,13 +1367,13 @@ class Gen {
           elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
           continue;
         }
-        reg_tail_ = ring_depth_ > 0 && s + 1 == m.stages.size();
-        for (size_t q = j + 1; q < ops.size(); ++q) reg_tail_ = reg_tail_ && reg_update_.count(ops[q]->id);
+        reg_tail_ = ring_depth_ > 0;
+        for (size_t q = g + 1; q < flat.size(); ++q) reg_tail_ = reg_tail_ && reg_update_.count(flat[q]->id);
         skip_barrier_ = (ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
                          ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
-                        chained(ops, j);
+                        chained(flat, g);
         node(*ops[j]);
-        if (chained(ops, j)) line("// no barrier here: " + ops[j + 1]->where() + " reads only the elements each thread wrote");
+        if (chained(flat, g)) line("// no barrier here: " + flat[g + 1]->where() + " reads only the elements each thread wrote");
         skip_barrier_ = false;
         fused_src_ = nullptr;
       }
@@ -1596,15 +1606,38 @@ class Gen {
     ind_ += "  ";
     bool keep = skip_barrier_;
     skip_barrier_ = true;  // the barrier after the closing brace below
-    tile_copy(s.in, t, start, ext, true, [&] {
+    auto global_offset = [&] {
       std::string g;
       for (size_t a = 0; a < r; ++a)
         g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + ")" +
              (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-      if (g.empty()) g = "0";
-      line("    mp_st(" + T(t) + ", " + g + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
-           std::to_string(dt_code(t->dtype)) + ");");
-    });
+      return g.empty() ? std::string("0") : g;
+    };
+    const ir::Node* src = fused_src_ && fused_src_->out->id == s.in->id ? fused_src_ : nullptr;
+    fused_src_ = nullptr;
+    if (src) {
+      // The fused Map / Zip's elements go from its operands to the tensor (4-byte stores, consecutive
+      // threads on consecutive elements), rounded to its dtype as its stored value would be.
+      line("// " + src->where() + "'s elements, computed here and stored to " + t->name);
+      open_elements(s.in, ext);
+      auto ins = elementwise_ins(*src);
+      std::vector<std::string> args;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        std::string a = "a" + std::to_string(i) + "_";
+        line("    const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
+        args.push_back(a);
+      }
+      if (uses_index(elementwise_f(*src))) gidx_decl(s.in, "g_");
+      std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "    ");
+      line("    mp_st(" + T(t) + ", " + global_offset() + ", mp_round(" + val + ", " + std::to_string(dt_code(s.in->dtype)) +
+           "), " + std::to_string(dt_code(t->dtype)) + ");");
+      close_elements(false);
+    } else {
+      tile_copy(s.in, t, start, ext, true, [&] {
+        line("    mp_st(" + T(t) + ", " + global_offset() + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
+             std::to_string(dt_code(t->dtype)) + ");");
+      });
+    }
     skip_barrier_ = keep;
     ind_ = saved;
     line("}");
