@@ -69,7 +69,12 @@ inline const std::vector<Variant>& variants() {
       // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).
       {"dotproduct_fuse_off", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
       {"tpchq6_fuse_off", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "", 0, false},
-      {"flash_attention_fuse_off", "flash_attention", {"S=36", "D=8", "BR=16", "BC=16", "mask=1"}, "", 0, false},
+      {"flash_attention_fuse_off",
+       "flash_attention",
+       {"S=36", "D=8", "BR=16", "BC=16", "mask=1"},
+       "",
+       0,
+       false},
       {"blackscholes_fuse_off", "blackscholes", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
       {"softmax_fuse_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, false},
       {"outerproduct_fuse_off", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, false},

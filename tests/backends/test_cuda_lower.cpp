@@ -77,10 +77,9 @@ const mp_host::Program* host_unit(const std::string& name) {
 
 // The host-compiled unit `unit` of `program` at `sets`, run with at most `max_grid` blocks, against the
 // interpreter on fresh random inputs (outputs NaN-poisoned); returns the outputs it produced.
-std::map<std::string, std::vector<float>> check_on_host(const std::string& unit, const std::string& program,
-                                                        const std::vector<std::string>& sets, int max_grid,
-                                                        uint64_t seed,
-                                                        const cuda::LowerOptions& lo = cuda_test::host_options()) {
+std::map<std::string, std::vector<float>> check_on_host(
+    const std::string& unit, const std::string& program, const std::vector<std::string>& sets, int max_grid,
+    uint64_t seed, const cuda::LowerOptions& lo = cuda_test::host_options()) {
   SCOPED_TRACE(unit + " with " + std::to_string(max_grid) + " blocks, seed " + std::to_string(seed));
   std::map<std::string, std::vector<float>> outputs;
   auto& spec = examples::find_program(program);
@@ -142,7 +141,8 @@ TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
   EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
   EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
   // The StoreTile too, where its value is stored (fusion off; on, the Zip's elements go to the tensor).
-  EXPECT_NE(lowered("blackscholes", {}, false).source.find("the tile is contiguous in price"), std::string::npos);
+  EXPECT_NE(lowered("blackscholes", {}, false).source.find("the tile is contiguous in price"),
+            std::string::npos);
   std::string bs = lowered("blackscholes", {}).source;
   EXPECT_NE(bs.find("Zip #22's elements, computed here and stored to price"), std::string::npos);
   // blackscholes' element function is a DAG: each shared subexpression once, in fp32.
@@ -307,7 +307,8 @@ TEST(CudaLower, UnsupportedLoopIsNamed) {
 }
 
 // The source of `name` at `sets` lowered with `o` (the GPU's defaults unless given).
-std::string unit_of(const std::string& name, const std::vector<std::string>& sets, const cuda::LowerOptions& o = {}) {
+std::string unit_of(const std::string& name, const std::vector<std::string>& sets,
+                    const cuda::LowerOptions& o = {}) {
   auto& spec = examples::find_program(name);
   return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o).source;
 }
@@ -324,11 +325,13 @@ TEST(CudaLower, RingDepthFollowsTheSpeedOptions) {
   const std::vector<std::string> rows16 = {"R=16384", "C=1024", "row_tile=16", "mask=1"};
   std::string src = unit_of("softmax", rows16);
   EXPECT_EQ(ring_slots(src), 0);
-  EXPECT_NE(src.find("no tile ring: 2 slots would leave 1 block(s) per SM instead of the direct path's 2"), std::string::npos);
+  EXPECT_NE(src.find("no tile ring: 2 slots would leave 1 block(s) per SM instead of the direct path's 2"),
+            std::string::npos);
   cuda::LowerOptions per_sm;
   cuda::set_ring_option(per_sm, "128");
   src = unit_of("softmax", rows16, per_sm);
-  EXPECT_EQ(ring_slots(src), 3) << "128 KiB per SM at one block: two 64 KiB tiles in flight beyond the one computed on";
+  EXPECT_EQ(ring_slots(src), 3)
+      << "128 KiB per SM at one block: two 64 KiB tiles in flight beyond the one computed on";
   EXPECT_NE(src.find("(asked: 128)"), std::string::npos);
   cuda::LowerOptions off;
   cuda::set_ring_option(off, "off");
@@ -374,7 +377,8 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
       cuda::set_ring_option(o, bad);
       ADD_FAILURE() << "accepted MP_CUDA_LOWER_RING=" << bad;
     } catch (const user_error& e) {
-      EXPECT_NE(std::string(e.what()).find("is not one of off, auto or a number of KiB per SM"), std::string::npos)
+      EXPECT_NE(std::string(e.what()).find("is not one of off, auto or a number of KiB per SM"),
+                std::string::npos)
           << e.what();
     }
   }
@@ -390,7 +394,9 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
     (void)cuda::options_from_env();
     ADD_FAILURE() << "accepted MP_CUDA_LOWER_THREADS=100";
   } catch (const user_error& e) {
-    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_THREADS='100' is not a multiple of 32"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_THREADS='100' is not a multiple of 32"),
+              std::string::npos)
+        << e.what();
   }
   setenv("MP_CUDA_LOWER_THREADS", "256", 1);
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
@@ -421,7 +427,8 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_EQ(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_EQ(src.find("mp_facc"), std::string::npos);
   }
-  EXPECT_NE(unit_of("flash_attention", sets_of("flash_attention")).find("// no barrier here: Zip #"), std::string::npos);
+  EXPECT_NE(unit_of("flash_attention", sets_of("flash_attention")).find("// no barrier here: Zip #"),
+            std::string::npos);
   // The last Map / Zip of a stage goes straight to the StoreTile that starts the next (blackscholes'
   // price, softmax's quotient, outerproduct's product); with fusion off it is stored in shared memory.
   for (const char* name : {"blackscholes", "softmax", "outerproduct"}) {
@@ -429,12 +436,14 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_NE(unit_of(name, {}).find("'s elements, computed here and stored to "), std::string::npos);
     EXPECT_EQ(unit_of(name, {}, nofuse).find("computed here and stored"), std::string::npos);
   }
-  EXPECT_EQ(unit_of("flash_attention", sets_of("flash_attention"), nofuse).find("// no barrier here"), std::string::npos);
+  EXPECT_EQ(unit_of("flash_attention", sets_of("flash_attention"), nofuse).find("// no barrier here"),
+            std::string::npos);
   // The register sums over 1 and 2 blocks (many iterations each) against the interpreter.
   uint64_t seed = fresh_seed() % 1000000;
   for (auto& v : cuda_test::variants())
     if (v.name == "tpchq6_ring_deep")
-      for (int grid : {1, 2}) check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+      for (int grid : {1, 2})
+        check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
 }
 
 TEST(CudaLower, BadThreadCountIsAUserError) {

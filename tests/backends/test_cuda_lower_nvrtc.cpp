@@ -34,9 +34,12 @@ TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
     auto params = examples::resolve(spec, {});
     auto p = passes::compile(examples::build(spec, params), examples::compile_options(params));
     for (auto* o : {&plain, &deep}) {
-      SCOPED_TRACE(std::string(name) + (o == &plain ? " (ring off, 256 threads, no fusion)" : " (deepest ring)"));
+      SCOPED_TRACE(std::string(name) +
+                   (o == &plain ? " (ring off, 256 threads, no fusion)" : " (deepest ring)"));
       std::string bin = cuda::compile_sm90a(cuda::lower(p, *o).source);
-      EXPECT_EQ(bin.substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
+      EXPECT_EQ(bin.substr(0, 4), std::string("\x7f"
+                                              "ELF"))
+          << "not a cubin";
     }
   }
 }

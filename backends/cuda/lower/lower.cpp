@@ -391,7 +391,9 @@ class Gen {
         for (auto& c : m->carried) ++reads_[c.next->id], ++reads_[c.arg->id], ++reads_[c.result->id];
     });
   }
-  static bool is_elementwise(const ir::Node& n) { return n.kind == ir::NodeKind::Map || n.kind == ir::NodeKind::Zip; }
+  static bool is_elementwise(const ir::Node& n) {
+    return n.kind == ir::NodeKind::Map || n.kind == ir::NodeKind::Zip;
+  }
   static std::vector<ir::Value> elementwise_ins(const ir::Node& n) {
     if (auto* m = n.as<ir::Map>()) return {m->in};
     return n.cast<ir::Zip>().ins;
@@ -417,7 +419,8 @@ class Gen {
   // operands of that shape are read at x (only the thread that wrote them); operands of other shapes
   // were written before the last barrier (only nodes of this shape are chained).
   bool chained(const std::vector<ir::NodeRef>& ops, size_t j) const {
-    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j]) || !is_elementwise(*ops[j + 1]))
+    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j]) ||
+        !is_elementwise(*ops[j + 1]))
       return false;
     // (a next node fused into a StoreTile keeps the element loop over its shape: still chained)
     if (fused_into_reduce(ops, j)) return false;
@@ -867,7 +870,9 @@ class Gen {
     });
     return most;
   }
-  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const { return blocks_per_sm(k.smem_bytes, top); }
+  int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const {
+    return blocks_per_sm(k.smem_bytes, top);
+  }
   int blocks_per_sm(int64_t smem_bytes, const ir::NodeRef& top) const {
     if (largest_expr(top) > 48) return 1;
     int64_t by_smem = (228 * 1024) / (smem_bytes + 1024);
@@ -984,8 +989,8 @@ class Gen {
     int n = 0;
     for (auto& st : m.stages)
       for (auto& op : st.ops) {
-        if (op->kind != ir::NodeKind::Map && op->kind != ir::NodeKind::Zip && op->kind != ir::NodeKind::Reduce &&
-            op->kind != ir::NodeKind::MatMul)
+        if (op->kind != ir::NodeKind::Map && op->kind != ir::NodeKind::Zip &&
+            op->kind != ir::NodeKind::Reduce && op->kind != ir::NodeKind::MatMul)
           continue;
         for (auto& x : op->operands())
           if (2 * ir::num_elements(x->shape) >= smallest) {
@@ -1032,18 +1037,21 @@ class Gen {
     }
     if (best == 0) {
       ring_depth_ = 2;
-      drop_ring("2 slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) + " bytes of shared memory");
-    } else if (int passes = tile_passes(m); opt_.ring == LowerOptions::Ring::Auto && best_blocks < direct_blocks &&
-                                            best_flight < direct_flight && passes >= 3) {
+      drop_ring("2 slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) +
+                " bytes of shared memory");
+    } else if (int passes = tile_passes(m); opt_.ring == LowerOptions::Ring::Auto &&
+                                            best_blocks < direct_blocks && best_flight < direct_flight &&
+                                            passes >= 3) {
       drop_ring(std::to_string(best) + " slots would leave " + std::to_string(best_blocks) +
                 " block(s) per SM instead of the direct path's " + std::to_string(direct_blocks) + ", with " +
-                std::to_string(best_flight / 1024) + " KiB per SM in flight against " + std::to_string(direct_flight / 1024) +
-                ", and the loop body makes " + std::to_string(passes) +
+                std::to_string(best_flight / 1024) + " KiB per SM in flight against " +
+                std::to_string(direct_flight / 1024) + ", and the loop body makes " + std::to_string(passes) +
                 " passes over its tiles: the warps that compute bound it more than the loads");
     } else {
       ring_depth_ = best;
       ring_plan_ = std::to_string(best_blocks) + " block(s) per SM by shared memory and registers, " +
-                   std::to_string(best_flight / 1024) + " KiB per SM in flight beyond the slots computed on (asked: " +
+                   std::to_string(best_flight / 1024) +
+                   " KiB per SM in flight beyond the slots computed on (asked: " +
                    std::to_string(opt_.ring_kib_per_sm) + ")";
     }
     assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
@@ -1225,7 +1233,8 @@ class Gen {
         }
       if (k.fold) plan_register_fold(m);
       for (auto& [arg, acc] : reg_partials_)
-        line("double " + acc + " = 0.0;  // this thread's share of " + ir::value_name(arg) + "'s running sum");
+        line("double " + acc + " = 0.0;  // this thread's share of " + ir::value_name(arg) +
+             "'s running sum");
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
       int N = ring_depth_;
       if (N > 0) {
@@ -1356,7 +1365,8 @@ class Gen {
       for (size_t j = 0; j < ops.size(); ++j, ++g) {
         if (fused_into_reduce(flat, g)) {
           line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
-          line("// ... computed in the loop of " + flat[g + 1]->where() + ", its only reader: never stored in shared memory");
+          line("// ... computed in the loop of " + flat[g + 1]->where() +
+               ", its only reader: never stored in shared memory");
           elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
           fused_src_ = ops[j].get();
           continue;
@@ -1373,7 +1383,8 @@ class Gen {
                          ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
                         chained(flat, g);
         node(*ops[j]);
-        if (chained(flat, g)) line("// no barrier here: " + flat[g + 1]->where() + " reads only the elements each thread wrote");
+        if (chained(flat, g))
+          line("// no barrier here: " + flat[g + 1]->where() + " reads only the elements each thread wrote");
         skip_barrier_ = false;
         fused_src_ = nullptr;
       }
@@ -1628,14 +1639,15 @@ class Gen {
         args.push_back(a);
       }
       if (uses_index(elementwise_f(*src))) gidx_decl(s.in, "g_");
-      std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "    ");
-      line("    mp_st(" + T(t) + ", " + global_offset() + ", mp_round(" + val + ", " + std::to_string(dt_code(s.in->dtype)) +
-           "), " + std::to_string(dt_code(t->dtype)) + ");");
+      std::string val =
+          expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "    ");
+      line("    mp_st(" + T(t) + ", " + global_offset() + ", mp_round(" + val + ", " +
+           std::to_string(dt_code(s.in->dtype)) + "), " + std::to_string(dt_code(t->dtype)) + ");");
       close_elements(false);
     } else {
       tile_copy(s.in, t, start, ext, true, [&] {
-        line("    mp_st(" + T(t) + ", " + global_offset() + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
-             std::to_string(dt_code(t->dtype)) + ");");
+        line("    mp_st(" + T(t) + ", " + global_offset() + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) +
+             "], " + std::to_string(dt_code(t->dtype)) + ");");
       });
     }
     skip_barrier_ = keep;
@@ -1715,13 +1727,16 @@ class Gen {
           line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], ys) + "];");
           args.push_back(a);
         }
-        std::string val = expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
-        line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) + ");");
+        std::string val =
+            expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
+        line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) +
+             ");");
       } else {
         line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
       }
       if (rd.pre)
-        line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
+        line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) +
+             ";");
       else
         line("      const double x_ = xin_;");
     };
@@ -1735,7 +1750,8 @@ class Gen {
         if (int(a) != rd.axis) valid += " && 0 < " + e(out, a);
       line("{");
       for (size_t a = 0; a < r; ++a)
-        if (int(a) != rd.axis) line("  const int y" + std::to_string(a) + " = 0; (void)y" + std::to_string(a) + ";");
+        if (int(a) != rd.axis)
+          line("  const int y" + std::to_string(a) + " = 0; (void)y" + std::to_string(a) + ";");
       line("  if (true" + valid + ")");
       line("    for (long long k_ = threadIdx.x; k_ < " + e(in, size_t(rd.axis)) + "; k_ += blockDim.x) {");
       element();
@@ -1867,8 +1883,9 @@ void set_ring_option(LowerOptions& o, const std::string& value) {
     o.ring = LowerOptions::Ring::Auto;
   } else {
     int64_t kib = whole_number(value, 1, 4096);
-    MP_USER_CHECK(kib > 0, "MP_CUDA_LOWER_RING='", value,
-                  "' is not one of off, auto or a number of KiB per SM in [1, 4096] (e.g. MP_CUDA_LOWER_RING=128)");
+    MP_USER_CHECK(
+        kib > 0, "MP_CUDA_LOWER_RING='", value,
+        "' is not one of off, auto or a number of KiB per SM in [1, 4096] (e.g. MP_CUDA_LOWER_RING=128)");
     o.ring = LowerOptions::Ring::PerSm;
     o.ring_kib_per_sm = kib;
   }
@@ -1878,8 +1895,9 @@ LowerOptions options_from_env(LowerOptions base) {
   if (const char* r = std::getenv("MP_CUDA_LOWER_RING"); r && *r) set_ring_option(base, r);
   if (const char* t = std::getenv("MP_CUDA_LOWER_THREADS"); t && *t) {
     int64_t n = whole_number(t, 64, 1024);
-    MP_USER_CHECK(n > 0 && n % 32 == 0, "MP_CUDA_LOWER_THREADS='", t,
-                  "' is not a multiple of 32 in [64, 1024] (threads per block, e.g. MP_CUDA_LOWER_THREADS=256)");
+    MP_USER_CHECK(
+        n > 0 && n % 32 == 0, "MP_CUDA_LOWER_THREADS='", t,
+        "' is not a multiple of 32 in [64, 1024] (threads per block, e.g. MP_CUDA_LOWER_THREADS=256)");
     base.threads = int(n);
   }
   if (const char* f = std::getenv("MP_CUDA_LOWER_FUSE"); f && *f) {
