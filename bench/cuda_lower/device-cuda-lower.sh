@@ -4,11 +4,35 @@
 # kernels and, for the streaming programs, the bandwidth achieved (bytes the IR loads and stores, from
 # `metapipe compile`'s work summary, over the device time) and its share of the copy bandwidth measured
 # in the same run. Needs the default preset build (build/).
-#   usage: bench/cuda_lower/device-cuda-lower.sh [METAPIPE]
+#   usage: bench/cuda_lower/device-cuda-lower.sh [--variants [LIST]] [METAPIPE]
+# --variants: the streaming programs only, once per variant of the lowering's speed options
+# (docs/cuda-lowering.md, "Speed"), each row labelled with its variant. LIST is ';'-separated, each
+# variant a space-separated list of NAME=VALUE for the MP_CUDA_LOWER_* variables ("default": none set);
+# at most 4. Default list: default; RING=off; RING=128; THREADS=256.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+variants=""
+if [ "${1:-}" = "--variants" ]; then
+  shift
+  variants="default;RING=off;RING=128;THREADS=256"
+  if [ $# -gt 0 ] && [[ "$1" != */* ]]; then variants="$1"; shift; fi
+fi
 mp="${1:-./build/tools/metapipe/metapipe}"
 [ -x "$mp" ] || { echo "device-cuda-lower.sh: no $mp (build with cmake --preset default first)"; exit 2; }
+IFS=';' read -r -a vlist <<<"${variants:-default}"
+if [ "${#vlist[@]}" -gt 4 ]; then
+  echo "device-cuda-lower.sh: at most 4 variants (each costs an NVRTC compile per program), got ${#vlist[@]}"
+  exit 2
+fi
+for v in "${vlist[@]}"; do
+  for a in $v; do
+    [ "$a" = default ] && continue
+    [[ "$a" =~ ^(RING|THREADS|FUSE)=[A-Za-z0-9]+$ ]] || {
+      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=... or FUSE=... (or default)"
+      exit 2
+    }
+  done
+done
 # program | --set arguments | streaming (1: report bandwidth). Tile sizes keep a block's tiles near a
 # third of an SM's shared memory, so that blocks on one SM overlap each other's loads and compute
 # (tpchq6's four 4096-element tiles: 64 KiB). The streaming programs run a second time at smaller tiles:
@@ -58,13 +82,17 @@ if [ -n "$copy" ]; then
 else
   echo "HBM copy bandwidth: not measured (set PYTHON to a Python with PyTorch and CUDA)"
 fi
-printf "%-16s %-44s %-6s %12s %12s %8s\n" program sets check "device ms" "GB/s" "% copy"
+printf "%-16s %-44s %-14s %-6s %12s %12s %8s\n" program sets variant check "device ms" "GB/s" "% copy"
 status=0
-for c in "${cases[@]}"; do
+for v in "${vlist[@]}"; do
+ envs=()
+ for a in $v; do [ "$a" = default ] || envs+=("MP_CUDA_LOWER_$a"); done
+ for c in "${cases[@]}"; do
   IFS='|' read -r prog sets stream <<<"$c"
+  [ -n "$variants" ] && [ "$stream" != 1 ] && continue
   args=()
   for s in $sets; do args+=(--set "$s"); done
-  json=$("$mp" run "$prog" --target cuda --seed 1 --json "${args[@]}" 2>&1)
+  json=$(env "${envs[@]}" "$mp" run "$prog" --target cuda --seed 1 --json "${args[@]}" 2>&1)
   rc=$?
   ms=$(sed -n 's/.*"target": "cuda", "ok": \(true\|false\), "ms": \([0-9.e+-]*\).*/\2/p' <<<"$json")
   ok=$([ $rc -eq 0 ] && echo ok || echo FAIL)
@@ -75,7 +103,8 @@ for c in "${cases[@]}"; do
     bw=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { split(b, x, " "); printf "%.1f", (x[1] + x[2]) / (ms * 1e6) }')
     [ -n "$copy" ] && share=$(awk -v bw="$bw" -v c="$copy" 'BEGIN { printf "%.0f", 100 * bw / c }')
   fi
-  printf "%-16s %-44s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "$ok" "${ms:--}" "$bw" "$share"
+  printf "%-16s %-44s %-14s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "${v// /,}" "$ok" "${ms:--}" "$bw" "$share"
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
+ done
 done
 exit $status

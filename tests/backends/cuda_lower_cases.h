@@ -42,17 +42,42 @@ inline const std::map<std::string, std::vector<std::string>>& small_sets() {
 // More sizes of a program, run by the host test under their own name: the 16-byte tile copies with a
 // tail that is not a multiple of four (N=1001), tile offsets that are not 16-byte aligned (TS=126,
 // row_tile=5 with C=23: the element path), and the carried sums folded over the blocks with them.
+// `ring`, `threads` and `fuse`, where set, are the lowering's speed options for that unit
+// (MP_CUDA_LOWER_RING's values, threads per block, MP_CUDA_LOWER_FUSE).
 struct Variant {
   std::string name, program;
   std::vector<std::string> sets;
+  std::string ring = "";
+  int threads = 0;
+  bool fuse = true;
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
   static const std::vector<Variant> v = {
-      {"dotproduct_tail", "dotproduct", {"N=1001", "TS=128", "mask=1"}},
-      {"dotproduct_unaligned", "dotproduct", {"N=1000", "TS=126", "mask=1"}},
-      {"tpchq6_unaligned", "tpchq6", {"N=1001", "TS=126", "mask=1"}},
-      {"softmax_unaligned", "softmax", {"R=40", "C=23", "row_tile=5", "mask=1"}},
+      {"dotproduct_tail", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, true},
+      {"dotproduct_unaligned", "dotproduct", {"N=1000", "TS=126", "mask=1"}, "", 0, true},
+      {"tpchq6_unaligned", "tpchq6", {"N=1001", "TS=126", "mask=1"}, "", 0, true},
+      {"softmax_unaligned", "softmax", {"R=40", "C=23", "row_tile=5", "mask=1"}, "", 0, true},
+      // The lowering's speed options: the ring switched off, a ring as deep as the shared memory allows
+      // (4096 KiB per SM asked for), and other block sizes, over masked tails.
+      {"dotproduct_ring_off", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "off", 0, true},
+      {"dotproduct_ring_deep", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true},
+      {"tpchq6_ring_deep", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "4096", 0, true},
+      {"blackscholes_ring_deep", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true},
+      {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true},
+      {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true},
+      // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).
+      {"dotproduct_fuse_off", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
+      {"tpchq6_fuse_off", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "", 0, false},
+      {"flash_attention_fuse_off",
+       "flash_attention",
+       {"S=36", "D=8", "BR=16", "BC=16", "mask=1"},
+       "",
+       0,
+       false},
+      {"blackscholes_fuse_off", "blackscholes", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
+      {"softmax_fuse_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, false},
+      {"outerproduct_fuse_off", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, false},
   };
   return v;
 }

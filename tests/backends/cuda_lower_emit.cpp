@@ -27,10 +27,10 @@ int main(int argc, char** argv) {
       std::vector<std::string> sets;
       if (auto it = mp::cuda_test::small_sets().find(spec->name); it != mp::cuda_test::small_sets().end())
         sets = it->second;
-      units.push_back({spec->name, spec->name, sets});
+      units.push_back({spec->name, spec->name, sets, "", 0, true});
     }
     for (auto& v : mp::cuda_test::variants()) units.push_back(v);
-    for (auto& x : mp::cuda_test::extra_programs()) units.push_back({x.name, "", {}});
+    for (auto& x : mp::cuda_test::extra_programs()) units.push_back({x.name, "", {}, "", 0, true});
     for (auto& u : units) {
       mp::ir::Program p;
       if (u.program.empty()) {  // one of cuda_test::extra_programs()
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       }
       mp::cuda::Lowered low;
       try {
-        low = mp::cuda::lower(p, mp::cuda_test::host_options());
+        low = mp::cuda::lower(p, mp::cuda_test::host_options(u));
       } catch (const mp::cuda::cuda_not_supported& e) {
         os << "// " << u.name << ": " << e.what() << "\n";
         continue;

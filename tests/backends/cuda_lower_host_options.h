@@ -12,4 +12,14 @@ inline cuda::LowerOptions host_options() {
   return o;
 }
 
+// host_options() with a variant's speed options (cuda_lower_cases.h) applied.
+template <class V>
+cuda::LowerOptions host_options(const V& v) {
+  cuda::LowerOptions o = host_options();
+  if (!v.ring.empty()) cuda::set_ring_option(o, v.ring);
+  if (v.threads > 0) o.threads = v.threads;
+  o.fuse_elementwise = v.fuse;
+  return o;
+}
+
 }  // namespace mp::cuda_test

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -76,9 +77,9 @@ const mp_host::Program* host_unit(const std::string& name) {
 
 // The host-compiled unit `unit` of `program` at `sets`, run with at most `max_grid` blocks, against the
 // interpreter on fresh random inputs (outputs NaN-poisoned); returns the outputs it produced.
-std::map<std::string, std::vector<float>> check_on_host(const std::string& unit, const std::string& program,
-                                                        const std::vector<std::string>& sets, int max_grid,
-                                                        uint64_t seed) {
+std::map<std::string, std::vector<float>> check_on_host(
+    const std::string& unit, const std::string& program, const std::vector<std::string>& sets, int max_grid,
+    uint64_t seed, const cuda::LowerOptions& lo = cuda_test::host_options()) {
   SCOPED_TRACE(unit + " with " + std::to_string(max_grid) + " blocks, seed " + std::to_string(seed));
   std::map<std::string, std::vector<float>> outputs;
   auto& spec = examples::find_program(program);
@@ -88,7 +89,7 @@ std::map<std::string, std::vector<float>> check_on_host(const std::string& unit,
   auto params = examples::resolve(spec, sets);
   ir::Program p = examples::build(spec, params);
   ir::Program c = passes::compile(p, examples::compile_options(params));
-  cuda::Lowered low = cuda::lower(c, cuda_test::host_options());
+  cuda::Lowered low = cuda::lower(c, lo);
   auto in = examples::make_inputs(spec, params, p, seed);
   ir::Memory want = ir::make_memory(c, in), got = ir::make_memory(c, in);  // outputs poisoned with NaN
   cpu::interpret(c, want);
@@ -120,7 +121,7 @@ class CudaLowerHostVariant : public testing::TestWithParam<cuda_test::Variant> {
 
 TEST_P(CudaLowerHostVariant, GeneratedCodeMatchesTheInterpreter) {
   const auto& v = GetParam();
-  check_on_host(v.name, v.program, v.sets, 3, fresh_seed() % 1000000);
+  check_on_host(v.name, v.program, v.sets, 3, fresh_seed() % 1000000, cuda_test::host_options(v));
 }
 INSTANTIATE_TEST_SUITE_P(Sizes, CudaLowerHostVariant, testing::ValuesIn(cuda_test::variants()),
                          [](const testing::TestParamInfo<cuda_test::Variant>& i) { return i.param.name; });
@@ -128,17 +129,22 @@ INSTANTIATE_TEST_SUITE_P(Sizes, CudaLowerHostVariant, testing::ValuesIn(cuda_tes
 TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
   // dotproduct's [TS, 1] tiles of an [N, 1] tensor are one run: the float4 copy with its aligned check
   // and the element tail; matmul's [MM, K] tile of A spans A's rows, its B tile [K, NN] does not.
-  auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
+  auto lowered = [](const std::string& name, const std::vector<std::string>& sets, bool fuse = true) {
     auto& spec = examples::find_program(name);
-    return cuda::lower(compiled(spec, examples::resolve(spec, sets)));
+    cuda::LowerOptions o;
+    o.fuse_elementwise = fuse;
+    return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o);
   };
   // (TS=1026: tile offsets that are not always 16-byte aligned keep dotproduct's loads off the tile ring)
   std::string dot = lowered("dotproduct", {"TS=1026", "mask=1"}).source;
   EXPECT_NE(dot.find("the tile is contiguous in A: 16-byte copies"), std::string::npos);
   EXPECT_NE(dot.find("if ((g0_ & 3) == 0"), std::string::npos);
   EXPECT_NE(dot.find("for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x)"), std::string::npos);
+  // The StoreTile too, where its value is stored (fusion off; on, the Zip's elements go to the tensor).
+  EXPECT_NE(lowered("blackscholes", {}, false).source.find("the tile is contiguous in price"),
+            std::string::npos);
   std::string bs = lowered("blackscholes", {}).source;
-  EXPECT_NE(bs.find("the tile is contiguous in price"), std::string::npos) << "the StoreTile too";
+  EXPECT_NE(bs.find("Zip #22's elements, computed here and stored to price"), std::string::npos);
   // blackscholes' element function is a DAG: each shared subexpression once, in fp32.
   EXPECT_NE(bs.find("logf("), std::string::npos);
   EXPECT_NE(bs.find("= expf("), std::string::npos);
@@ -298,6 +304,146 @@ TEST(CudaLower, UnsupportedLoopIsNamed) {
     EXPECT_EQ(m.rfind("not supported yet on cuda: MetaPipe #", 0), 0u) << m;
     EXPECT_NE(m.find(" in swap"), std::string::npos) << m;
   }
+}
+
+// The source of `name` at `sets` lowered with `o` (the GPU's defaults unless given).
+std::string unit_of(const std::string& name, const std::vector<std::string>& sets,
+                    const cuda::LowerOptions& o = {}) {
+  auto& spec = examples::find_program(name);
+  return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o).source;
+}
+// "N slots per tile" of the first tile ring in `src`, 0 without one.
+int ring_slots(const std::string& src) {
+  const std::string key = "// path: tile ring (cp.async), ";
+  auto at = src.find(key);
+  return at == std::string::npos ? 0 : std::stoi(src.substr(at + key.size()));
+}
+
+TEST(CudaLower, RingDepthFollowsTheSpeedOptions) {
+  // softmax's rows of 1,024 at 16 rows a tile (64 KiB): two slots would leave one block of 512 threads
+  // per SM instead of two, over a body of several passes: auto keeps the direct path and says why.
+  const std::vector<std::string> rows16 = {"R=16384", "C=1024", "row_tile=16", "mask=1"};
+  std::string src = unit_of("softmax", rows16);
+  EXPECT_EQ(ring_slots(src), 0);
+  EXPECT_NE(src.find("no tile ring: 2 slots would leave 1 block(s) per SM instead of the direct path's 2"),
+            std::string::npos);
+  cuda::LowerOptions per_sm;
+  cuda::set_ring_option(per_sm, "128");
+  src = unit_of("softmax", rows16, per_sm);
+  EXPECT_EQ(ring_slots(src), 3)
+      << "128 KiB per SM at one block: two 64 KiB tiles in flight beyond the one computed on";
+  EXPECT_NE(src.find("(asked: 128)"), std::string::npos);
+  cuda::LowerOptions off;
+  cuda::set_ring_option(off, "off");
+  for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax"}) {
+    SCOPED_TRACE(name);
+    src = unit_of(name, {}, off);
+    EXPECT_EQ(ring_slots(src), 0);
+    EXPECT_NE(src.find("no tile ring: switched off (MP_CUDA_LOWER_RING=off)"), std::string::npos);
+    EXPECT_NE(src.find("// path: direct tile copies"), std::string::npos);
+  }
+  // Smaller tiles, deeper rings: dotproduct's 2 x 8 KiB a block and 2 blocks per SM need 4 slots beyond
+  // the one computed on for 64 KiB per SM; 4096 KiB asks for as many as fit (at most 8).
+  EXPECT_EQ(ring_slots(unit_of("dotproduct", {"N=16777216", "TS=2048"})), 3);
+  EXPECT_EQ(ring_slots(unit_of("dotproduct", {"N=16777216", "TS=1024"})), 5);
+  cuda::LowerOptions deep;
+  cuda::set_ring_option(deep, "4096");
+  EXPECT_EQ(ring_slots(unit_of("dotproduct", {"N=16777216", "TS=1024"}, deep)), 8);
+  // The host units of the deep variants (run against the interpreter by CudaLowerHostVariant) are deep.
+  for (auto& v : cuda_test::variants()) {
+    if (v.name.find("ring_deep") == std::string::npos) continue;
+    SCOPED_TRACE(v.name);
+    EXPECT_GT(ring_slots(unit_of(v.program, v.sets, cuda_test::host_options(v))), 4);
+  }
+  // 256 threads: four blocks per SM by registers, a shallower ring for the same bytes per SM.
+  cuda::LowerOptions t256;
+  t256.threads = 256;
+  src = unit_of("dotproduct", {"N=16777216", "TS=2048"}, t256);
+  EXPECT_NE(src.find("__launch_bounds__(256, 4)"), std::string::npos);
+  EXPECT_EQ(ring_slots(src), 2);
+}
+
+TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
+  cuda::LowerOptions o;
+  cuda::set_ring_option(o, "off");
+  EXPECT_EQ(o.ring, cuda::LowerOptions::Ring::Off);
+  cuda::set_ring_option(o, "96");
+  EXPECT_EQ(o.ring, cuda::LowerOptions::Ring::PerSm);
+  EXPECT_EQ(o.ring_kib_per_sm, 96);
+  cuda::set_ring_option(o, "auto");
+  EXPECT_EQ(o.ring, cuda::LowerOptions::Ring::Auto);
+  for (const char* bad : {"", "0", "-4", "12k", "99999", "on"}) {
+    try {
+      cuda::set_ring_option(o, bad);
+      ADD_FAILURE() << "accepted MP_CUDA_LOWER_RING=" << bad;
+    } catch (const user_error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not one of off, auto or a number of KiB per SM"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  setenv("MP_CUDA_LOWER_RING", "off", 1);
+  setenv("MP_CUDA_LOWER_THREADS", "256", 1);
+  setenv("MP_CUDA_LOWER_FUSE", "off", 1);
+  cuda::LowerOptions env = cuda::options_from_env();
+  EXPECT_EQ(env.ring, cuda::LowerOptions::Ring::Off);
+  EXPECT_EQ(env.threads, 256);
+  EXPECT_FALSE(env.fuse_elementwise);
+  setenv("MP_CUDA_LOWER_THREADS", "100", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_THREADS=100";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_THREADS='100' is not a multiple of 32"),
+              std::string::npos)
+        << e.what();
+  }
+  setenv("MP_CUDA_LOWER_THREADS", "256", 1);
+  setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
+  EXPECT_THROW((void)cuda::options_from_env(), user_error);
+  unsetenv("MP_CUDA_LOWER_RING");
+  unsetenv("MP_CUDA_LOWER_THREADS");
+  unsetenv("MP_CUDA_LOWER_FUSE");
+  env = cuda::options_from_env();
+  EXPECT_EQ(env.ring, cuda::LowerOptions::Ring::Auto);
+  EXPECT_EQ(env.threads, 512);
+  EXPECT_TRUE(env.fuse_elementwise);
+}
+
+TEST(CudaLower, ElementwiseChainsFuse) {
+  // dotproduct's product and tpchq6's predicate are computed in their Reduce's loop, the running sums
+  // kept in registers over the iterations; flash attention's [BR, 1] chain of Zips has no barrier between
+  // its links. MP_CUDA_LOWER_FUSE=off emits every node on its own (all run on the host: the variants).
+  cuda::LowerOptions nofuse;
+  nofuse.fuse_elementwise = false;
+  for (const char* name : {"dotproduct", "tpchq6"}) {
+    SCOPED_TRACE(name);
+    std::string src = unit_of(name, {});
+    EXPECT_NE(src.find("its only reader: never stored"), std::string::npos);
+    EXPECT_NE(src.find("the running sum stays in the threads' registers"), std::string::npos);
+    EXPECT_NE(src.find("this block's partial += the threads' register sums"), std::string::npos);
+    EXPECT_NE(src.find("(the ring's barrier at the end of the iteration keeps"), std::string::npos);
+    src = unit_of(name, {}, nofuse);
+    EXPECT_EQ(src.find("its only reader: never stored"), std::string::npos);
+    EXPECT_EQ(src.find("mp_facc"), std::string::npos);
+  }
+  EXPECT_NE(unit_of("flash_attention", sets_of("flash_attention")).find("// no barrier here: Zip #"),
+            std::string::npos);
+  // The last Map / Zip of a stage goes straight to the StoreTile that starts the next (blackscholes'
+  // price, softmax's quotient, outerproduct's product); with fusion off it is stored in shared memory.
+  for (const char* name : {"blackscholes", "softmax", "outerproduct"}) {
+    SCOPED_TRACE(name);
+    EXPECT_NE(unit_of(name, {}).find("'s elements, computed here and stored to "), std::string::npos);
+    EXPECT_EQ(unit_of(name, {}, nofuse).find("computed here and stored"), std::string::npos);
+  }
+  EXPECT_EQ(unit_of("flash_attention", sets_of("flash_attention"), nofuse).find("// no barrier here"),
+            std::string::npos);
+  // The register sums over 1 and 2 blocks (many iterations each) against the interpreter.
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto& v : cuda_test::variants())
+    if (v.name == "tpchq6_ring_deep")
+      for (int grid : {1, 2})
+        check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
 }
 
 TEST(CudaLower, BadThreadCountIsAUserError) {

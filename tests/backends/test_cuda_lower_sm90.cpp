@@ -3,6 +3,7 @@
 // program's output dtype; at the host test's sizes (masked tiles included) and at the defaults.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "backends/cpu/interpreter.h"
@@ -89,6 +90,36 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
     auto src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
     EXPECT_NE(src.find("// path: tile ring (cp.async)"), std::string::npos) << name;
     check_program(spec, sets, seed++);
+  }
+}
+
+TEST(SM90_CudaLower, SpeedVariantsComputeTheSameResults) {
+  // The run time's MP_CUDA_LOWER_* variants (docs/cuda-lowering.md, "Speed") on the streaming programs,
+  // masked tails included: the direct path with 256 threads and nothing fused, the deepest rings, and
+  // 256 threads with the default ring and fusion.
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"dotproduct", {"N=1048579", "TS=2048", "mask=1"}},
+      {"tpchq6", {"N=1000003", "TS=1024", "mask=1"}},
+      {"blackscholes", {"N=1000001", "TS=1024", "mask=1"}},
+      {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
+      {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
+  };
+  const std::vector<std::vector<std::pair<const char*, const char*>>> variants = {
+      {{"MP_CUDA_LOWER_RING", "off"}, {"MP_CUDA_LOWER_THREADS", "256"}, {"MP_CUDA_LOWER_FUSE", "off"}},
+      {{"MP_CUDA_LOWER_RING", "4096"}},
+      {{"MP_CUDA_LOWER_THREADS", "256"}},
+  };
+  for (auto& v : variants) {
+    std::string label;
+    for (auto& [k, val] : v) {
+      setenv(k, val, 1);
+      label += std::string(k) + "=" + val + " ";
+    }
+    SCOPED_TRACE(label);
+    for (auto& [name, sets] : cases) check_program(examples::find_program(name), sets, seed++);
+    for (auto& [k, val] : v) unsetenv(k);
   }
 }
 

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
@@ -192,6 +193,7 @@ class Gen {
     out_.tensors = p_.tensors;
     for (size_t i = 0; i < p_.tensors.size(); ++i) tensor_index_[p_.tensors[i]->id] = int(i);
     collect();
+    count_reads();
     // Run-time extents and origins in 32 bits where every tensor and value extent allows it (fewer
     // registers live across the loops); flat offsets are computed in 64 bits either way.
     int64_t biggest = 0;
@@ -378,6 +380,109 @@ class Gen {
     }
   }
   std::set<int> in_place_;  // results that overwrite an operand (named in the emitted comment)
+
+  // How many times each value is read anywhere in the program (operands, a loop's carried inits and next
+  // values): a Map / Zip read once, by the Reduce after it, need not be stored (fusion below).
+  std::map<int, int> reads_;
+  void count_reads() {
+    ir::walk(p_.body, [&](const ir::NodeRef& n, int) {
+      for (auto& x : n->operands()) ++reads_[x->id];
+      if (auto* m = n->as<ir::MetaPipe>())
+        for (auto& c : m->carried) ++reads_[c.next->id], ++reads_[c.arg->id], ++reads_[c.result->id];
+    });
+  }
+  static bool is_elementwise(const ir::Node& n) {
+    return n.kind == ir::NodeKind::Map || n.kind == ir::NodeKind::Zip;
+  }
+  static std::vector<ir::Value> elementwise_ins(const ir::Node& n) {
+    if (auto* m = n.as<ir::Map>()) return {m->in};
+    return n.cast<ir::Zip>().ins;
+  }
+  static const ir::Expr& elementwise_f(const ir::Node& n) {
+    if (auto* m = n.as<ir::Map>()) return m->f;
+    return n.cast<ir::Zip>().f;
+  }
+  // ops[j], a Map / Zip, is computed inside the Reduce or StoreTile ops[j + 1] that reads it and nothing
+  // else.
+  bool fused_into_reduce(const std::vector<ir::NodeRef>& ops, size_t j) const {
+    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j])) return false;
+    int id = ops[j]->out->id;
+    auto* rd = ops[j + 1]->as<ir::Reduce>();
+    auto* st = ops[j + 1]->as<ir::StoreTile>();
+    if (!(rd && rd->in->id == id) && !(st && st->in->id == id)) return false;
+    if (toplevel_.count(id) || pinned_.count(id) || partials_.count(id)) return false;
+    auto it = reads_.find(id);
+    return it != reads_.end() && it->second == 1;
+  }
+  // No barrier after ops[j] (a stored Map / Zip): the next node is a stored Map / Zip over the same
+  // nominal shape, whose element loop gives element x to the thread that wrote element x here. Its
+  // operands of that shape are read at x (only the thread that wrote them); operands of other shapes
+  // were written before the last barrier (only nodes of this shape are chained).
+  bool chained(const std::vector<ir::NodeRef>& ops, size_t j) const {
+    if (!opt_.fuse_elementwise || j + 1 >= ops.size() || !is_elementwise(*ops[j]) ||
+        !is_elementwise(*ops[j + 1]))
+      return false;
+    // (a next node fused into a StoreTile keeps the element loop over its shape: still chained)
+    if (fused_into_reduce(ops, j)) return false;
+    if (fused_into_reduce(ops, j + 1) && ops[j + 2]->kind != ir::NodeKind::StoreTile) return false;
+    return ops[j]->out->shape == ops[j + 1]->out->shape;
+  }
+  const ir::Node* fused_src_ = nullptr;  // the Map / Zip the Reduce being emitted computes in its loop
+
+  // A folded loop's running sum `next = arg + reduce_add(x)` to one f32 value, whose Reduce is read by
+  // that update only: each thread keeps its share in a double register (mp_facc<id>_) over all of its
+  // block's iterations, and the block reduces it once after the loop into its partial. The sum's order
+  // differs from the per-iteration fold (as the fold over blocks already does; fp32's tolerance), and
+  // per iteration one barrier remains instead of four.
+  std::map<int, std::string> reg_acc_;  // Reduce node id -> its thread's accumulator
+  std::set<int> reg_update_;            // the carried updates' Zip node ids (not emitted)
+  bool reg_tail_ = false;  // the node being emitted is the iteration's last before the ring's barrier
+  std::vector<std::pair<ir::Value, std::string>> reg_partials_;  // carried arg -> accumulator
+  void plan_register_fold(const ir::MetaPipe& m) {
+    reg_acc_.clear();
+    reg_update_.clear();
+    reg_partials_.clear();
+    if (!opt_.fuse_elementwise) return;
+    for (auto& c : m.carried) {
+      const ir::Zip* z = nullptr;
+      const ir::Reduce* rd = nullptr;
+      for (auto& st : m.stages)
+        for (auto& op : st.ops)
+          if (op->out && op->out->id == c.next->id) z = op->as<ir::Zip>();
+      if (!z || fold_op(m, c) != ir::ExprOp::Add) continue;
+      for (auto& st : m.stages)
+        for (auto& op : st.ops)
+          if (op->out && op->out->id == z->ins[1]->id) rd = op->as<ir::Reduce>();
+      if (!rd || rd->combiner != ir::Combiner::Add || rd->custom || ir::num_elements(rd->out->shape) != 1 ||
+          ir::num_elements(c.arg->shape) != 1 || reads_[rd->out->id] != 1 || c.arg->dtype != ir::DType::f32 ||
+          c.next->dtype != ir::DType::f32 || rd->out->dtype != ir::DType::f32)
+        continue;
+      std::string acc = "mp_facc" + std::to_string(c.arg->id) + "_";
+      reg_acc_[rd->id] = acc;
+      reg_update_.insert(z->id);
+      reg_partials_.push_back({c.arg, acc});
+    }
+  }
+  // After the loop: each register sum reduced over the block (warp shuffles, then warp 0's lanes in
+  // order through mp_red) and added to the block's partial.
+  void reduce_register_folds() {
+    const int warps = opt_.threads / 32;
+    for (auto& [arg, acc] : reg_partials_) {
+      line("{  // " + ir::value_name(arg) + ": this block's partial += the threads' register sums");
+      line("  const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;");
+      line("  double s_ = " + acc + ";");
+      line("  for (int d_ = 16; d_ > 0; d_ >>= 1) s_ += __shfl_down_sync(0xffffffffu, s_, d_);");
+      line("  if (lane_ == 0) mp_red[warp_] = s_;");
+      line("  __syncthreads();");
+      line("  if (threadIdx.x == 0) {");
+      line("    double t_ = mp_red[0];");
+      line("    for (int p_ = 1; p_ < " + std::to_string(warps) + "; ++p_) t_ += mp_red[p_];");
+      line("    " + v(arg->id) + "[0] = (float)((double)" + v(arg->id) + "[0] + t_);");
+      line("  }");
+      line("  __syncthreads();");
+      line("}");
+    }
+  }
 
   // A top-level loop whose every carried value is a running sum, `next = zip(arg, x) (arg + x)` in one of
   // its stages with arg read by that Zip only and x of arg's shape (dotproduct's and tpchq6's
@@ -766,8 +871,11 @@ class Gen {
     return most;
   }
   int min_blocks(const KernelLaunch& k, const ir::NodeRef& top) const {
+    return blocks_per_sm(k.smem_bytes, top);
+  }
+  int blocks_per_sm(int64_t smem_bytes, const ir::NodeRef& top) const {
     if (largest_expr(top) > 48) return 1;
-    int64_t by_smem = (228 * 1024) / (k.smem_bytes + 1024);
+    int64_t by_smem = (228 * 1024) / (smem_bytes + 1024);
     int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
     return int(std::clamp<int64_t>(by_smem, 1, most));
   }
@@ -807,6 +915,8 @@ class Gen {
   std::set<int> ring_roots_;           // storage groups of the ring tiles
   std::set<int> ring_nodes_;           // their LoadTile node ids
   int ring_depth_ = 0;
+  int64_t ring_bytes_ = 0;               // bytes one iteration copies through the ring
+  std::string ring_plan_;                // how the depth was chosen (the kernel's comment)
   std::vector<std::string> ring_notes_;  // why a loop or a tile took the direct path
   bool stage_has_direct_ = false;        // the stage being emitted has a LoadTile off the ring
 
@@ -867,13 +977,84 @@ class Gen {
       ring_nodes_.insert(l.id);
       bytes += (ir::num_elements(l.out->shape) + 3) / 4 * 16;
     }
-    if (ring_tiles_.empty()) return;
-    // Depth: enough slots that about 32 KiB per block are in flight beyond the slot being computed on
-    // (several blocks per SM then keep 64 KiB or more per SM moving), between 2 and 4; never more slots
-    // than a block has iterations.
-    int64_t per_block = std::max<int64_t>(1, m.trip());
-    ring_depth_ = int(std::clamp<int64_t>(1 + (32 * 1024 + bytes - 1) / bytes, 2, 4));
-    ring_depth_ = int(std::min<int64_t>(ring_depth_, std::max<int64_t>(2, per_block)));
+    ring_bytes_ = bytes;
+    if (!ring_tiles_.empty()) ring_depth_ = 2;  // chosen by choose_ring_depth once storage is known
+  }
+  // Passes of the loop body over tile-sized values (Map, Zip, Reduce and MatMul nodes with an operand at
+  // least half as large as the smallest ring tile): softmax's max, exp, sum and divide are four,
+  // dotproduct's product and sum two.
+  int tile_passes(const ir::MetaPipe& m) const {
+    int64_t smallest = INT64_MAX;
+    for (auto* l : ring_tiles_) smallest = std::min(smallest, ir::num_elements(l->out->shape));
+    int n = 0;
+    for (auto& st : m.stages)
+      for (auto& op : st.ops) {
+        if (op->kind != ir::NodeKind::Map && op->kind != ir::NodeKind::Zip &&
+            op->kind != ir::NodeKind::Reduce && op->kind != ir::NodeKind::MatMul)
+          continue;
+        for (auto& x : op->operands())
+          if (2 * ir::num_elements(x->shape) >= smallest) {
+            ++n;
+            break;
+          }
+      }
+    return n;
+  }
+  // The ring's depth (docs/cuda-lowering.md): the fewest slots, 2 to 8 and no more than the loop has
+  // iterations, whose copies beyond the slot being computed on reach the KiB per SM asked for, counting
+  // the blocks per SM that the ring's shared memory admits; else the depth with the most in flight. In
+  // Auto, a ring that leaves fewer blocks per SM than the direct path, with fewer bytes in flight than the
+  // direct path's blocks each loading one iteration, over a loop body of three or more passes over its
+  // tiles, is dropped: such a body is bound by the warps that compute, not by the loads (softmax's 64 KiB
+  // tiles: 2 slots left one block of 512 threads per SM, and ran slower than the direct path's two).
+  void choose_ring_depth(const ir::MetaPipe& m, const ir::NodeRef& top, int stmt, KernelLaunch& k) {
+    auto ring_fits = [&] {
+      for (int r : ring_roots_)
+        if (slot_.at(r).where != Where::Shared) return false;
+      return true;
+    };
+    if (opt_.ring == LowerOptions::Ring::Off) {
+      drop_ring("switched off (MP_CUDA_LOWER_RING=off)");
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+      return;
+    }
+    ring_depth_ = 1;  // the direct path's storage: one copy of each tile
+    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+    const int direct_blocks = blocks_per_sm(k.smem_bytes, top);
+    const int64_t direct_flight = direct_blocks * ring_bytes_;
+    const int64_t target = opt_.ring_kib_per_sm * 1024;
+    const int cap = int(std::clamp<int64_t>(m.trip(), 2, 8));
+    int best = 0, best_blocks = 0;
+    int64_t best_flight = 0;
+    for (int d = 2; d <= cap; ++d) {
+      ring_depth_ = d;
+      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
+      if (!ring_fits()) break;  // a deeper ring does not fit either
+      int b = blocks_per_sm(k.smem_bytes, top);
+      int64_t flight = int64_t(b) * (d - 1) * ring_bytes_;
+      if (flight > best_flight) best = d, best_blocks = b, best_flight = flight;
+      if (flight >= target) break;
+    }
+    if (best == 0) {
+      ring_depth_ = 2;
+      drop_ring("2 slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) +
+                " bytes of shared memory");
+    } else if (int passes = tile_passes(m); opt_.ring == LowerOptions::Ring::Auto &&
+                                            best_blocks < direct_blocks && best_flight < direct_flight &&
+                                            passes >= 3) {
+      drop_ring(std::to_string(best) + " slots would leave " + std::to_string(best_blocks) +
+                " block(s) per SM instead of the direct path's " + std::to_string(direct_blocks) + ", with " +
+                std::to_string(best_flight / 1024) + " KiB per SM in flight against " +
+                std::to_string(direct_flight / 1024) + ", and the loop body makes " + std::to_string(passes) +
+                " passes over its tiles: the warps that compute bound it more than the loads");
+    } else {
+      ring_depth_ = best;
+      ring_plan_ = std::to_string(best_blocks) + " block(s) per SM by shared memory and registers, " +
+                   std::to_string(best_flight / 1024) +
+                   " KiB per SM in flight beyond the slots computed on (asked: " +
+                   std::to_string(opt_.ring_kib_per_sm) + ")";
+    }
+    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
   }
   void drop_ring(const std::string& why) {
     ring_notes_.push_back("no tile ring: " + why);
@@ -946,23 +1127,12 @@ class Gen {
     ring_nodes_.clear();
     ring_notes_.clear();
     ring_depth_ = 0;
+    ring_plan_.clear();
     if (k.distributed) plan_ring(*mp);
-    assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    // Fewer slots where the ring does not fit in shared memory; none below two.
-    auto ring_fits = [&] {
-      for (int r : ring_roots_)
-        if (slot_.at(r).where != Where::Shared) return false;
-      return true;
-    };
-    while (!ring_roots_.empty() && !ring_fits() && ring_depth_ > 2) {
-      --ring_depth_;
+    if (!ring_tiles_.empty())
+      choose_ring_depth(*mp, top, stmt, k);
+    else
       assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    }
-    if (!ring_roots_.empty() && !ring_fits()) {
-      drop_ring(std::to_string(ring_depth_) + " slots of its tiles do not fit in " + std::to_string(opt_.smem_bytes) +
-                " bytes of shared memory");
-      assign_storage(top, stmt, k.smem_bytes, k.scratch_floats);
-    }
 
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
@@ -980,7 +1150,7 @@ class Gen {
       src_ << "// path: tile ring (cp.async), " << ring_depth_ << " slots per tile:";
       for (auto* l : ring_tiles_) src_ << " " << l->src->name;
       src_ << "; the copies of a block's iteration k + " << ring_depth_ - 1
-           << " are issued before it computes iteration k.\n";
+           << " are issued before it computes iteration k;\n// " << ring_plan_ << ".\n";
     } else if (k.distributed) {
       src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
     }
@@ -1061,6 +1231,10 @@ class Gen {
           line("    " + v(c.arg->id) + "[" + at(c.arg, xs(c.arg->shape.size())) + "] = " + fold_identity(op) + ";");
           close_elements();
         }
+      if (k.fold) plan_register_fold(m);
+      for (auto& [arg, acc] : reg_partials_)
+        line("double " + acc + " = 0.0;  // this thread's share of " + ir::value_name(arg) +
+             "'s running sum");
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
       int N = ring_depth_;
       if (N > 0) {
@@ -1094,6 +1268,10 @@ class Gen {
       ind_.resize(ind_.size() - 2);
       line("}");
       if (N > 0) line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
+      reduce_register_folds();
+      reg_acc_.clear();
+      reg_update_.clear();
+      reg_partials_.clear();
       if (k.fold) fold_combine(m, stmt);
     } else {
       node(*top);
@@ -1174,21 +1352,51 @@ class Gen {
 
   void loop_body(const ir::MetaPipe& m) {
     for (auto& c : m.carried) line("// carried " + ir::value_name(c.arg) + " = " + ir::value_name(c.init) + " at the start");
+    // The body's nodes in order across its stages (which run one after the other here): a Map / Zip at
+    // the end of a stage fuses into the StoreTile that starts the next.
+    std::vector<ir::NodeRef> flat;
+    for (auto& st : m.stages) flat.insert(flat.end(), st.ops.begin(), st.ops.end());
+    size_t g = 0;
     for (size_t s = 0; s < m.stages.size(); ++s) {
       line("// stage " + m.stages[s].name);
       auto& ops = m.stages[s].ops;
       stage_has_direct_ = false;
       for (auto& op : ops) stage_has_direct_ = stage_has_direct_ || (op->kind == ir::NodeKind::LoadTile && !ring_nodes_.count(op->id));
-      for (size_t j = 0; j < ops.size(); ++j) {
-        skip_barrier_ = ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
-                        ops[j + 1]->kind == ir::NodeKind::LoadTile;
+      for (size_t j = 0; j < ops.size(); ++j, ++g) {
+        if (fused_into_reduce(flat, g)) {
+          line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
+          line("// ... computed in the loop of " + flat[g + 1]->where() +
+               ", its only reader: never stored in shared memory");
+          elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
+          fused_src_ = ops[j].get();
+          continue;
+        }
+        if (reg_update_.count(ops[j]->id)) {
+          line("// " + ops[j]->where() + ": " + one_line(ir::print(*ops[j])));
+          line("// ... the running sum stays in the threads' registers (added up after the loop)");
+          elementwise_meta(*ops[j], elementwise_ins(*ops[j]));
+          continue;
+        }
+        reg_tail_ = ring_depth_ > 0;
+        for (size_t q = g + 1; q < flat.size(); ++q) reg_tail_ = reg_tail_ && reg_update_.count(flat[q]->id);
+        skip_barrier_ = (ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
+                         ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
+                        chained(flat, g);
         node(*ops[j]);
+        if (chained(flat, g))
+          line("// no barrier here: " + flat[g + 1]->where() + " reads only the elements each thread wrote");
         skip_barrier_ = false;
+        fused_src_ = nullptr;
       }
     }
     for (auto& c : m.carried) {
       line("// carried " + ir::value_name(c.arg) + " <- " + ir::value_name(c.next));
-      copy_value(c.arg, c.next);
+      bool in_registers = false;
+      for (auto& rp : reg_partials_) in_registers = in_registers || rp.first->id == c.arg->id;
+      if (in_registers)
+        copy_meta(c.arg, c.next);
+      else
+        copy_value(c.arg, c.next);
     }
   }
 
@@ -1409,15 +1617,39 @@ class Gen {
     ind_ += "  ";
     bool keep = skip_barrier_;
     skip_barrier_ = true;  // the barrier after the closing brace below
-    tile_copy(s.in, t, start, ext, true, [&] {
+    auto global_offset = [&] {
       std::string g;
       for (size_t a = 0; a < r; ++a)
         g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + ")" +
              (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-      if (g.empty()) g = "0";
-      line("    mp_st(" + T(t) + ", " + g + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) + "], " +
-           std::to_string(dt_code(t->dtype)) + ");");
-    });
+      return g.empty() ? std::string("0") : g;
+    };
+    const ir::Node* src = fused_src_ && fused_src_->out->id == s.in->id ? fused_src_ : nullptr;
+    fused_src_ = nullptr;
+    if (src) {
+      // The fused Map / Zip's elements go from its operands to the tensor (4-byte stores, consecutive
+      // threads on consecutive elements), rounded to its dtype as its stored value would be.
+      line("// " + src->where() + "'s elements, computed here and stored to " + t->name);
+      open_elements(s.in, ext);
+      auto ins = elementwise_ins(*src);
+      std::vector<std::string> args;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        std::string a = "a" + std::to_string(i) + "_";
+        line("    const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
+        args.push_back(a);
+      }
+      if (uses_index(elementwise_f(*src))) gidx_decl(s.in, "g_");
+      std::string val =
+          expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "    ");
+      line("    mp_st(" + T(t) + ", " + global_offset() + ", mp_round(" + val + ", " +
+           std::to_string(dt_code(s.in->dtype)) + "), " + std::to_string(dt_code(t->dtype)) + ");");
+      close_elements(false);
+    } else {
+      tile_copy(s.in, t, start, ext, true, [&] {
+        line("    mp_st(" + T(t) + ", " + global_offset() + ", " + v(s.in->id) + "[" + at(s.in, xs(r)) +
+             "], " + std::to_string(dt_code(t->dtype)) + ");");
+      });
+    }
     skip_barrier_ = keep;
     ind_ = saved;
     line("}");
@@ -1475,6 +1707,63 @@ class Gen {
     for (size_t a = 0; a < r; ++a) ys.push_back(int(a) == rd.axis ? "k_" : "y" + std::to_string(a));
     std::vector<std::string> ys_out = ys;
     ys_out[size_t(rd.axis)] = "0";
+    // The loop's element k_ as the double x_ (the fused Map / Zip computed here, else the stored value).
+    const ir::Node* src = fused_src_ && fused_src_->out->id == in->id ? fused_src_ : nullptr;
+    fused_src_ = nullptr;
+    auto element = [&] {
+      bool src_index = src && uses_index(elementwise_f(*src));
+      if (rd.pre || custom || src_index) {
+        std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
+        for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
+        if (r == 0) s += "0";
+        line(s + "};");
+        line("      (void)g_;");
+      }
+      if (src) {  // the fused Map / Zip's element at (ys), rounded to its dtype as its stored value would be
+        auto ins = elementwise_ins(*src);
+        std::vector<std::string> args;
+        for (size_t i = 0; i < ins.size(); ++i) {
+          std::string a = "a" + std::to_string(i) + "_";
+          line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], ys) + "];");
+          args.push_back(a);
+        }
+        std::string val =
+            expr(elementwise_f(*src), args, std::vector<bool>(args.size(), false), "g_", r, *src, "      ");
+        line("      const float xin_ = mp_round(" + val + ", " + std::to_string(dt_code(src->out->dtype)) +
+             ");");
+      } else {
+        line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
+      }
+      if (rd.pre)
+        line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) +
+             ";");
+      else
+        line("      const double x_ = xin_;");
+    };
+    if (auto it = reg_acc_.find(rd.id); it != reg_acc_.end()) {
+      // A running sum's Reduce to one value, kept in this thread's register across the iterations
+      // (mp_facc*), reduced over the block once after the loop: no warp shuffle, mp_red or barrier per
+      // iteration. The extents above still follow eval.cpp's; its one reader, the carried update, is
+      // not emitted.
+      std::string valid;
+      for (size_t a = 0; a < r; ++a)
+        if (int(a) != rd.axis) valid += " && 0 < " + e(out, a);
+      line("{");
+      for (size_t a = 0; a < r; ++a)
+        if (int(a) != rd.axis)
+          line("  const int y" + std::to_string(a) + " = 0; (void)y" + std::to_string(a) + ";");
+      line("  if (true" + valid + ")");
+      line("    for (long long k_ = threadIdx.x; k_ < " + e(in, size_t(rd.axis)) + "; k_ += blockDim.x) {");
+      element();
+      line("      " + it->second + " += x_;");
+      line("    }");
+      line("}");
+      if (reg_tail_)
+        line("// (the ring's barrier at the end of the iteration keeps what this read from being rewritten)");
+      else
+        line("__syncthreads();  // the values read here may be rewritten by the nodes after it");
+      return;
+    }
     line("{");
     line("  const int lane_ = threadIdx.x & 31, warp_ = threadIdx.x >> 5;");
     line("  for (int w_ = warp_ / " + std::to_string(G) + "; w_ < " + std::to_string(nout) + "; w_ += " +
@@ -1486,18 +1775,7 @@ class Gen {
     std::string step = custom ? "1" : std::to_string(32 * G);
     line(std::string("    if (valid_") + (custom ? " && lane_ == 0" : "") + ")");
     line("    for (long long k_ = " + first + "; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + step + ") {");
-    line("      const float xin_ = " + v(in->id) + "[" + at(in, ys) + "];");
-    if (rd.pre || custom) {
-      std::string s = "      const long long g_[" + std::to_string(std::max<size_t>(r, 1)) + "] = {";
-      for (size_t a = 0; a < r; ++a) s += std::string(a ? ", " : "") + o(in, a) + " + " + ys[a];
-      if (r == 0) s += "0";
-      line(s + "};");
-      line("      (void)g_;");
-    }
-    if (rd.pre)
-      line("      const double x_ = " + expr(*rd.pre, {"xin_"}, {false}, "g_", r, rd, "      ", true) + ";");
-    else
-      line("      const double x_ = xin_;");
+    element();
     line("      acc_ = " + comb("acc_", "x_", "      ") + ";");
     line("    }");
     if (!custom) {
@@ -1588,5 +1866,46 @@ class Gen {
 }  // namespace
 
 Lowered lower(const ir::Program& p, const LowerOptions& opt) { return Gen(p, opt).run(); }
+
+namespace {
+// A whole decimal number in [lo, hi], else -1.
+int64_t whole_number(const std::string& s, int64_t lo, int64_t hi) {
+  if (s.empty() || s.size() > 7 || s.find_first_not_of("0123456789") != std::string::npos) return -1;
+  int64_t v = std::stoll(s);
+  return v >= lo && v <= hi ? v : -1;
+}
+}  // namespace
+
+void set_ring_option(LowerOptions& o, const std::string& value) {
+  if (value == "off") {
+    o.ring = LowerOptions::Ring::Off;
+  } else if (value == "auto") {
+    o.ring = LowerOptions::Ring::Auto;
+  } else {
+    int64_t kib = whole_number(value, 1, 4096);
+    MP_USER_CHECK(
+        kib > 0, "MP_CUDA_LOWER_RING='", value,
+        "' is not one of off, auto or a number of KiB per SM in [1, 4096] (e.g. MP_CUDA_LOWER_RING=128)");
+    o.ring = LowerOptions::Ring::PerSm;
+    o.ring_kib_per_sm = kib;
+  }
+}
+
+LowerOptions options_from_env(LowerOptions base) {
+  if (const char* r = std::getenv("MP_CUDA_LOWER_RING"); r && *r) set_ring_option(base, r);
+  if (const char* t = std::getenv("MP_CUDA_LOWER_THREADS"); t && *t) {
+    int64_t n = whole_number(t, 64, 1024);
+    MP_USER_CHECK(
+        n > 0 && n % 32 == 0, "MP_CUDA_LOWER_THREADS='", t,
+        "' is not a multiple of 32 in [64, 1024] (threads per block, e.g. MP_CUDA_LOWER_THREADS=256)");
+    base.threads = int(n);
+  }
+  if (const char* f = std::getenv("MP_CUDA_LOWER_FUSE"); f && *f) {
+    std::string v = f;
+    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_FUSE='", v, "' is not on or off");
+    base.fuse_elementwise = v == "on";
+  }
+  return base;
+}
 
 }  // namespace mp::cuda

@@ -23,7 +23,30 @@ struct LowerOptions {
   // Threads per block (a multiple of 32). 512: a block whose tiles take most of an SM's shared memory
   // (softmax's, dotproduct's at large tiles) still has 16 warps issuing loads.
   int threads = 512;
+  // The tile ring of a streaming loop (docs/cuda-lowering.md, "The tile ring"). Speed only: every choice
+  // computes the same results.
+  //   Auto:  a ring deep enough for `ring_kib_per_sm` KiB of copies in flight per SM (the blocks per SM
+  //          its shared memory admits taken into account), except where it would leave fewer blocks per
+  //          SM than the direct path for a loop body of several passes over its tiles: there the direct
+  //          path keeps the warps that compute.
+  //   PerSm: the same depth rule, the ring taken wherever it fits.
+  //   Off:   the direct tile copies everywhere.
+  enum class Ring { Off, Auto, PerSm };
+  Ring ring = Ring::Auto;
+  int64_t ring_kib_per_sm = 64;
+  // Element-wise chains in a loop body: no barrier between consecutive Map / Zip nodes over one shape
+  // (each thread reads only the elements it wrote), and a Map / Zip read only by the Reduce after it
+  // computed inside the reduction's loop instead of stored. Speed only, as the ring.
+  bool fuse_elementwise = true;
 };
+
+// The options above with the environment's choices applied, for timing the variants in one build:
+// MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]> and
+// MP_CUDA_LOWER_FUSE=on|off.
+// A value that is neither is a user error naming the variable.
+LowerOptions options_from_env(LowerOptions base = {});
+// One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
+void set_ring_option(LowerOptions& o, const std::string& value);
 
 // One kernel of the launch sequence: top-level statement `statement` of the program.
 struct KernelLaunch {

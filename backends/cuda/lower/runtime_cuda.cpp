@@ -239,7 +239,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
   const Device& d = usable();
   RunReport rep;
   rep.device = d.name;
-  LowerOptions lo;
+  LowerOptions lo = options_from_env();  // MP_CUDA_LOWER_RING / _THREADS: speed variants, same results
   lo.smem_bytes = d.smem_optin;
   Lowered low = lower(compiled, lo);
   std::string dir = opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir;
