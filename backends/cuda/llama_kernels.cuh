@@ -564,10 +564,6 @@ __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
                                         int kvw, int start, int end, const float* qs, float* sc, float* red,
                                         float* scratch, float* ml, float* po) {
   const int Dh = p.Dh, tpp = Dh / 32, sub = threadIdx.x % tpp, per_pass = kThreads / tpp;
-  // The chunk's V rows start coming into L2 now; they are read after the scores and the softmax.
-  const int lines = Dh * 2 / 128;  // 128-byte lines per row (0 for rows shorter than a line: skipped)
-  for (int i = threadIdx.x; i < (end - start) * lines; i += kThreads)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(V + int64_t(start + i / lines) * kvw + (i % lines) * 64));
   for (int j0 = start; j0 < end; j0 += per_pass) {
     const int j = j0 + int(threadIdx.x) / tpp;
     const bool in = j < end;
@@ -696,45 +692,6 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
   if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
 }
 
-// Head h's chunks merged by the whole block (Combine::last_task, on every layer's critical path): the
-// chunk weights exp(m_c - M) / L once by warp 0, then each thread a (dim, group of chunks) share with
-// its loads independent of each other, the groups added in order. Partials are read from L2 (__ldcg).
-__device__ void combine_head_block(const Params& p, const float* partial_o, int h, float* out, float* smem) {
-  const int C = p.attn_chunks, Dh = p.Dh, lane = threadIdx.x & 31;
-  const float* ml = p.buf[kPartML] + int64_t(h) * C * 2;
-  const float* po = partial_o + int64_t(h) * C * Dh;
-  float* wc = smem;                   // C chunk weights
-  float* part = smem + (C + 3) / 4 * 4;  // groups x Dh sums
-  __shared__ float s_inv;
-  if (threadIdx.x < 32) {
-    float M = -INFINITY;
-    for (int c = lane; c < C; c += 32) M = fmaxf(M, __ldcg(ml + 2 * c));
-    M = warp_max(M);
-    float L = 0;
-    for (int c = lane; c < C; c += 32) {
-      const float m = __ldcg(ml + 2 * c), w = m == -INFINITY ? 0.f : __expf(m - M);
-      wc[c] = w;
-      L += w * __ldcg(ml + 2 * c + 1);
-    }
-    L = warp_sum(L);
-    if (lane == 0) s_inv = 1.f / L;
-  }
-  __syncthreads();
-  const int groups = kThreads / Dh, grp = threadIdx.x / Dh, e = threadIdx.x % Dh;
-  if (grp < groups) {
-    float o = 0;
-#pragma unroll 4
-    for (int c = grp; c < C; c += groups) o += wc[c] * __ldcg(po + int64_t(c) * Dh + e);
-    part[grp * Dh + e] = o;
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < Dh; d += kThreads) {
-    float o = 0;
-    for (int g = 0; g < groups; ++g) o += part[g * Dh + d];
-    out[d] = o * s_inv;
-  }
-}
-
 // The attention task: its chunk's partial, then (Combine::last_task) a count of the head's finished
 // chunks; the task that finishes the head's last chunk merges all of them into op.combine. Release: the
 // block's partial writes, the fence, then the count; acquire: the count, the fence, L2 reads.
@@ -751,7 +708,9 @@ __device__ void task_attention(const Params& p, const GpuOp& op, int t, float* s
     if (s_last) __threadfence();
   }
   __syncthreads();
-  if (s_last) combine_head_block(p, p.buf[op.out], h, p.buf[op.combine] + int64_t(h) * p.Dh, smem);
+  if (s_last)
+    for (int e = threadIdx.x; e < p.Dh; e += kThreads)
+      p.buf[op.combine][h * p.Dh + e] = combine_element(p, p.buf[op.out], h, e);
 }
 
 __device__ void task_attn_combine(const Params& p, const GpuOp& op, int h) {
