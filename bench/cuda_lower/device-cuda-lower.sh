@@ -92,7 +92,7 @@ for v in "${vlist[@]}"; do
   [ -n "$variants" ] && [ "$stream" != 1 ] && continue
   args=()
   for s in $sets; do args+=(--set "$s"); done
-  json=$(env "${envs[@]}" "$mp" run "$prog" --target cuda --seed 1 --json "${args[@]}" 2>&1)
+  json=$(env "${envs[@]}" "$mp" run "$prog" --target cuda --seed 1 --repeat 20 --json "${args[@]}" 2>&1)
   rc=$?
   ms=$(sed -n 's/.*"target": "cuda", "ok": \(true\|false\), "ms": \([0-9.e+-]*\).*/\2/p' <<<"$json")
   ok=$([ $rc -eq 0 ] && echo ok || echo FAIL)

@@ -25,6 +25,15 @@ TEST(CudaLowerCli, BadEmitIsAUsageError) {
   EXPECT_NE(r.out.find("unknown --emit 'ptx'"), std::string::npos) << r.out;
 }
 
+TEST(CudaLowerCli, BadRepeatIsAUsageError) {
+  auto r = mp::test::run_cli("run dotproduct --target cuda --repeat 0");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--repeat 0 is out of range: give 1 to 10000 timed runs"), std::string::npos) << r.out;
+  r = mp::test::run_cli("run dotproduct --repeat 5");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--repeat times the GPU only: add --target cuda"), std::string::npos) << r.out;
+}
+
 TEST(CudaLowerCli, RunWithoutGpuIsOneLine) {
   if (mp::cuda::available()) GTEST_SKIP() << "a CUDA GPU is present";
   auto r = mp::test::run_cli("run softmax --target cuda");

@@ -29,7 +29,7 @@ struct CudaRun {
   cuda::RunReport report;
 };
 CudaRun run_on_cuda(const examples::ProgramSpec& spec, const examples::Params& params, uint64_t seed,
-                    std::ostream* log) {
+                    std::ostream* log, int timed_runs) {
   ir::Program p = examples::build(spec, params);
   ir::Program compiled = passes::compile(p, examples::compile_options(params));
   (void)cuda::lower(compiled);  // a node the lowering cannot handle is reported before the GPU is asked for
@@ -42,10 +42,12 @@ CudaRun run_on_cuda(const examples::ProgramSpec& spec, const examples::Params& p
   CudaRun r;
   cuda::RunOptions opt;
   opt.log = log;
+  opt.timed_runs = timed_runs;
   r.report = cuda::run(compiled, mem, opt);
   r.check.target = "cuda";
   r.check.rtol = examples::output_tolerance(p);
-  r.check.ms = r.report.ms;
+  // With --repeat the reported time is the median of the warm runs; without, the checked (cold) run's.
+  r.check.ms = r.report.timed_runs > 0 ? r.report.timed_ms : r.report.ms;
   r.check.ok = true;
   for (auto& [name, want] : ref) {
     auto cmp = compare(mem.at(name).data, want, r.check.rtol, examples::check_atol(name, want, mags, r.check.rtol));
@@ -61,10 +63,14 @@ int run_run(Args& a) {
   bool json = a.flag({"--json"});
   bool verbose = a.flag({"--verbose"});
   auto seed_opt = a.integer({"--seed"});
+  auto repeat_opt = a.integer({"--repeat"});
   const int64_t max_memory = limit_option(a, "--max-memory", cpu::kDefaultMaxMemory);
   auto pos = a.positionals();
   a.finish();
   if (pos.size() != 1) throw usage_error("expected one program name (see metapipe list)");
+  if (repeat_opt && (*repeat_opt < 1 || *repeat_opt > 10000))
+    throw usage_error("--repeat " + std::to_string(*repeat_opt) + " is out of range: give 1 to 10000 timed runs");
+  if (repeat_opt && target != "cuda") throw usage_error("--repeat times the GPU only: add --target cuda");
   std::vector<examples::CpuMode> modes;
   if (target == "cpu")
     modes = {examples::CpuMode::Interpreter, examples::CpuMode::Executor};
@@ -85,7 +91,7 @@ int run_run(Args& a) {
   for (auto m : modes) runs.push_back(examples::run_on_cpu(spec, params, m, seed));
   std::string device;
   if (target == "cuda") {
-    auto r = run_on_cuda(spec, params, seed, verbose ? &std::cerr : nullptr);
+    auto r = run_on_cuda(spec, params, seed, verbose ? &std::cerr : nullptr, repeat_opt ? int(*repeat_opt) : 0);
     device = r.report.device;
     runs.push_back(std::move(r.check));
   }
@@ -154,7 +160,7 @@ int run_run(Args& a) {
 MP_REGISTER_COMMAND(
     "run", "run an example program on the CPU and check it against its reference",
     "usage: metapipe run PROGRAM [--target cpu|cpu:interp|cpu:metapipe|cuda] [--set NAME=VALUE ...]\n"
-    "                    [--seed N] [--json] [--verbose]\n\n"
+    "                    [--seed N] [--repeat N] [--json] [--verbose]\n\n"
     "Compiles PROGRAM (see metapipe list), runs it on fresh random inputs with the reference\n"
     "interpreter and the metapipelined executor (stages on threads over bounded N-buffers),\n"
     "checks every output against the program's naive C++ reference (fp32: 1e-5 relative,\n"
@@ -163,6 +169,9 @@ MP_REGISTER_COMMAND(
     "  --target T        cpu (both, default), cpu:interp, cpu:metapipe, cuda (the program lowered\n"
     "                    to CUDA C++, compiled with NVRTC, run on the GPU; needs an sm_90 GPU)\n"
     "  --verbose         cuda: print the device, the NVRTC cache file and each kernel's launch\n"
+    "  --repeat N        cuda: after the checked run, two warm-up runs, then N timed runs of all\n"
+    "                    kernels; the time shown is their median (default: the checked run's,\n"
+    "                    cold first launches included)\n"
     "  --set NAME=VALUE  a program or compile parameter (repeatable)\n"
     "  --seed N          input seed (default: fresh, printed)\n"
     "  --max-memory B    refuse a program whose tensors need more than B bytes of host memory\n"
@@ -234,7 +243,7 @@ std::vector<DemoRow> example_cuda_rows(const DemoContext& ctx) {
       continue;
     }
     try {
-      auto r = run_on_cuda(*spec, examples::resolve(*spec, sets), seed, nullptr);
+      auto r = run_on_cuda(*spec, examples::resolve(*spec, sets), seed, nullptr, 0);
       rows.push_back({spec->name, "cuda", r.check.summary(), format_ms(r.check.ms), r.check.ok});
     } catch (const cuda::cuda_not_supported& e) {
       rows.push_back({spec->name, "cuda", e.what(), "-", false});

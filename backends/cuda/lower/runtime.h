@@ -15,6 +15,11 @@ namespace mp::cuda {
 struct RunOptions {
   std::string cache_dir;       // empty: default_cache_dir()
   std::ostream* log = nullptr;  // --verbose: cache file, kernels and launch shapes
+  // After the checked run (whose outputs are the ones copied back), launch the whole kernel sequence
+  // `timed_runs` more times (two untimed warm-up passes first) and report the median of those device
+  // times in RunReport::timed_ms. 0: only the checked run, which includes the cold first launch of
+  // each kernel. The extra runs write over InOut / Temp tensors on the device only.
+  int timed_runs = 0;
 };
 
 struct KernelRun {
@@ -27,7 +32,9 @@ struct RunReport {
   std::string cache_file;
   bool cache_hit = false;
   double compile_ms = 0;     // NVRTC (0 on a cache hit)
-  double ms = 0;             // all kernels, device time
+  double ms = 0;             // all kernels, device time of the checked (first, cold) run
+  double timed_ms = 0;       // median device time of RunOptions::timed_runs warm runs (0: none)
+  int timed_runs = 0;
   std::vector<KernelRun> kernels;
 };
 
