@@ -4,6 +4,9 @@
 // per-layer and megakernel: a launch per group whose blocks (all resident) fetch tasks from a queue in
 // the schedule's topological order and wait on their producers' counters.
 #include <cuda_runtime.h>
+#if MP_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +15,7 @@
 
 #include "backends/cuda/llama_gpu.h"
 #include "backends/cuda/llama_kernels.cuh"
+#include "backends/cuda/tp_launch.h"
 #include "core/checked.h"
 #include "core/error.h"
 
@@ -86,10 +90,32 @@ __device__ __forceinline__ float hash_uniform(uint64_t seed, uint64_t i) {
   z ^= z >> 31;
   return float(double(z >> 11) * 0x1p-52 - 1.0);
 }
-__global__ void fill_random_bf16(__nv_bfloat16* w, int64_t n, uint64_t seed, float a) {
+// A [rows, cols] block at (row0, col0) of a matrix `full_cols` wide: element i of the block is element
+// (row0 + i / cols) * full_cols + col0 + i % cols of the whole (a tensor-parallel shard of the same
+// random matrix as the unsharded model's).
+__global__ void fill_random_bf16(__nv_bfloat16* w, int64_t n, uint64_t seed, float a, int64_t cols,
+                                 int64_t row0, int64_t col0, int64_t full_cols) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    w[i] = __float2bfloat16_rn(a * hash_uniform(seed, uint64_t(i)));
+    w[i] = __float2bfloat16_rn(a * hash_uniform(seed, uint64_t((row0 + i / cols) * full_cols + col0 + i % cols)));
+}
+// The local all-reduce of one-GPU tensor parallelism: every shard's buffer becomes the sum of all.
+__global__ void sum_shards(float* const* bufs, int shards, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = 0.f;
+    for (int r = 0; r < shards; ++r) v += bufs[r][i];
+    for (int r = 0; r < shards; ++r) bufs[r][i] = v;
+  }
+}
+// Weights into L2 while an all-reduce runs (the bulk-copy engine's prefetch; a hint).
+__global__ void prefetch_l2(const uint8_t* base, int64_t bytes) {
+  constexpr int64_t kPiece = 1 << 16;
+  for (int64_t off = int64_t(blockIdx.x) * kPiece; off < bytes; off += int64_t(gridDim.x) * kPiece)
+    if (threadIdx.x == 0) {
+      const uint32_t n = uint32_t(min(kPiece, bytes - off)) & ~15u;
+      if (n) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+    }
 }
 __global__ void fill_random_norm(float* w, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -114,12 +140,26 @@ std::string gib(int64_t b) {
 
 class Engine final : public LlamaGpu {
  public:
-  Engine(const LlamaGpuShapes& s, const LlamaGpuOptions& o) : shapes_(s), opt_(o) {
+  // `full`: the model's shapes; with tensor parallelism the engine holds rank `rank`'s shard of them.
+  // `shared`: the stream of the engine whose local shard this is (one-GPU tensor parallelism).
+  Engine(const LlamaGpuShapes& full, const LlamaGpuOptions& o, int rank = 0, cudaStream_t shared = nullptr)
+      : full_(full), shapes_(o.tp >= 1 ? shard_shapes(full, o.tp) : full), opt_(o), rank_(rank) {
+    const LlamaGpuShapes& s = shapes_;
     s.check();
     int dev = 0, count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
       throw not_supported("the GPU engine needs a CUDA GPU and none is visible");
+    }
+    if (o.tp >= 1 && !o.tp_local) {
+#if !MP_HAVE_NCCL
+      throw not_supported("--tp: this build has no NCCL (install libnccl-dev, or the nvidia-nccl wheel, "
+                          "or set MP_NCCL_ROOT, and reconfigure)");
+#endif
+      MP_USER_CHECK(count >= o.tp, "--tp ", o.tp, " needs ", o.tp, " GPUs; this machine has ", count);
+      MP_USER_CHECK(o.tp_rank >= 0 && o.tp_rank < o.tp, "tensor-parallel rank ", o.tp_rank, " of ", o.tp);
+      MP_CUDA(cudaSetDevice(o.tp_rank));
+      rank_ = o.tp_rank;
     }
     MP_CUDA(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
@@ -166,12 +206,64 @@ class Engine final : public LlamaGpu {
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
     // The streamed GEMV reads whole rows.
     sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.combine,
-                            o.stream_depth > 0 ? 1 : o.gemv_slices);
-    MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+                            o.stream_depth > 0 ? 1 : o.gemv_slices, o.tp >= 1 ? rank_ : 0, std::max(o.tp, 0));
+    if (shared) {
+      stream_ = shared;
+    } else {
+      MP_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      own_stream_ = true;
+    }
   }
   ~Engine() override {
-    if (stream_) cudaStreamSynchronize(stream_), cudaStreamDestroy(stream_);
+    if (stream_) cudaStreamSynchronize(stream_);
+    peers_.clear();
+#if MP_HAVE_NCCL
+    if (comm_) ncclCommDestroy(comm_);
+#endif
+    if (comm_stream_) cudaStreamDestroy(comm_stream_);
+    if (ar_ready_) cudaEventDestroy(ar_ready_);
+    if (ar_done_) cudaEventDestroy(ar_done_);
+    if (own_stream_) cudaStreamDestroy(stream_);
     for (void* p : allocs_) cudaFree(p);
+  }
+
+  // One-GPU tensor parallelism: this engine is shard 0 and makes shards 1 .. tp-1 on the same stream.
+  void make_local_peers() {
+    if (opt_.tp < 2 || !opt_.tp_local) return;
+    for (int r = 1; r < opt_.tp; ++r) peers_.push_back(std::make_unique<Engine>(full_, opt_, r, stream_));
+  }
+  // Every shard of the run: this engine and its local peers.
+  std::vector<Engine*> shards() {
+    std::vector<Engine*> v = {this};
+    for (auto& e : peers_) v.push_back(e.get());
+    return v;
+  }
+
+  // NCCL tensor parallelism: rank 0 makes the unique id and writes it, the others read it; then the
+  // communicator, a stream for the collectives and the events that order them with the compute.
+  void init_comm() {
+    if (opt_.tp < 1) return;
+    if (!opt_.tp_local) {
+#if MP_HAVE_NCCL
+      MP_USER_CHECK(!opt_.tp_id_file.empty(), "--tp: no unique-id file given to rank ", rank_);
+      ncclUniqueId id;
+      std::vector<uint8_t> bytes(sizeof(id.internal));
+      if (rank_ == 0) {
+        MP_INTERNAL_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId failed");
+        std::memcpy(bytes.data(), id.internal, bytes.size());
+        tp::write_id(opt_.tp_id_file, bytes);
+      } else {
+        bytes = tp::read_id(opt_.tp_id_file, bytes.size(), opt_.tp_timeout_s);
+        std::memcpy(id.internal, bytes.data(), bytes.size());
+      }
+      const ncclResult_t r = ncclCommInitRank(&comm_, opt_.tp, id, rank_);
+      MP_USER_CHECK(r == ncclSuccess, "--tp: NCCL could not connect rank ", rank_, " of ", opt_.tp, ": ",
+                    ncclGetErrorString(r));
+#endif
+    }
+    MP_CUDA(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking));
+    MP_CUDA(cudaEventCreateWithFlags(&ar_ready_, cudaEventDisableTiming));
+    MP_CUDA(cudaEventCreateWithFlags(&ar_done_, cudaEventDisableTiming));
   }
 
   // Memory: the estimate against what is free, before anything large is allocated.
@@ -259,10 +351,17 @@ class Engine final : public LlamaGpu {
         d.format = dev::kF32, d.q = reinterpret_cast<const uint8_t*>(f);
       } else {
         auto* h = static_cast<__nv_bfloat16*>(alloc(size_t(n) * 2));
-        // Embedding rows of unit size; projections scaled for unit-variance outputs.
+        // Embedding rows of unit size; projections scaled for unit-variance outputs (of the whole
+        // matrix: a tensor-parallel shard is a block of the same random matrix).
+        ShardSlice sl{0, wr.rows, 0, wr.cols, wr.rows, wr.cols};
+        if (opt_.tp >= 1) {
+          sl = shard_slice(wr.name, full_, rank_, opt_.tp);
+          if (sl.rows < 0) sl = ShardSlice{0, wr.rows, 0, wr.cols, wr.rows, wr.cols};
+          MP_INTERNAL_CHECK(sl.rows == wr.rows && sl.cols == wr.cols, "shard of ", wr.name);
+        }
         const bool emb = wr.name == "token_embd.weight";
-        const float a = emb ? 1.f : float(std::sqrt(3.0 / double(wr.cols)));
-        fill_random_bf16<<<4096, 256, 0, stream_>>>(h, n, s, a);
+        const float a = emb ? 1.f : float(std::sqrt(3.0 / double(sl.full_cols)));
+        fill_random_bf16<<<4096, 256, 0, stream_>>>(h, n, s, a, wr.cols, sl.row0, sl.col0, sl.full_cols);
         d.q = reinterpret_cast<const uint8_t*>(h);
       }
       MP_CUDA(cudaGetLastError());
@@ -326,7 +425,7 @@ class Engine final : public LlamaGpu {
   int64_t position() const override { return pos_; }
   void reset() override {
     synchronize();
-    pos_ = 0, prompt_end_ = 0;
+    for (Engine* e : shards()) e->pos_ = 0, e->prompt_end_ = 0;
   }
 
   void check_room(int64_t n) const {
@@ -341,8 +440,10 @@ class Engine final : public LlamaGpu {
       MP_USER_CHECK(t >= 0 && t < shapes_.vocab, "token id ", t, " is outside the vocabulary [0, ",
                     shapes_.vocab, ")");
     MP_CUDA(cudaStreamSynchronize(stream_));  // earlier positions may still read the prompt buffer
-    MP_CUDA(cudaMemcpy(prompt_ + pos_, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
-    prompt_end_ = pos_ + int64_t(tokens.size());
+    for (Engine* e : shards()) {
+      MP_CUDA(cudaMemcpy(e->prompt_ + pos_, tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice));
+      e->prompt_end_ = pos_ + int64_t(tokens.size());
+    }
     for (size_t i = 0; i < tokens.size(); ++i) run_position();
   }
 
@@ -379,6 +480,7 @@ class Engine final : public LlamaGpu {
     if (e != cudaSuccess) fail_internal("GPU engine: a kernel failed: ", cudaGetErrorString(e));
   }
   void poison() override {
+    for (auto& e : peers_) e->poison();
     const int64_t kv = shapes_.layers * ctx_ * shapes_.kv_heads * shapes_.head_dim * 2;
     MP_CUDA(cudaMemsetAsync(p_.cache_k, 0xff, size_t(kv), stream_));
     MP_CUDA(cudaMemsetAsync(p_.cache_v, 0xff, size_t(kv), stream_));
@@ -414,6 +516,75 @@ class Engine final : public LlamaGpu {
 
  private:
   void run_position() {
+    auto all = shards();
+    for (Engine* e : all) e->set_position();
+    for (size_t g = 0; g < sched_.groups.size(); ++g) {
+      for (Engine* e : all) e->launch_group(g, stats_);
+      if (sched_.groups[g].all_reduce >= 0) all_reduce(g);
+    }
+    MP_CUDA(cudaGetLastError());
+    ++stats_.positions;
+    for (Engine* e : all) {  // the figures of the run (one-GPU tensor parallelism: of every shard)
+      ++e->pos_, ++e->positions_run_;
+      stats_.kv_bytes_read += e->shapes_.layers * 2 * e->pos_ * e->shapes_.kv_heads * e->shapes_.head_dim * 2;
+    }
+  }
+
+ public:
+  // One-GPU tensor parallelism: the weights every shard reads per position.
+  void count_peer_weights() {
+    for (auto& e : peers_) stats_.weight_bytes += e->stats_.weight_bytes;
+  }
+
+ private:
+
+  // Sums buffer sched_.groups[g].all_reduce over the ranks, then prefetches the next group's first
+  // weights into L2 while the collective runs (NCCL: on its own stream, the compute stream waiting for it
+  // only after the prefetch is issued).
+  void all_reduce(size_t g) {
+    const int32_t buf = sched_.groups[g].all_reduce;
+    const int64_t n = sched_.buf_elems[size_t(buf)];
+    ++stats_.all_reduces;
+    if (opt_.tp_local) {
+      if (peers_.empty()) return;  // one shard: the sum is the buffer itself
+      auto all = shards();
+      std::vector<float*> bufs;
+      for (Engine* e : all) bufs.push_back(e->p_.buf[buf]);
+      if (!ar_bufs_) ar_bufs_ = static_cast<float**>(alloc(bufs.size() * sizeof(float*) * kBufCount));
+      float** dst = ar_bufs_ + size_t(buf) * bufs.size();
+      MP_CUDA(cudaMemcpyAsync(dst, bufs.data(), bufs.size() * sizeof(float*), cudaMemcpyHostToDevice, stream_));
+      sum_shards<<<int(std::min<int64_t>(ceil_div_i(n, 256), 1024)), 256, 0, stream_>>>(dst, int(bufs.size()), n);
+      return;
+    }
+#if MP_HAVE_NCCL
+    MP_CUDA(cudaEventRecord(ar_ready_, stream_));
+    MP_CUDA(cudaStreamWaitEvent(comm_stream_, ar_ready_, 0));
+    const ncclResult_t r = ncclAllReduce(p_.buf[buf], p_.buf[buf], size_t(n), ncclFloat, ncclSum, comm_, comm_stream_);
+    MP_USER_CHECK(r == ncclSuccess, "--tp: the all-reduce failed on rank ", rank_, ": ", ncclGetErrorString(r));
+    MP_CUDA(cudaEventRecord(ar_done_, comm_stream_));
+    if (g + 1 < sched_.groups.size() && opt_.tp_prefetch_bytes > 0) {
+      int64_t bytes = 0;
+      const LaunchGroup& next = sched_.groups[g + 1];
+      for (int32_t i = next.first_op; i < next.first_op + next.ops && bytes < opt_.tp_prefetch_bytes; ++i) {
+        const GpuOp& op = sched_.ops[size_t(i)];
+        if (op.kind != OpKind::gemv) continue;
+        const int64_t b = std::min(opt_.tp_prefetch_bytes - bytes, weight_bytes_of(op));
+        prefetch_l2<<<int(std::min<int64_t>(ceil_div_i(b, 1 << 16), 1024)), 32, 0, stream_>>>(dw_[size_t(op.weight)].q, b);
+        bytes += b;
+      }
+    }
+    MP_CUDA(cudaStreamWaitEvent(stream_, ar_done_, 0));
+#endif
+  }
+
+  static int64_t ceil_div_i(int64_t a, int64_t b) { return std::max<int64_t>(1, (a + b - 1) / b); }
+  int64_t weight_bytes_of(const GpuOp& op) const {
+    const dev::DevWeight& w = dw_[size_t(op.weight)];
+    const int64_t n = int64_t(w.rows) * w.cols;
+    return w.format == dev::kF32 ? n * 4 : w.format == dev::kBF16 ? n * 2 : w.format == dev::kQ8_0 ? n : n / 2;
+  }
+
+  void set_position() {
     p_.pos = int32_t(pos_);
     p_.prompt_end = int32_t(prompt_end_);
     p_.epoch = static_cast<unsigned long long>(positions_run_ + 1);
@@ -424,22 +595,33 @@ class Engine final : public LlamaGpu {
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);
     p_.ring_off = int32_t(ring_off_);
     p_.loads = opt_.gemv_loads;
-    for (size_t g = 0; g < sched_.groups.size(); ++g) {
-      const LaunchGroup& lg = sched_.groups[g];
-      const int grid = int(std::min<int64_t>(lg.tasks, workers_));
-      p_.group = int32_t(g), p_.group_first_task = lg.first_task, p_.group_tasks = lg.tasks;
-      p_.head_base = group_launches_[g] * static_cast<unsigned long long>(lg.tasks + grid);
-      kernel_<<<grid, dev::kThreads, smem_, stream_>>>(p_);
-      ++group_launches_[g];
-      ++stats_.launches;
-    }
-    MP_CUDA(cudaGetLastError());
-    ++pos_, ++positions_run_, ++stats_.positions;
-    stats_.kv_bytes_read += shapes_.layers * 2 * pos_ * shapes_.kv_heads * shapes_.head_dim * 2;
+  }
+  void launch_group(size_t g, LlamaGpuStats& count) {
+    const LaunchGroup& lg = sched_.groups[g];
+    const int grid = int(std::min<int64_t>(lg.tasks, workers_));
+    p_.group = int32_t(g), p_.group_first_task = lg.first_task, p_.group_tasks = lg.tasks;
+    p_.head_base = group_launches_[g] * static_cast<unsigned long long>(lg.tasks + grid);
+    kernel_<<<grid, dev::kThreads, smem_, stream_>>>(p_);
+    ++group_launches_[g];
+    ++count.launches;
   }
 
-  LlamaGpuShapes shapes_;
+ public:
+  int rank() const { return rank_; }
+
+ private:
+
+  LlamaGpuShapes full_, shapes_;
   LlamaGpuOptions opt_;
+  int rank_ = 0;
+  std::vector<std::unique_ptr<Engine>> peers_;
+  bool own_stream_ = false;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t ar_ready_ = nullptr, ar_done_ = nullptr;
+  float** ar_bufs_ = nullptr;
+#if MP_HAVE_NCCL
+  ncclComm_t comm_ = nullptr;
+#endif
   LlamaSchedule sched_;
   std::string name_;
   int64_t ctx_ = 0, pos_ = 0, prompt_end_ = 0, positions_run_ = 0;
@@ -461,17 +643,47 @@ class Engine final : public LlamaGpu {
 std::unique_ptr<LlamaGpu> LlamaGpu::create(const LlamaGpuShapes& s, const WeightBindings& w,
                                            const LlamaGpuOptions& o) {
   auto e = std::make_unique<Engine>(s, o);
-  e->check_memory(&w);
-  e->load_weights(w);
-  e->allocate_state();
+  e->make_local_peers();
+  e->init_comm();
+  for (Engine* x : e->shards()) {
+    if (o.tp < 1) {
+      x->check_memory(&w);
+      x->load_weights(w);
+    } else {
+      std::vector<std::vector<uint8_t>> storage;  // column slices, until they are on the GPU
+      const WeightBindings sw = shard_weights(w, s, x->rank(), o.tp, storage);
+      x->check_memory(&sw);
+      x->load_weights(sw);
+    }
+    x->allocate_state();
+  }
+  e->count_peer_weights();
   return e;
+}
+
+int visible_gpus() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) cudaGetLastError(), n = 0;
+  return n;
+}
+bool have_nccl() {
+#if MP_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
 }
 
 std::unique_ptr<LlamaGpu> LlamaGpu::random(const LlamaGpuShapes& s, const LlamaGpuOptions& o, uint64_t seed) {
   auto e = std::make_unique<Engine>(s, o);
-  e->check_memory(nullptr);
-  e->random_weights(seed);
-  e->allocate_state();
+  e->make_local_peers();
+  e->init_comm();
+  for (Engine* x : e->shards()) {
+    x->check_memory(nullptr);
+    x->random_weights(seed);
+    x->allocate_state();
+  }
+  e->count_peer_weights();
   return e;
 }
 

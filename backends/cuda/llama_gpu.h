@@ -90,7 +90,7 @@ struct GpuOp {
   int32_t norm_weight;           // gemv with Stage::rmsnorm: the norm's weight
   int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
   int32_t slices;                // gemv: column slices per row (1, 2, 4, 8), each a warp's; summed per row
-  int32_t combine;               // attention: the buffer its last task per head merges the head into (-1: none)
+  int32_t combine;  // attention: the buffer its last task per head merges the head into (-1: none)
 };
 
 struct GpuTask {
@@ -100,6 +100,8 @@ struct GpuTask {
 struct LaunchGroup {
   int32_t first_task, tasks;  // a contiguous range of LlamaSchedule::tasks
   int32_t first_op, ops;
+  // Tensor parallelism: the buffer (a Buf) the ranks sum with an all-reduce after this group, -1 none.
+  int32_t all_reduce = -1;
 };
 
 struct WeightRef {
@@ -118,7 +120,9 @@ struct LlamaSchedule {
   int64_t context = 0;                      // KV-cache positions
   int32_t attn_chunk = 0, attn_chunks = 0;  // cache positions per attention task, chunks per head
   int32_t lm_head_op = -1;
+  int32_t tp_rank = 0, tp_size = 0;  // tensor parallelism: this rank of tp_size (0: a single-GPU schedule)
   int64_t launches_per_token() const { return int64_t(groups.size()); }
+  int64_t all_reduces_per_token() const;
   std::string summary() const;  // "megakernel: 1 launch per token, 487 ops, 12,345 tasks"
 };
 
@@ -146,9 +150,17 @@ const char* to_string(Combine c);  // "separate", "fused", "last"
 // A GEMV's rows are cut into column slices (GpuOp::slices) when it has too few rows to give every warp
 // of every worker several: `slices` 0 chooses (the fewest that give 4 per warp, at most 8, cols a
 // multiple of 32 x slices), > 0 fixes it where the columns allow (else 1).
+//
+// Tensor parallelism (tp_size >= 1; 0 is the single-GPU schedule): `s` are one rank's shard shapes
+// (shard_shapes), and the schedule places an all-reduce of the residual's update after the attention
+// output projection and after the FFN down projection. The launch group ends there (LaunchGroup::
+// all_reduce): per-op mode sums the projection's output before the residual add; the fused modes fold
+// the residual into the projection on rank 0 only (the other ranks write their partial product), so
+// the sum is the new residual. The megakernel is cut at each all-reduce (2 x layers + 1 launches: the
+// collectives are launched from the host; a device-initiated all-reduce is not supported yet).
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
                              GemvSplit split = GemvSplit::balanced, Combine combine = Combine::last_task,
-                             int slices = 0);
+                             int slices = 0, int tp_rank = 0, int tp_size = 0);
 // Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
 int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
 // The per-task cost the balanced split charges on top of a task's rows, in warp items.
@@ -161,6 +173,25 @@ int64_t gemv_items_per_task(const std::vector<int64_t>& items, int64_t workers, 
 // Internal consistency (topological order, every task of every op exactly once, groups cover the tasks);
 // internal_error naming what is wrong. build_schedule's result always passes; tests call it.
 void verify_schedule(const LlamaSchedule& s);
+
+// ---- Tensor parallelism: the shards of a model ----
+
+// One rank's shapes out of `tp`: query heads, KV heads and FFN columns divided by tp (the embedding,
+// the norms and the LM head stay whole on every rank). user_error naming the count that does not divide
+// and the tp values that would.
+LlamaGpuShapes shard_shapes(const LlamaGpuShapes& full, int tp);
+// The part of tensor `name` (GGUF name) that rank `rank` of `tp` holds: rows [row0, row0 + rows) and
+// columns [col0, col0 + cols) of the full [full_rows, full_cols] matrix. Q, K, V, gate and up are split
+// by rows (heads, FFN columns), the attention output and down projections by columns; the rest whole.
+struct ShardSlice {
+  int64_t row0 = 0, rows = 0, col0 = 0, cols = 0, full_rows = 0, full_cols = 0;
+};
+ShardSlice shard_slice(const std::string& name, const LlamaGpuShapes& full, int rank, int tp);
+// The shard of every bound tensor: row slices are views of `w`'s data; column slices are copied into
+// `storage` (quantized blocks kept where the slice falls on block boundaries, else dequantized to f32).
+// user_error when a tensor is missing or has the wrong shape.
+WeightBindings shard_weights(const WeightBindings& w, const LlamaGpuShapes& full, int rank, int tp,
+                             std::vector<std::vector<uint8_t>>& storage);
 
 // ---- The engine ----
 
@@ -191,6 +222,17 @@ struct LlamaGpuOptions {
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.
   bool trace = false;
+  // Tensor parallelism over `tp` ranks (0: off). nccl: this process is rank `tp_rank`, on GPU tp_rank,
+  // and reaches the others through NCCL; rank 0 writes NCCL's unique id to `tp_id_file`, the others read
+  // it (tp_launch.h starts the processes). local: one engine holds all tp shards on this process's GPU
+  // and sums their partials itself (tests of the sharding without several GPUs).
+  int tp = 0;
+  int tp_rank = 0;
+  bool tp_local = false;
+  std::string tp_id_file;
+  double tp_timeout_s = 120;  // how long a rank waits for the unique id
+  // While an all-reduce runs, the next operation's weights prefetched into L2, at most this many bytes.
+  int64_t tp_prefetch_bytes = 16 << 20;
 };
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
@@ -229,6 +271,7 @@ struct LlamaGpuStats {
   int64_t kv_bytes_read = 0;  // bytes of KV cache the positions read, summed
   int workers = 0;            // blocks of the persistent / per-layer kernels
   int sm_count = 0;
+  int64_t all_reduces = 0;  // tensor parallelism: all-reduces issued
 };
 
 class LlamaGpu {
@@ -268,6 +311,11 @@ class LlamaGpu {
   // Bytes of weights each GEMV operation reads (indexed like schedule().ops; 0 for other kinds).
   virtual std::vector<int64_t> op_weight_bytes() const = 0;
 };
+
+// What this build and machine offer tensor parallelism: the CUDA GPUs visible (0 without CUDA), and
+// whether the build has NCCL.
+int visible_gpus();
+bool have_nccl();
 
 // Bytes the engine allocates on the GPU for these shapes (weights as converted, KV cache, activations):
 // what the memory check compares with the free memory.

@@ -16,4 +16,7 @@ std::unique_ptr<LlamaGpu> LlamaGpu::random(const LlamaGpuShapes& s, const LlamaG
   throw not_supported("the GPU engine in a build without CUDA (nvcc was not found at configure time)");
 }
 
+int visible_gpus() { return 0; }
+bool have_nccl() { return false; }
+
 }  // namespace mp::cuda

@@ -205,14 +205,22 @@ int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want) {
 }
 
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split, Combine combine, int slices) {
+                             GemvSplit split, Combine combine, int slices, int tp_rank, int tp_size) {
   MP_USER_CHECK(slices == 0 || slices == 1 || slices == 2 || slices == 4 || slices == 8,
                 "GPU engine: ", slices, " column slices; 0 (chosen), 1, 2, 4 or 8");
   s.check();
   MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
                 " positions; it must be in [1, ", s.context, "] (the model's context length)");
   MP_USER_CHECK(workers >= 1 && workers <= (1 << 20), "GPU engine: ", workers, " workers must be >= 1");
+  MP_USER_CHECK(
+      tp_size >= 0 && tp_size <= 64 && (tp_size == 0 ? tp_rank == 0 : tp_rank >= 0 && tp_rank < tp_size),
+      "GPU engine: tensor-parallel rank ", tp_rank, " of ", tp_size, " (ranks 0 .. size - 1, size <= 64)");
   LlamaSchedule sc;
+  sc.tp_rank = tp_rank, sc.tp_size = tp_size;
+  // Tensor parallelism: the ops after which the ranks sum a buffer, and whether this rank folds the
+  // residual into the projections of the fused modes (rank 0 only, so that the sum adds it once).
+  std::map<int32_t, int32_t> all_reduce_after;
+  const bool residual_here = tp_size == 0 || tp_rank == 0;
   sc.launch = launch;
   sc.context = context;
   const int64_t d = s.d_model, H = s.heads, Dh = s.head_dim, qw = H * Dh, kvw = s.kv_heads * Dh;
@@ -294,6 +302,12 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
   auto next_group = [&] {
     if (launch == Launch::per_layer) ++group;
   };
+  // The ranks sum `buf` after op `i`; the launch group ends there.
+  auto all_reduce = [&](int32_t i, int32_t buf) {
+    if (tp_size == 0) return;
+    all_reduce_after[i] = buf;
+    if (launch != Launch::per_op) ++group;
+  };
 
   // A GEMV whose input is staged in a fused way.
   auto gemv = [&](int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows, int64_t cols,
@@ -323,19 +337,21 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
       int32_t o = -1;
       if (combine == Combine::in_o_projection) {
-        o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, true);
+        o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, residual_here);
       } else if (combine == Combine::last_task) {
         sc.ops[size_t(at)].combine = kAttn;
-        o = gemv(l, wo, kAttn, -1, kX, d, qw, {at}, Stage::plain, -1, true);
+        o = gemv(l, wo, kAttn, -1, kX, d, qw, {at}, Stage::plain, -1, residual_here);
       } else {
         const int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
-        o = gemv(l, wo, kAttn, -1, kX, d, qw, {cb}, Stage::plain, -1, true);
+        o = gemv(l, wo, kAttn, -1, kX, d, qw, {cb}, Stage::plain, -1, residual_here);
       }
+      all_reduce(o, kX);
       joint_items = joint({{s.ffn, d}, {s.ffn, d}});
       int32_t g = gemv(l, wg, kX, -1, kGate, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
       int32_t u = gemv(l, wu, kX, -1, kUp, s.ffn, d, {o}, Stage::rmsnorm, fnw, false);
       joint_items = 0;
-      last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, true);
+      last = gemv(l, wd, kGate, kUp, kX, d, s.ffn, {g, u}, Stage::silu_mul, -1, residual_here);
+      all_reduce(last, kX);
     } else {
       int32_t n1 = op(OpKind::rmsnorm, l, an, kX, -1, kH, d, d, {last});
       int32_t q = op(OpKind::gemv, l, wq, kH, -1, kQ, qw, d, {n1});
@@ -346,12 +362,14 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {r, a});
       int32_t cb = op(OpKind::attn_combine, l, -1, kPartO, -1, kAttn, H, Dh, {at});
       int32_t o = op(OpKind::gemv, l, wo, kAttn, -1, kO, d, qw, {cb});
+      all_reduce(o, kO);
       int32_t r1 = op(OpKind::add, l, -1, kO, -1, kX, d, d, {o});
       int32_t n2 = op(OpKind::rmsnorm, l, fnw, kX, -1, kH, d, d, {r1});
       int32_t g = op(OpKind::gemv, l, wg, kH, -1, kGate, s.ffn, d, {n2});
       int32_t u = op(OpKind::gemv, l, wu, kH, -1, kUp, s.ffn, d, {n2});
       int32_t sm = op(OpKind::silu_mul, l, -1, kGate, kUp, kAct, s.ffn, s.ffn, {g, u});
       int32_t dn = op(OpKind::gemv, l, wd, kAct, -1, kO, d, s.ffn, {sm});
+      all_reduce(dn, kO);
       last = op(OpKind::add, l, -1, kO, -1, kX, d, d, {dn});
     }
     next_group();
@@ -366,13 +384,17 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
   }
   op(OpKind::argmax, -1, -1, kLogits, -1, -1, sc.ops[size_t(sc.lm_head_op)].tasks, 0, {sc.lm_head_op});
 
-  // Launch groups: contiguous op ranges.
+  // Launch groups: contiguous op ranges (numbered from 0 without gaps).
+  int32_t prev = -1;
   for (size_t i = 0; i < sc.ops.size(); ++i) {
-    const GpuOp& o = sc.ops[i];
-    if (sc.groups.empty() || o.group != int32_t(sc.groups.size() - 1))
-      sc.groups.push_back({o.first_task, 0, int32_t(i), 0});
+    GpuOp& o = sc.ops[i];
+    if (sc.groups.empty() || o.group != prev) sc.groups.push_back({o.first_task, 0, int32_t(i), 0});
+    prev = o.group;
+    o.group = int32_t(sc.groups.size() - 1);
     sc.groups.back().tasks += o.tasks;
     sc.groups.back().ops += 1;
+    if (auto it = all_reduce_after.find(int32_t(i)); it != all_reduce_after.end())
+      sc.groups.back().all_reduce = it->second;
   }
   verify_schedule(sc);
   return sc;
@@ -410,6 +432,16 @@ void verify_schedule(const LlamaSchedule& s) {
   }
   MP_INTERNAL_CHECK(covered == int64_t(s.tasks.size()) && ops == int64_t(s.ops.size()),
                     "launch groups cover ", covered, " of ", s.tasks.size(), " tasks");
+  for (size_t g = 0; g < s.groups.size(); ++g)
+    MP_INTERNAL_CHECK(s.groups[g].all_reduce < 0 || (s.tp_size >= 1 && s.groups[g].all_reduce < kBufCount),
+                      "launch group ", g, " sums buffer ", s.groups[g].all_reduce, " on ", s.tp_size,
+                      " ranks");
+}
+
+int64_t LlamaSchedule::all_reduces_per_token() const {
+  int64_t n = 0;
+  for (auto& g : groups) n += g.all_reduce >= 0;
+  return n;
 }
 
 std::string LlamaSchedule::summary() const {
@@ -418,6 +450,8 @@ std::string LlamaSchedule::summary() const {
      << (launches_per_token() == 1 ? "" : "es") << " per token, " << ops.size() << " ops, " << tasks.size()
      << " tasks, attention " << attn_chunks << " chunk" << (attn_chunks == 1 ? "" : "s") << " of "
      << attn_chunk << " positions per head";
+  if (tp_size >= 1)
+    os << ", rank " << tp_rank << " of " << tp_size << " (" << all_reduces_per_token() << " all-reduces)";
   return os.str();
 }
 

@@ -13,6 +13,12 @@ Args::Args(std::string command, std::vector<std::string> tokens) : command_(std:
   for (auto& t : tokens) toks_.push_back({std::move(t)});
 }
 
+std::vector<std::string> Args::tokens() const {
+  std::vector<std::string> v;
+  for (auto& t : toks_) v.push_back(t.text);
+  return v;
+}
+
 static bool is_option(const std::string& s) { return s.size() > 1 && s[0] == '-' && !(s[1] >= '0' && s[1] <= '9'); }
 
 static bool matches(const std::string& tok, const char* name, std::string* inline_value) {

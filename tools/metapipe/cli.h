@@ -30,6 +30,7 @@ class Args {
   std::optional<long long> integer(std::initializer_list<const char*> names);
   std::vector<std::string> positionals();
   void finish();  // throws usage_error on an unknown option or an unread positional
+  std::vector<std::string> tokens() const;  // the command's arguments as given (to rerun it)
 
  private:
   struct Tok {

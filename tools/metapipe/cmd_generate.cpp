@@ -2,6 +2,7 @@
 // streamed as it is produced, then prompt and decode tokens/s. Greedy by default; temperature / top-k /
 // top-p sampling with a seed. `--shapes PRESET` runs a preset's shapes with random weights (speed work).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "backends/cpu/interpreter.h"
 #include "backends/cpu/quant_matmul.h"
 #include "backends/cuda/llama_gpu.h"
+#include "backends/cuda/tp_launch.h"
 #include "core/random.h"
 #include "core/text.h"
 #include "core/thread_pool.h"
@@ -91,6 +93,14 @@ long max_rss_kib() {
   return u.ru_maxrss;
 }
 
+// This program's path, to start the ranks of --tp with.
+std::string self_exe() {
+  std::vector<char> b(4096);
+  const ssize_t n = readlink("/proc/self/exe", b.data(), b.size() - 1);
+  MP_USER_CHECK(n > 0, "--tp: cannot find this program's path (/proc/self/exe)");
+  return std::string(b.data(), size_t(n));
+}
+
 // --target cuda: the GPU engine in one launch mode, greedy. The prompt runs position by position; then
 // tokens come in chunks (each a run of positions with no host round trip between them), streamed as each
 // chunk completes; decoding stops at the end-of-generation token.
@@ -156,6 +166,9 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
     << "\n";
   s << "gpu: " << gpu->device_name() << ", " << st.sm_count << " SMs, " << st.workers << " blocks; "
     << gpu->schedule().summary() << "\n";
+  if (o.tp >= 1)
+    s << "tensor parallel: " << o.tp << (o.tp_local ? " shards on this GPU (one process)" : " GPUs (NCCL)")
+      << ", " << gpu->schedule().all_reduces_per_token() << " all-reduces per token\n";
   s << "load: " << format_ms(t_load) << "\n";
   s << "prompt eval: " << prompt.size() << " tokens in " << format_ms(t_prompt) << "\n";
   s << "decode: " << decoded << " tokens in " << format_ms(t_decode) << " (" << jnum(ms_tok) << " ms/token, "
@@ -182,7 +195,8 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
               << ", \"decode_ms\": " << jnum(t_decode) << ", \"decode_calls\": " << decoded
               << ", \"ms_per_token\": " << jnum(ms_tok)
               << ", \"decode_tokens_per_s\": " << jnum(decoded ? 1e3 / ms_tok : 0.0)
-              << ", \"launches_per_token\": " << jnum(launches_tok)
+              << ", \"launches_per_token\": " << jnum(launches_tok) << ", \"tp\": " << std::max(o.tp, 1)
+              << ", \"all_reduces_per_token\": " << gpu->schedule().all_reduces_per_token()
               << ", \"bandwidth_gb_per_s\": " << jnum(gbps) << ", \"weight_bytes\": " << st.weight_bytes
               << ", \"context\": " << gpu->context() << "}\n";
   }
@@ -206,6 +220,8 @@ int run_generate(Args& a) {
   auto gpu_weights_opt = a.value({"--gpu-weights"});
   auto gpu_tune_opt = a.value({"--gpu-tune"});
   auto gpu_trace_opt = a.value({"--gpu-trace"});
+  auto tp_opt = a.integer({"--tp"});
+  bool tp_local = a.flag({"--tp-local"});
   bool json = a.flag({"--json"});
   bool quiet = a.flag({"--quiet"});
   auto pos = a.positionals();
@@ -214,12 +230,19 @@ int run_generate(Args& a) {
     throw usage_error("unexpected argument '" + pos[0] + "' (the prompt goes after --prompt)");
   if (target != "cpu" && target != "cuda")
     throw usage_error("unknown --target '" + target + "' for generate (cpu, cuda)");
-  if ((launch_opt || gpu_weights_opt || gpu_tune_opt || gpu_trace_opt) && target != "cuda")
+  if ((launch_opt || gpu_weights_opt || gpu_tune_opt || gpu_trace_opt || tp_opt || tp_local) &&
+      target != "cuda")
     throw usage_error(std::string(launch_opt        ? "--launch"
                                   : gpu_weights_opt ? "--gpu-weights"
                                   : gpu_tune_opt    ? "--gpu-tune"
-                                                    : "--gpu-trace") +
+                                  : gpu_trace_opt   ? "--gpu-trace"
+                                  : tp_opt          ? "--tp"
+                                                    : "--tp-local") +
                       " needs --target cuda");
+  if (tp_opt && (*tp_opt < 1 || *tp_opt > 64))
+    throw usage_error("--tp " + std::to_string(*tp_opt) +
+                      " must be in [1, 64] (GPUs to split the model over)");
+  if (tp_local && !tp_opt) throw usage_error("--tp-local needs --tp N (the shards to run on this GPU)");
   if (gpu_trace_opt && gpu_trace_opt->empty()) throw usage_error("--gpu-trace needs a file name for the CSV");
   cuda::LlamaGpuOptions gpu_opt;
   if (launch_opt) gpu_opt.launch = cuda::parse_launch(*launch_opt);
@@ -291,6 +314,31 @@ int run_generate(Args& a) {
   if (target == "cuda") {
     if (smp.temperature != 0) throw not_supported("sampling on the GPU (--target cuda decodes greedily)");
     gpu_opt.context = ctx;
+    if (tp_opt) {
+      // Checked before any process starts: the split, NCCL, the GPUs.
+      cuda::shard_shapes(cuda::shapes_of(cfg, models::rope_frequency), int(*tp_opt));
+      gpu_opt.tp = int(*tp_opt);
+      gpu_opt.tp_local = tp_local;
+      if (!tp_local) {
+        auto env = cuda::tp::rank_env();
+        if (!env) {  // the supervisor: one process per GPU, this command line each
+          if (!cuda::have_nccl())
+            throw not_supported(
+                "--tp: this build has no NCCL (install libnccl-dev or the nvidia-nccl wheel, "
+                "or set MP_NCCL_ROOT, and reconfigure; --tp-local runs the shards on one GPU)");
+          const int gpus = cuda::visible_gpus();
+          MP_USER_CHECK(gpus >= *tp_opt, "--tp ", *tp_opt, " needs ", *tp_opt, " GPUs; this machine has ",
+                        gpus, " (--tp-local runs the shards on one GPU)");
+          std::vector<std::string> argv = {self_exe(), "generate"};
+          for (auto& t : a.tokens()) argv.push_back(t);
+          return cuda::tp::run_ranks(argv, int(*tp_opt));
+        }
+        MP_USER_CHECK(env->size == *tp_opt, "--tp ", *tp_opt, " but this rank was started as one of ",
+                      env->size);
+        gpu_opt.tp_rank = env->rank;
+        gpu_opt.tp_id_file = env->id_file;
+      }
+    }
     return generate_cuda(cfg, file ? &*file : nullptr, tok ? &*tok : nullptr, text, prompt, n, gpu_opt, json,
                          quiet, smp.seed, gpu_trace_opt);
   }
@@ -547,7 +595,8 @@ MP_REGISTER_COMMAND(
     "usage: metapipe generate [--model FILE.gguf | --shapes PRESET] [--prompt TEXT | --chat TEXT] [-n N]\n"
     "                         [--temperature T] [--top-k K] [--top-p P] [--seed S] [--threads N]\n"
     "                         [--ctx N] [--target cpu|cuda] [--launch MODE] [--gpu-weights W]\n"
-    "                         [--gpu-tune LIST] [--gpu-trace FILE] [--json] [--quiet]\n\n"
+    "                         [--gpu-tune LIST] [--gpu-trace FILE] [--tp N [--tp-local]] [--json]\n"
+    "                         [--quiet]\n\n"
     "Runs the Llama program that metapipe generates for the model's shapes on the CPU engine with the\n"
     "file's quantized weights, streams the text, then prints prompt and decode tokens/s.\n\n"
     "  --model FILE     a GGUF file (general.architecture llama); default: SmolLM2-135M-Instruct Q4_1,\n"
@@ -577,6 +626,11 @@ MP_REGISTER_COMMAND(
     "                   slices=auto; docs/llama-gpu.md)\n"
     "  --gpu-trace FILE with --target cuda: time every task of the last position (GPU timer), print where\n"
     "                   the time went per operation role and write one CSV row per task to FILE\n"
+    "  --tp N           with --target cuda: tensor parallelism over N GPUs (heads and FFN columns split,\n"
+    "                   an all-reduce through NCCL after the attention output and the down projection);\n"
+    "                   metapipe starts one process per GPU itself; rank 0 prints\n"
+    "  --tp-local       with --tp N: all N shards on this one GPU in one process, summed without NCCL\n"
+    "                   (checks the sharding where there are fewer GPUs; not faster)\n"
     "  --json           last line of stdout: {prompt_tokens, tokens, text, prompt_tokens_per_s,\n"
     "                   decode_tokens_per_s, ...}\n"
     "  --quiet          do not stream the text, and no progress line (shown on stderr when it is a\n"

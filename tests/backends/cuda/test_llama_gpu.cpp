@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <bitset>
+#include <cmath>
+#include <cstring>
+#include <random>
 #include <set>
 
 #include "backends/cuda/llama_gpu.h"
@@ -374,6 +377,261 @@ TEST(LlamaGpuTrace, SummaryFromTaskTimes) {
   EXPECT_USER_ERROR(trace_summary(s, bad, bytes), "task times for");
 }
 
+// ---- Tensor parallelism: the schedule of a rank, the shards, and the sums they make ----
+
+TEST(LlamaGpuTp, ScheduleCutsAtTheAllReduces) {
+  for (const char* preset : {"toy", "llama3.1-8b"}) {
+    SCOPED_TRACE(preset);
+    const LlamaGpuShapes full = shapes(preset);
+    const LlamaGpuShapes s = shard_shapes(full, 2);
+    EXPECT_EQ(s.heads, full.heads / 2);
+    EXPECT_EQ(s.kv_heads, full.kv_heads / 2);
+    EXPECT_EQ(s.ffn, full.ffn / 2);
+    EXPECT_EQ(s.d_model, full.d_model);
+    const int64_t L = s.layers;
+    for (int rank : {0, 1}) {
+      auto op = build_schedule(s, Launch::per_op, 64, 528, GemvSplit::balanced, Combine::last_task, 0, rank, 2);
+      auto pl = build_schedule(s, Launch::per_layer, 64, 528, GemvSplit::balanced, Combine::last_task, 0, rank, 2);
+      auto mk = build_schedule(s, Launch::megakernel, 64, 528, GemvSplit::balanced, Combine::last_task, 0, rank, 2);
+      EXPECT_EQ(op.launches_per_token(), 1 + 16 * L + 3);  // already a launch per op
+      EXPECT_EQ(pl.launches_per_token(), 2 * L + 2);  // each layer cut after its attention output too
+      EXPECT_EQ(mk.launches_per_token(), 2 * L + 1);
+      for (auto* sc : {&op, &pl, &mk}) {
+        EXPECT_EQ(sc->all_reduces_per_token(), 2 * L);
+        for (auto& g : sc->groups) {
+          if (g.all_reduce < 0) continue;
+          // The group ends with the projection whose output the ranks sum: per-op its own output
+          // buffer, the fused modes the residual itself, folded in on rank 0 only.
+          const GpuOp& last = sc->ops[size_t(g.first_op + g.ops - 1)];
+          ASSERT_EQ(last.kind, OpKind::gemv);
+          const std::string role = op_role(*sc, int32_t(g.first_op + g.ops - 1));
+          EXPECT_TRUE(role == "attn_output" || role == "ffn_down") << role;
+          EXPECT_EQ(g.all_reduce, last.out);
+          EXPECT_EQ(last.out, sc == &op ? kO : kX);
+          EXPECT_EQ(last.accumulate, sc != &op && rank == 0) << role;
+        }
+      }
+    }
+    // Without tensor parallelism: no all-reduce, and the residual folded in everywhere.
+    auto one = build_schedule(full, Launch::megakernel, 64, 528);
+    EXPECT_EQ(one.all_reduces_per_token(), 0);
+    EXPECT_EQ(one.launches_per_token(), 1);
+    auto tp1 = build_schedule(full, Launch::megakernel, 64, 528, GemvSplit::balanced, Combine::last_task, 0, 0, 1);
+    EXPECT_EQ(tp1.all_reduces_per_token(), 2 * full.layers);
+    EXPECT_NE(tp1.summary().find("rank 0 of 1"), std::string::npos) << tp1.summary();
+  }
+  EXPECT_USER_ERROR(build_schedule(shapes("toy"), Launch::per_op, 64, 8, GemvSplit::balanced, Combine::last_task, 0, 2, 2),
+                    "GPU engine: tensor-parallel rank 2 of 2 (ranks 0 .. size - 1, size <= 64)");
+}
+
+TEST(LlamaGpuTp, ShardShapesNameWhatDoesNotSplit) {
+  EXPECT_USER_ERROR(shard_shapes(shapes("smollm2-135m"), 2),
+                    "--tp 2: the model 'smollm2-135m' has 9 query heads, which do not split over 2 GPUs; "
+                    "--tp values that split it: 1, 3");
+  EXPECT_USER_ERROR(shard_shapes(shapes("llama3.1-8b"), 16),
+                    "--tp 16: the model 'llama3.1-8b' has 8 KV heads, which do not split over 16 GPUs; "
+                    "--tp values that split it: 1, 2, 4, 8");
+  EXPECT_USER_ERROR(shard_shapes(shapes("toy"), 0), "--tp 0 must be in [1, 64]");
+  EXPECT_EQ(shard_shapes(shapes("smollm2-135m"), 3).heads, 3);
+}
+
+// A small model whose shards' column slices miss the 32-element Q8_0 blocks (so they are dequantized).
+LlamaGpuShapes odd_shapes() {
+  LlamaGpuShapes s;
+  s.name = "odd", s.layers = 1, s.d_model = 32, s.heads = 4, s.kv_heads = 2, s.head_dim = 8, s.ffn = 96;
+  s.vocab = 40, s.context = 64;
+  for (int i = 0; i < 4; ++i) s.rope_freq.push_back(std::pow(10000.0, -2.0 * i / 8));
+  return s;
+}
+
+// Random weights for every tensor of `s` in type t (F32 or Q8_0), kept alive by `store`.
+WeightBindings random_bindings(const LlamaGpuShapes& s, quant::QType t, std::vector<std::vector<uint8_t>>& store,
+                               uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  WeightBindings w;
+  for (auto& wr : build_schedule(s, Launch::per_op, 8, 8).weights) {
+    auto& b = store.emplace_back();
+    const int64_t n = wr.rows * wr.cols;
+    if (t == quant::QType::F32 || wr.rows == 1) {
+      b.resize(size_t(n) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = wr.rows == 1 ? 1.f + 0.1f * u(rng) : u(rng);
+        std::memcpy(b.data() + i * 4, &v, 4);
+      }
+      w.emplace(wr.name, cpu::QMatrix{quant::QType::F32, b.data(), wr.rows, wr.cols});
+    } else {
+      b.resize(size_t(n / 32) * sizeof(quant::BlockQ8_0));
+      auto* q = reinterpret_cast<quant::BlockQ8_0*>(b.data());
+      for (int64_t i = 0; i < n / 32; ++i) {
+        q[i].d = quant::float_to_fp16(0.01f + 0.02f * std::abs(u(rng)));
+        for (auto& v : q[i].qs) v = int8_t(int(rng() % 255) - 127);
+      }
+      w.emplace(wr.name, cpu::QMatrix{t, b.data(), wr.rows, wr.cols});
+    }
+  }
+  return w;
+}
+
+std::vector<double> dense(const cpu::QMatrix& m) {
+  std::vector<float> row(size_t(m.cols));
+  std::vector<double> d;
+  const uint64_t rb = *quant::row_bytes(m.type, m.cols);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    quant::dequantize_row(m.type, static_cast<const uint8_t*>(m.data) + r * int64_t(rb), row.data(), m.cols);
+    d.insert(d.end(), row.begin(), row.end());
+  }
+  return d;
+}
+
+TEST(LlamaGpuTp, ShardsTileEveryTensor) {
+  for (auto [s, t] : {std::pair{shapes("toy"), quant::QType::Q8_0}, {odd_shapes(), quant::QType::Q8_0},
+                      {shapes("toy"), quant::QType::F32}}) {
+    SCOPED_TRACE(s.name + " " + quant::to_string(t));
+    std::vector<std::vector<uint8_t>> store;
+    const WeightBindings w = random_bindings(s, t, store, 7);
+    const int tp = 2;
+    std::map<std::string, std::vector<int>> covered;  // element -> how many ranks hold it
+    for (int r = 0; r < tp; ++r) {
+      std::vector<std::vector<uint8_t>> st;
+      const WeightBindings sw = shard_weights(w, s, r, tp, st);
+      ASSERT_EQ(sw.size(), w.size());
+      for (auto& [name, m] : sw) {
+        const cpu::QMatrix& f = w.at(name);
+        ShardSlice sl = shard_slice(name, s, r, tp);
+        if (sl.rows < 0) sl = ShardSlice{0, f.rows, 0, f.cols, f.rows, f.cols};
+        ASSERT_EQ(m.rows, sl.rows) << name;
+        ASSERT_EQ(m.cols, sl.cols) << name;
+        const std::vector<double> whole = dense(f), part = dense(m);
+        auto& cov = covered[name];
+        cov.resize(whole.size());
+        for (int64_t i = 0; i < sl.rows; ++i)
+          for (int64_t j = 0; j < sl.cols; ++j) {
+            const size_t at = size_t((sl.row0 + i) * f.cols + sl.col0 + j);
+            ASSERT_EQ(part[size_t(i * sl.cols + j)], whole[at]) << name << " " << i << "," << j;
+            ++cov[at];
+          }
+        // The column slices of the odd shapes miss the Q8_0 blocks and become f32.
+        const bool split_cols = sl.cols != f.cols;
+        if (split_cols && s.name == "odd") EXPECT_EQ(m.type, quant::QType::F32) << name;
+        if (!split_cols) EXPECT_EQ(m.type, f.type) << name;
+      }
+    }
+    for (auto& [name, cov] : covered) {
+      const bool whole = shard_slice(name, s, 0, tp).rows < 0;
+      for (size_t i = 0; i < cov.size(); ++i) ASSERT_EQ(cov[i], whole ? tp : 1) << name << " element " << i;
+    }
+  }
+}
+
+// One decoder layer at one position, in double: attention over a cache of T earlier positions and the
+// current one, then the FFN. The Megatron split computes the residual's update as a sum over the ranks'
+// shards; the test checks that the sum equals the whole model's update.
+struct RefLayer {
+  const WeightBindings& w;
+  LlamaGpuShapes s;
+  std::vector<double> mv(const std::string& n, const std::vector<double>& x) const {
+    const cpu::QMatrix& m = w.at("blk.0." + n);
+    const std::vector<double> d = dense(m);
+    std::vector<double> y(size_t(m.rows), 0.0);
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t c = 0; c < m.cols; ++c) y[size_t(r)] += d[size_t(r * m.cols + c)] * x[size_t(c)];
+    return y;
+  }
+  std::vector<double> norm(const std::string& n, const std::vector<double>& x) const {
+    const std::vector<double> g = dense(w.at("blk.0." + n));
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double k = 1.0 / std::sqrt(ss / double(x.size()) + s.rms_eps);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * k * g[i];
+    return y;
+  }
+  // The attention output projection's contribution; cache_k / cache_v: T rows of this shard's KV width.
+  std::vector<double> attention(const std::vector<double>& x, const std::vector<std::vector<double>>& ck,
+                                const std::vector<std::vector<double>>& cv) const {
+    const auto h = norm("attn_norm.weight", x);
+    const auto q = mv("attn_q.weight", h), k = mv("attn_k.weight", h), v = mv("attn_v.weight", h);
+    const int64_t Dh = s.head_dim, group = s.heads / s.kv_heads, T = int64_t(ck.size());
+    std::vector<double> out(size_t(s.heads * Dh), 0.0);
+    for (int64_t hd = 0; hd < s.heads; ++hd) {
+      const int64_t kvh = hd / group;
+      std::vector<double> sc;
+      for (int64_t t = 0; t <= T; ++t) {
+        double dot = 0;
+        for (int64_t i = 0; i < Dh; ++i)
+          dot += q[size_t(hd * Dh + i)] * (t < T ? ck[size_t(t)][size_t(kvh * Dh + i)] : k[size_t(kvh * Dh + i)]);
+        sc.push_back(dot / std::sqrt(double(Dh)));
+      }
+      const double mx = *std::max_element(sc.begin(), sc.end());
+      double sum = 0;
+      for (double& e : sc) sum += (e = std::exp(e - mx));
+      for (int64_t t = 0; t <= T; ++t)
+        for (int64_t i = 0; i < Dh; ++i)
+          out[size_t(hd * Dh + i)] +=
+              sc[size_t(t)] / sum * (t < T ? cv[size_t(t)][size_t(kvh * Dh + i)] : v[size_t(kvh * Dh + i)]);
+    }
+    return mv("attn_output.weight", out);
+  }
+  std::vector<double> ffn(const std::vector<double>& x) const {
+    const auto h = norm("ffn_norm.weight", x);
+    auto g = mv("ffn_gate.weight", h);
+    const auto u = mv("ffn_up.weight", h);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+    return mv("ffn_down.weight", g);
+  }
+};
+
+TEST(LlamaGpuTp, ShardedLayerSumsToTheWholeLayer) {
+  for (auto [full, tp] : {std::pair{shapes("toy"), 2}, {odd_shapes(), 2}, {shapes("toy"), 1}}) {
+    SCOPED_TRACE(full.name + " tp " + std::to_string(tp));
+    std::vector<std::vector<uint8_t>> store;
+    const WeightBindings w = random_bindings(full, quant::QType::Q8_0, store, 11);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    const int64_t T = 5, kvw = full.kv_heads * full.head_dim;
+    std::vector<double> x(size_t(full.d_model));
+    for (double& v : x) v = u(rng);
+    std::vector<std::vector<double>> ck(T, std::vector<double>(size_t(kvw))), cv = ck;
+    for (auto* c : {&ck, &cv})
+      for (auto& row : *c)
+        for (double& v : row) v = u(rng);
+    // The whole model.
+    const RefLayer whole{w, full};
+    std::vector<double> h = x, y;
+    const auto a = whole.attention(x, ck, cv);
+    for (size_t i = 0; i < h.size(); ++i) h[i] += a[i];
+    y = h;
+    const auto f = whole.ffn(h);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += f[i];
+    // The shards, each with its KV heads' columns of the cache; the all-reduces are the sums.
+    const LlamaGpuShapes s = shard_shapes(full, tp);
+    std::vector<std::vector<std::vector<uint8_t>>> st(static_cast<size_t>(tp));
+    std::vector<WeightBindings> sw;
+    for (int r = 0; r < tp; ++r) sw.push_back(shard_weights(w, full, r, tp, st[size_t(r)]));
+    const int64_t part = s.kv_heads * s.head_dim;
+    std::vector<double> h2 = x;
+    for (int r = 0; r < tp; ++r) {
+      std::vector<std::vector<double>> k2, v2;
+      for (int64_t t = 0; t < T; ++t) {
+        k2.emplace_back(ck[size_t(t)].begin() + r * part, ck[size_t(t)].begin() + (r + 1) * part);
+        v2.emplace_back(cv[size_t(t)].begin() + r * part, cv[size_t(t)].begin() + (r + 1) * part);
+      }
+      const auto ar = RefLayer{sw[size_t(r)], s}.attention(x, k2, v2);
+      for (size_t i = 0; i < h2.size(); ++i) h2[i] += ar[i];
+    }
+    std::vector<double> y2 = h2;
+    for (int r = 0; r < tp; ++r) {
+      const auto fr = RefLayer{sw[size_t(r)], s}.ffn(h2);
+      for (size_t i = 0; i < y2.size(); ++i) y2[i] += fr[i];
+    }
+    double scale = 0;
+    for (double v : y) scale = std::max(scale, std::abs(v));
+    ASSERT_GT(scale, 0.1);
+    for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y2[i], y[i], 1e-12 * scale) << i;
+  }
+}
+
 TEST(LlamaGpuEngine, WithoutAGpuSaysSo) {
   if (query_gpu()) GTEST_SKIP() << "a GPU is present (SM90_LlamaGpu* covers the engine)";
   LlamaGpuOptions o;
@@ -404,7 +662,27 @@ TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
   auto tr = test::run_cli("generate --shapes toy --gpu-trace t.csv -n 2");
   EXPECT_EQ(tr.status, 2) << tr.out;
   EXPECT_NE(tr.out.find("--gpu-trace needs --target cuda"), std::string::npos) << tr.out;
+  auto tc = test::run_cli("generate --shapes toy --tp 2 -n 2");
+  EXPECT_EQ(tc.status, 2) << tc.out;
+  EXPECT_NE(tc.out.find("--tp needs --target cuda"), std::string::npos) << tc.out;
+  auto tz = test::run_cli("generate --shapes toy --target cuda --tp 0 -n 2");
+  EXPECT_EQ(tz.status, 2) << tz.out;
+  EXPECT_NE(tz.out.find("--tp 0 must be in [1, 64]"), std::string::npos) << tz.out;
+  auto tl = test::run_cli("generate --shapes toy --target cuda --tp-local -n 2");
+  EXPECT_EQ(tl.status, 2) << tl.out;
+  EXPECT_NE(tl.out.find("--tp-local needs --tp N"), std::string::npos) << tl.out;
+  auto ts = test::run_cli("generate --shapes smollm2-135m --target cuda --tp 2 -n 2");
+  EXPECT_EQ(ts.status, 1) << ts.out;
+  EXPECT_NE(ts.out.find("which do not split over 2 GPUs; --tp values that split it: 1, 3"), std::string::npos)
+      << ts.out;
   if (query_gpu()) return;
+  // No GPU here: the supervisor stops before starting any process (NCCL missing, or too few GPUs).
+  auto tn = test::run_cli("generate --shapes toy --target cuda --tp 2 -n 2");
+  EXPECT_EQ(tn.status, 1) << tn.out;
+  EXPECT_TRUE(tn.out.find("--tp 2 needs 2 GPUs; this machine has 0") != std::string::npos ||
+              tn.out.find("--tp: this build has no NCCL") != std::string::npos)
+      << tn.out;
+  EXPECT_EQ(std::count(tn.out.begin(), tn.out.end(), '\n'), 1) << tn.out;
   auto g = test::run_cli("generate --shapes toy --target cuda -n 2");
   EXPECT_EQ(g.status, 1) << g.out;
   EXPECT_NE(g.out.find("not supported yet: the GPU engine"), std::string::npos) << g.out;
