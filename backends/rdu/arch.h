@@ -28,8 +28,8 @@ struct Memory {
   // this many, and issues the ones it owes as soon as its queue is empty (JEDEC DDR3/DDR4/HBM allow 8
   // postponed REF commands; 0: every refresh is issued when it falls due).
   int refresh_postpone = 0;
-  double turnaround_ns = 7.5;         // bus idle when switching between reads and writes
-  int interleave_bytes = 256;         // address interleaving granularity across channels
+  double turnaround_ns = 7.5;  // bus idle when switching between reads and writes
+  int interleave_bytes = 256;  // address interleaving granularity across channels
   double peak_gbs() const { return channels * channel_gbs; }
 };
 
