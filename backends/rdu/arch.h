@@ -24,8 +24,12 @@ struct Memory {
   double row_miss_ns = 27.5;          // precharge + activate (tRP + tRCD)
   double refresh_interval_ns = 7800;  // tREFI (0 = no refresh)
   double refresh_ns = 260;            // tRFC: channel blocked this long every refresh interval
-  double turnaround_ns = 7.5;         // bus idle when switching between reads and writes
-  int interleave_bytes = 256;         // address interleaving granularity across channels
+  // Refreshes a channel may owe: while requests wait, the controller postpones due refreshes, at most
+  // this many, and issues the ones it owes as soon as its queue is empty (JEDEC DDR3/DDR4/HBM allow 8
+  // postponed REF commands; 0: every refresh is issued when it falls due).
+  int refresh_postpone = 0;
+  double turnaround_ns = 7.5;  // bus idle when switching between reads and writes
+  int interleave_bytes = 256;  // address interleaving granularity across channels
   double peak_gbs() const { return channels * channel_gbs; }
 };
 

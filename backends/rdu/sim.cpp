@@ -93,6 +93,7 @@ struct Channel {
   bool serve_pending = false;
   bool last_write = false;
   double next_refresh = 0;
+  int owed = 0;  // refreshes due and postponed (Memory::refresh_postpone)
   std::vector<int64_t> open_row;
   std::vector<double> bank_free;
 };
@@ -490,6 +491,75 @@ class Sim {
   }
   int64_t row_of(int64_t addr) const { return addr / (int64_t(mem_.row_bytes) * mem_.banks); }
 
+  // An all-bank refresh ending at `end`: the channel was blocked refresh_ and every row is closed.
+  void refreshed(Channel& C, double end) {
+    std::fill(C.open_row.begin(), C.open_row.end(), -1);
+    std::fill(C.bank_free.begin(), C.bank_free.end(), end);
+    ++res_.refreshes;
+  }
+  // The refreshes before a request picked at t = max(now_, bus_free); returns when it can start.
+  double refresh_before(Channel& C, double t) {
+    if (mem_.refresh_postpone == 0) {  // every refresh issued when it falls due
+      // Refreshes that fell in an idle stretch cannot block this request (refresh_ns < refresh_interval_ns,
+      // checked with the arch): count them at once instead of one by one, so a long gap costs no loop.
+      if (t >= C.next_refresh + 64 * refresh_int_) {
+        const double skipped = std::floor((t - C.next_refresh) / refresh_int_) - 1;
+        C.next_refresh += skipped * refresh_int_;
+        res_.refreshes += int64_t(skipped);
+      }
+      while (t >= C.next_refresh) {
+        t = std::max(t, C.next_refresh + refresh_);
+        C.next_refresh += refresh_int_;
+        refreshed(C, t);
+      }
+      return t;
+    }
+    // Postponed refresh (the "deficit mode" of HBM controllers, e.g. AMD PG313: refreshes are skipped up
+    // to eight times while transactions are queued and made up when the queue is empty). A request served
+    // after the bus had been free (now_ > bus_free) found the queue empty since bus_free: in that stretch
+    // the controller issued what it owed and what fell due, each as soon as it could, as long as it
+    // started before this request arrived (then the request waits for its end).
+    if (now_ > C.bus_free) {
+      double free = C.bus_free;
+      if (C.next_refresh + 64 * refresh_int_ <= now_) {  // a long stretch: everything fits, no loop
+        const double skipped = std::floor((now_ - C.next_refresh) / refresh_int_) - 1;
+        res_.refreshes += C.owed + int64_t(skipped) - 1;
+        C.owed = 0;
+        C.next_refresh += skipped * refresh_int_;
+        free = C.next_refresh - refresh_int_ + refresh_;
+        refreshed(C, free);
+      }
+      for (;;) {
+        double start;
+        if (C.owed > 0) {
+          start = free;
+        } else if (C.next_refresh < now_) {
+          start = std::max(free, C.next_refresh);
+          C.next_refresh += refresh_int_;
+          ++C.owed;
+        } else {
+          break;
+        }
+        if (start >= now_) break;  // the request came first: the refresh stays owed
+        --C.owed;
+        free = start + refresh_;
+        refreshed(C, free);
+      }
+      t = std::max(t, free);
+    }
+    // Refreshes falling due while requests wait are owed; one past the limit is issued at once.
+    while (t >= C.next_refresh) {
+      const double due = C.next_refresh;
+      C.next_refresh += refresh_int_;
+      if (++C.owed > mem_.refresh_postpone) {
+        --C.owed;
+        t = std::max(t, std::max(due, C.bus_free) + refresh_);
+        refreshed(C, t);
+      }
+    }
+    return t;
+  }
+
   void serve(int c) {
     auto& C = chans_[c];
     if (C.queue.empty()) return;
@@ -505,21 +575,7 @@ class Sim {
     }
     Req r = C.queue[pick];
     C.queue.erase(C.queue.begin() + long(pick));
-    double t = std::max(now_, C.bus_free);
-    // Refreshes that fell in an idle stretch cannot block this request (refresh_ns < refresh_interval_ns,
-    // checked with the arch): count them at once instead of one by one, so a long gap costs no loop.
-    if (t >= C.next_refresh + 64 * refresh_int_) {
-      const double skipped = std::floor((t - C.next_refresh) / refresh_int_) - 1;
-      C.next_refresh += skipped * refresh_int_;
-      res_.refreshes += int64_t(skipped);
-    }
-    while (t >= C.next_refresh) {  // all banks refresh: the channel is blocked, rows close
-      t = std::max(t, C.next_refresh + refresh_);
-      C.next_refresh += refresh_int_;
-      std::fill(C.open_row.begin(), C.open_row.end(), -1);
-      std::fill(C.bank_free.begin(), C.bank_free.end(), t);
-      ++res_.refreshes;
-    }
+    double t = refresh_before(C, std::max(now_, C.bus_free));
     int b = bank_of(r.addr);
     int64_t row = row_of(r.addr);
     double start = t;

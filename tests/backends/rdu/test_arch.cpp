@@ -89,7 +89,9 @@ TEST(RduArch, AChangedKeyMovesTheCyclesTheExpectedWay) {
   EXPECT_GT(result("dotproduct", dot, {"memory.ddr.channels=1"}).cycles, 3 * d.cycles);
   EXPECT_LT(result("dotproduct", dot, {"memory.ddr.channel_gbs=25.6"}).cycles, 0.7 * d.cycles);
   EXPECT_GT(result("dotproduct", dot, {"memory.ddr.latency_ns=500"}).cycles, d.cycles);
-  EXPECT_NEAR(result("dotproduct", dot, {"pcu.lanes=32"}).cycles, d.cycles, 0.01 * d.cycles);
+  // PCU width barely matters; what moves is where the channels' postponed refreshes fall: they are
+  // issued in stretches with an empty queue, which shift with the compute's timing (14 or 3 of 20).
+  EXPECT_NEAR(result("dotproduct", dot, {"pcu.lanes=32"}).cycles, d.cycles, 0.025 * d.cycles);
   const RunResult d2 = result("dotproduct", dot, {"clock_ghz=2"});
   EXPECT_NEAR(d2.cycles / d.cycles, 2.0, 0.1);
   EXPECT_NEAR(d2.seconds, d.seconds, 0.05 * d.seconds);

@@ -51,6 +51,8 @@ TEST(RduExtreme, ArchKeysOutOfRange) {
                "key 'memory.ddr.channel_gbs' expects a number in [0.001, 100000], got '1e300'");
   expect_error("sim matmul --set memory.ddr.channel_gbs=nan", 1,
                "key 'memory.ddr.channel_gbs' expects a number in [0.001, 100000], got 'nan'");
+  expect_error("sim matmul --set memory.ddr.refresh_postpone=9", 1,
+               "key 'memory.ddr.refresh_postpone' expects an integer in [0, 8], got '9'");
   expect_error(
       "sim matmul --set memory.ddr.refresh_ns=8000", 1,
       "key 'memory.ddr.refresh_ns' (8000) must be shorter than memory.ddr.refresh_interval_ns (7800)");
