@@ -547,13 +547,15 @@ class Engine final : public LlamaGpu {
     ++stats_.all_reduces;
     if (opt_.tp_local) {
       if (peers_.empty()) return;  // one shard: the sum is the buffer itself
-      auto all = shards();
-      std::vector<float*> bufs;
-      for (Engine* e : all) bufs.push_back(e->p_.buf[buf]);
-      if (!ar_bufs_) ar_bufs_ = static_cast<float**>(alloc(bufs.size() * sizeof(float*) * kBufCount));
-      float** dst = ar_bufs_ + size_t(buf) * bufs.size();
-      MP_CUDA(cudaMemcpyAsync(dst, bufs.data(), bufs.size() * sizeof(float*), cudaMemcpyHostToDevice, stream_));
-      sum_shards<<<int(std::min<int64_t>(ceil_div_i(n, 256), 1024)), 256, 0, stream_>>>(dst, int(bufs.size()), n);
+      const auto all = shards();
+      if (!ar_bufs_) {  // every buffer's pointers in every shard, uploaded once
+        std::vector<float*> table;
+        for (int b = 0; b < kBufCount; ++b)
+          for (Engine* e : all) table.push_back(e->p_.buf[b]);
+        ar_bufs_ = upload(table);
+      }
+      sum_shards<<<int(std::min<int64_t>(ceil_div_i(n, 256), 1024)), 256, 0, stream_>>>(
+          ar_bufs_ + size_t(buf) * all.size(), int(all.size()), n);
       return;
     }
 #if MP_HAVE_NCCL

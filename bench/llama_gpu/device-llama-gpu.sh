@@ -8,15 +8,18 @@
 # when torch is importable. Prints one table; ratios are against PyTorch with CUDA graphs from the same
 # run. Logs under $OUT.
 #   usage: [OUT=DIR] bench/llama_gpu/device-llama-gpu.sh [--tests] [--ctx N] [--no-tune]
-#                    [--tunes 'LIST;LIST...'] [--only-8b]
+#                    [--tunes 'LIST;LIST...'] [--only-8b] [--tp]
 # --no-tune leaves out the megakernel's --gpu-tune rows; --tunes replaces the default set of them with
-# the given --gpu-tune lists (separated by ';'); --only-8b leaves out the SmolLM2 rows.
+# the given --gpu-tune lists (separated by ';'); --only-8b leaves out the SmolLM2 rows. --tp adds
+# tensor-parallel rows on Llama-3.1-8B's shapes (per-layer and megakernel): --tp 1 (NCCL, one rank),
+# --tp 2 / 4 where the machine has the GPUs, and --tp 2 --tp-local (both shards on one GPU), each
+# with its greedy tokens compared against the single-GPU run's.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-build/llama-gpu-out}"
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-tests=0 ctx=1024 with_tune=1 tunes="" only8b=0
+tests=0 ctx=1024 with_tune=1 tunes="" only8b=0 tp=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --tests) tests=1 ;;
@@ -24,6 +27,7 @@ while [ $# -gt 0 ]; do
     --no-tune) with_tune=0 ;;
     --tunes) tunes="$2"; shift ;;
     --only-8b) only8b=1 ;;
+    --tp) tp=1 ;;
     *) echo "device-llama-gpu.sh: unknown option '$1' (usage: see the top of the file)"; exit 2 ;;
   esac
   shift
@@ -67,6 +71,18 @@ for mode in per-op per-layer megakernel; do
   [ $only8b = 1 ] || run "smollm2-135m bf16 | metapipe $mode" --launch $mode --shapes smollm2-135m --prompt "$text"
   run "llama3.1-8b bf16 | metapipe $mode" --launch $mode --shapes llama3.1-8b --prompt "$text"
 done
+if [ $tp = 1 ]; then
+  gpus=$(nvidia-smi -L | wc -l)
+  for mode in per-layer megakernel; do
+    run "llama3.1-8b bf16 | metapipe $mode --tp 1" --launch $mode --shapes llama3.1-8b --prompt "$text" --tp 1
+    for n in 2 4; do
+      [ "$gpus" -ge $n ] && run "llama3.1-8b bf16 | metapipe $mode --tp $n" --launch $mode --shapes llama3.1-8b \
+        --prompt "$text" --tp $n
+    done
+    run "llama3.1-8b bf16 | metapipe $mode --tp 2 --tp-local" --launch $mode --shapes llama3.1-8b \
+      --prompt "$text" --tp 2 --tp-local
+  done
+fi
 # The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
 alternatives="min-blocks=2,loads=8,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1"
@@ -123,5 +139,16 @@ for r in rows:
     f = lambda v, p: "-" if v is None else f"{v:.{p}f}"
     print(f"| {model:<22} | {impl:<26} | {f(ms, 3):>8} | {f(1e3 / ms if ms else None, 0):>8} | {f(lpt, 0):>14} | "
           f"{f(bw, 0):>4} | {ratio:>14} |")
+# Tensor-parallel rows: their greedy tokens against the single-GPU run of the same mode and shapes.
+single = {r["label"]: r["run"]["tokens"] for r in rows if "run" in r and "--tp" not in r["label"]}
+for r in rows:
+    if "run" not in r or "--tp" not in r["label"]:
+        continue
+    model, impl = [s.strip() for s in r["label"].split("|")]
+    base = f"{model} | {impl.split(' --tp')[0]}"
+    if base in single:
+        same = r["run"]["tokens"] == single[base]
+        print(f"{r['label']}: {r['run']['all_reduces_per_token']} all-reduces per token; tokens "
+              f"{'equal' if same else 'DIFFER from'} the single-GPU run's")
 EOF
 echo "done in $(( $(date +%s) - t0 )) s"
