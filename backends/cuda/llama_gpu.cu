@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "backends/cuda/llama_gpu.h"
@@ -123,6 +125,19 @@ __global__ void fill_random_norm(float* w, int64_t n, uint64_t seed) {
     w[i] = 1.f + 0.1f * hash_uniform(seed, uint64_t(i));
 }
 
+// The task kernel's dynamic shared-memory limit is a property of the function, shared by every engine
+// of the process: it only grows, so that an engine made later with smaller rows (a tensor-parallel
+// shard, a smaller model) does not lower it below what an earlier engine launches with.
+void raise_smem_limit(void (*kernel)(dev::Params), size_t bytes) {
+  static std::mutex m;
+  static std::map<void (*)(dev::Params), size_t> limit;
+  std::lock_guard<std::mutex> lock(m);
+  size_t& l = limit[kernel];
+  if (bytes <= l) return;
+  MP_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  l = bytes;
+}
+
 uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -197,7 +212,7 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
                   " must be >= 0, or -1 for whole tasks");
     kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : o.min_blocks_per_sm == 3 ? llama_tasks<3> : llama_tasks<2>;
-    MP_CUDA(cudaFuncSetAttribute(kernel_, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_)));
+    raise_smem_limit(kernel_, smem_);
     int per_sm = 0;
     MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_));
     MP_INTERNAL_CHECK(per_sm >= 1, "the task kernel fits no SM");

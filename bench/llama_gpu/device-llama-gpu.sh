@@ -55,7 +55,7 @@ results="$OUT/results.jsonl"
 run() {  # label, then metapipe generate arguments
   local label="$1"; shift
   local line
-  line=$(timeout 120 $mp generate --target cuda --ctx "$ctx" -n 64 --json --quiet "$@" 2>>"$OUT/errors.log" | tail -1)
+  line=$(timeout 120 $mp generate --target cuda --ctx "$ctx" -n 64 --seed 1 --json --quiet "$@" 2>>"$OUT/errors.log" | tail -1)
   if [ -n "$line" ] && [ "${line:0:1}" = "{" ]; then
     echo "{\"label\": \"$label\", \"run\": $line}" >>"$results"
   else

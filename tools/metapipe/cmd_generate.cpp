@@ -331,6 +331,8 @@ int run_generate(Args& a) {
                         gpus, " (--tp-local runs the shards on one GPU)");
           std::vector<std::string> argv = {self_exe(), "generate"};
           for (auto& t : a.tokens()) argv.push_back(t);
+          // Random weights: every rank draws its shard of the same matrices.
+          if (!seed_opt) argv.insert(argv.end(), {"--seed", std::to_string(smp.seed >> 1)});
           return cuda::tp::run_ranks(argv, int(*tp_opt));
         }
         MP_USER_CHECK(env->size == *tp_opt, "--tp ", *tp_opt, " but this rank was started as one of ",
