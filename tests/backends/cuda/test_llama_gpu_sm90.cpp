@@ -9,13 +9,13 @@
 // - bad input: a context beyond the KV cache, a model that does not fit;
 // - tensor parallelism: the shards on this GPU against the whole model, and NCCL with one rank.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 
 #include "backends/cpu/llm_engine.h"
 #include "backends/cuda/llama_gpu.h"
@@ -36,7 +36,6 @@ bool have_hopper() {
   auto g = query_gpu();
   return g && gpu_is_hopper(*g);
 }
-
 
 LlamaGpuShapes shapes(const models::LlamaConfig& c) { return shapes_of(c, models::rope_frequency); }
 
@@ -307,7 +306,8 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
       return run_gpu(*g, prompt, 12);
     };
     // The streamed GEMV reads whole rows: compared with the register loads of whole rows (slices=1).
-    const Decode regs = run("stream=0,slices=1"), whole = run("stream=4,seg-kib=4"), split = run("stream=3,seg-kib=1");
+    const Decode regs = run("stream=0,slices=1"), whole = run("stream=4,seg-kib=4"),
+                 split = run("stream=3,seg-kib=1");
     ASSERT_TRUE(all_finite(whole.first_logits) && all_finite(split.first_logits));
     EXPECT_LE(max_diff(whole.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
     EXPECT_LE(max_diff(split.first_logits, regs.first_logits), 1e-4 * max_abs(regs.first_logits));
@@ -471,7 +471,6 @@ TEST(SM90_LlamaGpu, SmolLM2TokensAndLogitsEqualTheCpuPath) {
   }
 }
 
-
 // ---- Tensor parallelism ----
 
 // The shards of a tensor-parallel run, all on this GPU in one engine (LlamaGpuOptions::tp_local), against
@@ -480,20 +479,22 @@ TEST(SM90_LlamaGpu, SmolLM2TokensAndLogitsEqualTheCpuPath) {
 // matrices), and SmolLM2 from the installed GGUF over 3 shards (its 9 / 3 heads). The shards' partial
 // sums are added in another order than the whole model's rows, so the logits agree to fp32 rounding
 // (max |diff| <= 1e-3 of the largest logit; bf16 activations nowhere) and the greedy tokens are equal.
-TEST(SM90_LlamaGpuTp, ShardsOnOneGpuEqualTheWholeModel) {
+void compare_shards(LlamaGpu& whole, LlamaGpu& shards, const std::vector<int32_t>& prompt, int n) {
+  Decode a = run_gpu(whole, prompt, n), b = run_gpu(shards, prompt, n);
+  ASSERT_TRUE(all_finite(b.first_logits));
+  const double md = max_diff(a.first_logits, b.first_logits), mx = max_abs(a.first_logits);
+  std::printf("  first logits max |diff| %.3g of max |logit| %.3g; %zu tokens %s\n", md, mx, a.tokens.size(),
+              a.tokens == b.tokens ? "equal" : "DIFFER");
+  EXPECT_LE(md, 1e-3 * mx);
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(shards.stats().all_reduces, shards.stats().positions * shards.schedule().all_reduces_per_token());
+  EXPECT_GT(shards.stats().all_reduces, 0);
+}
+
+TEST(SM90_LlamaGpuTp, ToyModelShardsEqualTheWholeModel) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  test::Watchdog wd(600, "GPU tensor-parallel test");
-  auto compare = [](LlamaGpu& whole, LlamaGpu& shards, const std::vector<int32_t>& prompt, int n) {
-    Decode a = run_gpu(whole, prompt, n), b = run_gpu(shards, prompt, n);
-    ASSERT_TRUE(all_finite(b.first_logits));
-    const double md = max_diff(a.first_logits, b.first_logits), mx = max_abs(a.first_logits);
-    std::printf("  first logits max |diff| %.3g of max |logit| %.3g; %zu tokens %s\n", md, mx, a.tokens.size(),
-                a.tokens == b.tokens ? "equal" : "DIFFER");
-    EXPECT_LE(md, 1e-3 * mx);
-    EXPECT_EQ(a.tokens, b.tokens);
-    EXPECT_EQ(shards.stats().all_reduces, shards.stats().positions * shards.schedule().all_reduces_per_token());
-    EXPECT_GT(shards.stats().all_reduces, 0);
-  };
+  test::Watchdog wd(600, "GPU tensor-parallel test");  // room for compute-sanitizer
+  auto compare = compare_shards;
   {
     auto c = models::LlamaConfig::preset("toy");
     models::RunnerOptions ro;
@@ -511,6 +512,12 @@ TEST(SM90_LlamaGpuTp, ShardsOnOneGpuEqualTheWholeModel) {
       compare(*whole, *shards, {3, 17, 42, 5, 88}, 24);
     }
   }
+}
+
+TEST(SM90_LlamaGpuTp, LargerModelShardsEqualTheWholeModel) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
+  test::Watchdog wd(300, "GPU tensor-parallel test");
+  auto compare = compare_shards;
   {
     auto c = models::LlamaConfig::preset("llama3.1-8b");
     c.layers = 2;
