@@ -4,14 +4,19 @@
 # kernels and, for the streaming programs, the bandwidth achieved (bytes the IR loads and stores, from
 # `metapipe compile`'s work summary, over the device time) and its share of the copy bandwidth measured
 # in the same run. Needs the default preset build (build/).
-#   usage: bench/cuda_lower/device-cuda-lower.sh [--variants [LIST]] [METAPIPE]
+#   usage: bench/cuda_lower/device-cuda-lower.sh [--only REGEX] [--variants [LIST]] [METAPIPE]
+# --only: the cases whose program name matches REGEX (grep -E), e.g. 'dotproduct|tpchq6'.
 # --variants: the streaming programs only, once per variant of the lowering's speed options
 # (docs/cuda-lowering.md, "Speed"), each row labelled with its variant. LIST is ';'-separated, each
 # variant a space-separated list of NAME=VALUE for the MP_CUDA_LOWER_* variables ("default": none set);
 # at most 4. Default list: default; RING=off; RING=128; THREADS=256.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-variants=""
+variants="" only=""
+if [ "${1:-}" = "--only" ]; then
+  [ $# -ge 2 ] || { echo "device-cuda-lower.sh: --only needs a regular expression"; exit 2; }
+  only="$2"; shift 2
+fi
 if [ "${1:-}" = "--variants" ]; then
   shift
   variants="default;RING=off;RING=128;THREADS=256"
@@ -90,6 +95,7 @@ for v in "${vlist[@]}"; do
  for c in "${cases[@]}"; do
   IFS='|' read -r prog sets stream <<<"$c"
   [ -n "$variants" ] && [ "$stream" != 1 ] && continue
+  [ -n "$only" ] && ! grep -qE "$only" <<<"$prog" && continue
   args=()
   for s in $sets; do args+=(--set "$s"); done
   json=$(env "${envs[@]}" "$mp" run "$prog" --target cuda --seed 1 --repeat 20 --json "${args[@]}" 2>&1)

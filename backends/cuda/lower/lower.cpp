@@ -1314,20 +1314,41 @@ class Gen {
       line("// " + ir::value_name(c.result) + " = " + ir::value_name(c.init) + " combined (" + ir::to_string(fold_op(m, c)) +
            ") with the partials of blocks 0, 1, ...");
       for (size_t a = 0; a < r; ++a) line(e(c.result, a) + " = " + e(c.init, a) + "; " + o(c.result, a) + " = " + o(c.init, a) + ";");
-      line("for (unsigned b_ = 0; b_ < gridDim.x; ++b_) {");
-      line("  const volatile float* m_ = mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(fold_meta_ + j) + ";");
+      // The partials are read 16 blocks at a time, all 16 loads issued before the first is used: one
+      // L2 round trip per 16 blocks instead of one per block (a thread issues in order, so a load
+      // followed by its use in a loop waits a round trip each time; measured on the H200, 132 blocks
+      // of dotproduct's scalar fold took most of the kernel). The fold still runs in block order.
+      const std::string rr = std::to_string(r);
+      line("for (unsigned b0_ = 0; b0_ < gridDim.x; b0_ += 16) {");
+      line("  float q_[16 * " + rr + "];");
+      line("#pragma unroll");
+      line("  for (int u_ = 0; u_ < 16; ++u_)");
+      line("#pragma unroll");
+      line("    for (int a_ = 0; a_ < " + rr + "; ++a_)");
+      line("      q_[u_ * " + rr + " + a_] = b0_ + u_ < gridDim.x ? ((const volatile float*)(mp_scratch + (long long)(b0_ + u_) * "
+           "mp_scratch_per_block + " + ll(fold_meta_ + j) + "))[a_] : 0.0f;");
+      line("#pragma unroll");
+      line("  for (int u_ = 0; u_ < 16; ++u_) {");
+      line("    if (b0_ + u_ >= gridDim.x) break;");
       for (size_t a = 0; a < r; ++a)
-        line("  if ((long long)m_[" + std::to_string(a) + "] < " + e(c.result, a) + ") " + e(c.result, a) +
-             " = (long long)m_[" + std::to_string(a) + "];");
+        line("    if ((long long)q_[u_ * " + rr + " + " + std::to_string(a) + "] < " + e(c.result, a) + ") " + e(c.result, a) +
+             " = (long long)q_[u_ * " + rr + " + " + std::to_string(a) + "];");
+      line("  }");
       line("}");
       j += int64_t(r);
       int64_t part = slot_.at(groups_.find(c.arg->id)).offset;
       open_elements(c.result);
       line("    float s_ = " + v(c.init->id) + "[" + at(c.init, xs(r)) + "];");
-      line("    for (unsigned b_ = 0; b_ < gridDim.x; ++b_)");
-      line("      " + fold_step(fold_op(m, c), "s_",
-                              "((const volatile float*)(mp_scratch + (long long)b_ * mp_scratch_per_block + " + ll(part) +
-                                  "))[" + at(c.arg, xs(r)) + "]"));
+      line("    for (unsigned b0_ = 0; b0_ < gridDim.x; b0_ += 16) {");
+      line("      float t_[16];");
+      line("#pragma unroll");
+      line("      for (int u_ = 0; u_ < 16; ++u_)");
+      line("        t_[u_] = b0_ + u_ < gridDim.x ? ((const volatile float*)(mp_scratch + (long long)(b0_ + u_) * "
+           "mp_scratch_per_block + " + ll(part) + "))[" + at(c.arg, xs(r)) + "] : 0.0f;");
+      line("#pragma unroll");
+      line("      for (int u_ = 0; u_ < 16; ++u_)");
+      line("        if (b0_ + u_ < gridDim.x) " + fold_step(fold_op(m, c), "s_", "t_[u_]"));
+      line("    }");
       line("    " + v(c.result->id) + "[" + at(c.result, xs(r)) + "] = mp_round(s_, " +
            std::to_string(dt_code(c.result->dtype)) + ");");
       close_elements();
