@@ -96,6 +96,13 @@ struct Channel {
   int owed = 0;  // refreshes due and postponed (Memory::refresh_postpone)
   std::vector<int64_t> open_row;
   std::vector<double> bank_free;
+  // Per-bank refresh (Memory::refresh_bank_ns > 0): when each bank's next refresh falls due, how many it
+  // owes, and when the channel's refresh in progress ends (one bank at a time).
+  std::vector<double> bank_due;
+  std::vector<int> bank_owed;
+  std::vector<int> bank_queued;  // queued requests per bank
+  int owed_banks = 0;            // banks that owe a refresh
+  double refresh_free = 0;
 };
 
 struct Agcu {
@@ -146,11 +153,22 @@ class Sim {
     refresh_int_ = mem_.refresh_interval_ns * ghz;
     refresh_ = mem_.refresh_ns * ghz;
     turn_ = mem_.turnaround_ns * ghz;
+    per_bank_ = mem_.refresh_bank_ns > 0 && refresh_int_ > 0;
+    refresh_bank_ = mem_.refresh_bank_ns * ghz;
     chans_.resize(mem_.channels);
+    want_.assign(mem_.banks, 0);
     for (auto& ch : chans_) {
       ch.open_row.assign(mem_.banks, -1);
       ch.bank_free.assign(mem_.banks, 0);
       ch.next_refresh = refresh_int_ > 0 ? refresh_int_ : 1e300;
+      if (per_bank_) {
+        // bank b's refreshes fall due at (b + 1) / banks of the interval, then once per interval
+        ch.bank_due.resize(mem_.banks);
+        for (int b = 0; b < mem_.banks; ++b) ch.bank_due[b] = refresh_int_ * (b + 1) / mem_.banks;
+        ch.bank_owed.assign(mem_.banks, 0);
+        ch.bank_queued.assign(mem_.banks, 0);
+        ch.next_refresh = ch.bank_due[0];
+      }
     }
     st_.resize(g_.stages.size());
     has_register_output_.assign(g_.stages.size(), false);
@@ -477,6 +495,7 @@ class Sim {
     cr.stage = r.stage;
     auto& C = chans_[ch];
     C.queue.push_back(cr);
+    if (per_bank_) ++C.bank_queued[size_t(bank_of(local))];
     if (!C.serve_pending) {
       C.serve_pending = true;
       push(std::max(now_, C.bus_free), CHAN_SERVE, ch, 0);
@@ -560,22 +579,86 @@ class Sim {
     return t;
   }
 
+  // Per-bank refresh (REFpb / REFSB: AMD PG313 "Single Bank Refresh"; JESD235 / JESD238 define it for
+  // HBM2 / HBM3): the refreshed bank is precharged and unavailable for refresh_bank_ns, the channel's other
+  // banks keep their open rows and serve. The controller refreshes a bank that owes a refresh when no queued
+  // request waits for that bank (or before the first such request arrived); a bank may owe up to
+  // refresh_postpone refreshes, past that the oldest is issued at once (the request then waits for its
+  // bank while the others are served). One bank refreshes at a time, tRFCpb apart (as LPDDR4's REFpb
+  // requires; the conservative choice for HBM). A refresh that waits for a bank never closes another's row.
+  void refresh_banks(Channel& C, double t, size_t window) {
+    if (t < C.next_refresh && C.owed_banks == 0) return;
+    const int nb = mem_.banks;
+    // queued requests past the window arrived after its last one (the queue is in arrival order)
+    const double later = C.queue[window - 1].arrival;
+    for (int b = 0; b < nb; ++b) want_[size_t(b)] = C.bank_queued[size_t(b)] > 0 ? later : 1e300;
+    for (size_t k = 0; k < window; ++k) {
+      const Req& r = C.queue[k];
+      double& w = want_[size_t(bank_of(r.addr))];
+      w = std::min(w, r.arrival);
+    }
+    double next = 1e300;
+    for (int b = 0; b < nb; ++b) {
+      double& due = C.bank_due[b];
+      int& owed = C.bank_owed[b];
+      const int before = owed;
+      if (t >= due + 64 * refresh_int_) {  // a long idle stretch: all but the last few fit, no loop
+        const double skipped = std::floor((t - due) / refresh_int_) - 1;
+        res_.refreshes += owed + int64_t(skipped);
+        owed = 0;
+        due += skipped * refresh_int_;
+      }
+      while (t >= due) ++owed, due += refresh_int_;
+      while (owed > 0) {
+        const double oldest = due - owed * refresh_int_;
+        const bool forced = owed > mem_.refresh_postpone;
+        const double start = std::max({forced ? oldest + mem_.refresh_postpone * refresh_int_ : oldest,
+                                       C.bank_free[b], C.refresh_free});
+        if (!forced && (start >= want_[b] || start > t)) break;  // a request waits for it, or not yet
+        const double end = start + (C.open_row[b] >= 0 ? row_miss_ / 2 : 0) + refresh_bank_;  // tRP first
+        C.open_row[b] = -1;
+        C.bank_free[b] = end;
+        C.refresh_free = end;
+        --owed;
+        ++res_.refreshes;
+      }
+      C.owed_banks += (owed > 0) - (before > 0);
+      next = std::min(next, due);
+    }
+    C.next_refresh = next;
+  }
+
   void serve(int c) {
     auto& C = chans_[c];
     if (C.queue.empty()) return;
-    // FR-FCFS within a window: the oldest row hit first, else the oldest request.
-    size_t pick = 0;
     const size_t window = std::min<size_t>(C.queue.size(), 16);
+    double t = std::max(now_, C.bus_free);
+    if (per_bank_) refresh_banks(C, t, window);
+    // FR-FCFS within a window: the oldest row hit first, else the oldest request (with per-bank refresh:
+    // the oldest whose bank is not being refreshed, else the one whose bank is free first).
+    size_t pick = 0;
+    bool hit = false;
     for (size_t k = 0; k < window; ++k) {
       const Req& r = C.queue[k];
       if (C.open_row[bank_of(r.addr)] == row_of(r.addr)) {
         pick = k;
+        hit = true;
         break;
       }
     }
+    if (per_bank_ && !hit)
+      for (size_t k = 0; k < window; ++k) {
+        const double f = C.bank_free[bank_of(C.queue[k].addr)];
+        if (f <= t) {
+          pick = k;
+          break;
+        }
+        if (f < C.bank_free[bank_of(C.queue[pick].addr)]) pick = k;
+      }
     Req r = C.queue[pick];
     C.queue.erase(C.queue.begin() + long(pick));
-    double t = refresh_before(C, std::max(now_, C.bus_free));
+    if (per_bank_) --C.bank_queued[size_t(bank_of(r.addr))];
+    if (!per_bank_) t = refresh_before(C, t);
     int b = bank_of(r.addr);
     int64_t row = row_of(r.addr);
     double start = t;
@@ -692,7 +775,9 @@ class Sim {
   Graph& g_;
   const SimOptions& opt_;
   const Memory& mem_;
-  double burst_cycles_, latency_, row_miss_, refresh_int_, refresh_, turn_;
+  double burst_cycles_, latency_, row_miss_, refresh_int_, refresh_, turn_, refresh_bank_ = 0;
+  bool per_bank_ = false;
+  std::vector<double> want_;  // per bank: arrival of the oldest request in the window (refresh_banks)
   std::vector<Channel> chans_;
   std::vector<Agcu> ag_;
   std::vector<StageState> st_;
