@@ -264,7 +264,7 @@ TEST(RduSim, BlackScholesOnSn40lReachesItsHbmRoofWithPostponedRefreshNotByItsCom
 // than with every refresh issued when due.
 TEST(RduSim, PostponedRefreshesAreMadeUpNotDropped) {
   Arch a = load_arch("sn40l");
-  apply_override(a, "memory.hbm.refresh_bank_ns=0");  // all-bank refresh (per-bank: 16 x 200 ns > 400 ns)
+  apply_override(a, "memory.hbm.refresh_bank_ns=0");  // the all-bank refresh model
   apply_override(a, "memory.hbm.refresh_interval_ns=400");
   apply_override(a, "memory.hbm.refresh_ns=36");
   const std::vector<std::string> sets = {"N=1048576", "TS=1024"};
