@@ -163,6 +163,13 @@ const std::map<std::string, MemKeyDef>& memory_keys() {
       {"refresh_postpone",
        {"refreshes a busy channel may postpone (issued once its queue is empty; JEDEC: at most 8)",
         [](Memory& m, const Ctx& c) { m.refresh_postpone = int(as_int(c, 0, 8)); }}},
+      {"refresh_bank_ns",
+       {"per-bank refresh duration tRFCsb, ns: the refreshed bank is busy, the others serve (0: all-bank "
+        "refresh)",
+        [](Memory& m, const Ctx& c) { m.refresh_bank_ns = as_real(c, 0, 1e6); }}},
+      {"refresh_bank_gap_ns",
+       {"least spacing of per-bank refresh commands to different banks of a channel (tRREFD), ns",
+        [](Memory& m, const Ctx& c) { m.refresh_bank_gap_ns = as_real(c, 0, 1e6); }}},
       {"turnaround_ns",
        {"read/write bus turnaround, ns",
         [](Memory& m, const Ctx& c) { m.turnaround_ns = as_real(c, 0, 1e6); }}},
@@ -226,6 +233,15 @@ void check(const Arch& a) {
                   m.name, ".refresh_ns' (", m.refresh_ns, ") must be shorter than memory.", m.name,
                   ".refresh_interval_ns (", m.refresh_interval_ns,
                   ") or the channel is never free (set refresh_interval_ns = 0 for no refresh)");
+    MP_USER_CHECK(m.refresh_interval_ns == 0 || m.refresh_bank_ns < m.refresh_interval_ns, w, "key 'memory.",
+                  m.name, ".refresh_bank_ns' (", m.refresh_bank_ns, ") must be shorter than memory.", m.name,
+                  ".refresh_interval_ns (", m.refresh_interval_ns, ") or the bank is never free");
+    MP_USER_CHECK(m.refresh_interval_ns == 0 || m.refresh_bank_ns == 0 ||
+                      m.refresh_bank_gap_ns * m.banks < m.refresh_interval_ns,
+                  w, "key 'memory.", m.name, ".refresh_bank_gap_ns' (", m.refresh_bank_gap_ns,
+                  ") times memory.", m.name, ".banks (", m.banks, ") must be shorter than memory.", m.name,
+                  ".refresh_interval_ns (", m.refresh_interval_ns,
+                  "): a channel issues one per-bank refresh per bank and interval");
     MP_USER_CHECK(m.interleave_bytes % m.burst_bytes == 0, w, "key 'memory.", m.name, ".interleave_bytes' (",
                   m.interleave_bytes, ") must be a multiple of memory.", m.name, ".burst_bytes (",
                   m.burst_bytes, ")");

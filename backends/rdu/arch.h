@@ -28,8 +28,14 @@ struct Memory {
   // this many, and issues the ones it owes as soon as its queue is empty (JEDEC DDR3/DDR4/HBM allow 8
   // postponed REF commands; 0: every refresh is issued when it falls due).
   int refresh_postpone = 0;
-  double turnaround_ns = 7.5;  // bus idle when switching between reads and writes
-  int interleave_bytes = 256;  // address interleaving granularity across channels
+  // Per-bank refresh (REFpb / REFSB): > 0 refreshes each bank separately, for this long (tRFCsb), while
+  // the channel's other banks keep serving; every bank is refreshed once per refresh_interval_ns. Refreshes
+  // of different banks may overlap in time, their commands at least refresh_bank_gap_ns apart (tRREFD). 0:
+  // all-bank refresh (refresh_ns, the whole channel blocked).
+  double refresh_bank_ns = 0;
+  double refresh_bank_gap_ns = 8;  // tRREFD: REFSB to REFSB (different banks) of one channel
+  double turnaround_ns = 7.5;      // bus idle when switching between reads and writes
+  int interleave_bytes = 256;      // address interleaving granularity across channels
   double peak_gbs() const { return channels * channel_gbs; }
 };
 

@@ -96,6 +96,13 @@ struct Channel {
   int owed = 0;  // refreshes due and postponed (Memory::refresh_postpone)
   std::vector<int64_t> open_row;
   std::vector<double> bank_free;
+  // Per-bank refresh (Memory::refresh_bank_ns > 0): when each bank's next refresh falls due, how many it
+  // owes, and when the channel issued its latest per-bank refresh command (tRREFD spacing).
+  std::vector<double> bank_due;
+  std::vector<int> bank_owed;
+  std::vector<int> bank_queued;  // queued requests per bank
+  int owed_banks = 0;            // banks that owe a refresh
+  double refresh_cmd = -1e300;
 };
 
 struct Agcu {
@@ -146,11 +153,23 @@ class Sim {
     refresh_int_ = mem_.refresh_interval_ns * ghz;
     refresh_ = mem_.refresh_ns * ghz;
     turn_ = mem_.turnaround_ns * ghz;
+    per_bank_ = mem_.refresh_bank_ns > 0 && refresh_int_ > 0;
+    refresh_bank_ = mem_.refresh_bank_ns * ghz;
+    refresh_gap_ = mem_.refresh_bank_gap_ns * ghz;
     chans_.resize(mem_.channels);
+    want_.assign(mem_.banks, 0);
     for (auto& ch : chans_) {
       ch.open_row.assign(mem_.banks, -1);
       ch.bank_free.assign(mem_.banks, 0);
       ch.next_refresh = refresh_int_ > 0 ? refresh_int_ : 1e300;
+      if (per_bank_) {
+        // bank b's refreshes fall due at (b + 1) / banks of the interval, then once per interval
+        ch.bank_due.resize(mem_.banks);
+        for (int b = 0; b < mem_.banks; ++b) ch.bank_due[b] = refresh_int_ * (b + 1) / mem_.banks;
+        ch.bank_owed.assign(mem_.banks, 0);
+        ch.bank_queued.assign(mem_.banks, 0);
+        ch.next_refresh = ch.bank_due[0];
+      }
     }
     st_.resize(g_.stages.size());
     has_register_output_.assign(g_.stages.size(), false);
@@ -477,6 +496,7 @@ class Sim {
     cr.stage = r.stage;
     auto& C = chans_[ch];
     C.queue.push_back(cr);
+    if (per_bank_) ++C.bank_queued[size_t(bank_of(local))];
     if (!C.serve_pending) {
       C.serve_pending = true;
       push(std::max(now_, C.bus_free), CHAN_SERVE, ch, 0);
@@ -560,22 +580,116 @@ class Sim {
     return t;
   }
 
+  // Per-bank refresh (REFSB, single-bank refresh: JESD235 for HBM2, JESD238 for HBM3; AMD PG313 "Single
+  // Bank Refresh", "banks are refreshed separately"): the refreshed bank is precharged and busy for
+  // refresh_bank_ns (tRFCsb) while the channel's other banks keep their open rows and serve. Refreshes of
+  // different banks may overlap in time: the specs only space two REFSB commands of a channel by tRREFD
+  // (refresh_bank_gap_ns, [E] 8 ns) and keep a bank from being refreshed again within tRFCsb. Bank b's
+  // refresh falls due once per refresh_interval_ns, at (b + 1) / banks of it (a controller issuing one REFSB
+  // every tREFI / banks, round robin). The controller issues a due refresh as soon as its bank is free unless
+  // a queued request waits for that bank (the oldest such arrived before the refresh could start): then it is
+  // postponed, at most refresh_postpone per bank; past that the oldest is issued at its deadline (when the
+  // next one falls due) or when its bank is free, blocking that bank only. Refreshes in a stretch in which no
+  // request wanted the bank were issued when due; they are placed there (the decision is made at the next
+  // request, so refreshes before it are issued retroactively, in time order).
+  void refresh_banks(Channel& C, double t, size_t window) {
+    if (t < C.next_refresh && C.owed_banks == 0) return;
+    const int nb = mem_.banks;
+    // queued requests past the window arrived after its last one (the queue is in arrival order)
+    const double later = C.queue[window - 1].arrival;
+    for (int b = 0; b < nb; ++b) want_[size_t(b)] = C.bank_queued[size_t(b)] > 0 ? later : 1e300;
+    for (size_t k = 0; k < window; ++k) {
+      const Req& r = C.queue[k];
+      double& w = want_[size_t(bank_of(r.addr))];
+      w = std::min(w, r.arrival);
+    }
+    for (int b = 0; b < nb; ++b) {
+      double& due = C.bank_due[size_t(b)];
+      int& owed = C.bank_owed[size_t(b)];
+      // A long stretch in which no request wanted the bank: its refreshes went out when due (the few it
+      // owed right after its last use), so they are counted at once, no loop; the last few are placed.
+      const double idle = std::min(t, want_[size_t(b)]);
+      if (idle >= std::max(due, C.bank_free[size_t(b)]) + 4 * refresh_int_) {
+        const double skipped = std::floor((idle - due) / refresh_int_) - 1;
+        res_.refreshes += owed + int64_t(skipped);
+        owed = 0;
+        due += skipped * refresh_int_;
+        C.open_row[size_t(b)] = -1;
+        C.bank_free[size_t(b)] = std::max(C.bank_free[size_t(b)], due - refresh_int_ + refresh_bank_);
+      }
+      while (t >= due) ++owed, due += refresh_int_;
+    }
+    // Issue in time order: the earliest refresh that may start, until none may.
+    for (;;) {
+      int best = -1;
+      double best_start = 1e300;
+      bool best_forced = false;
+      for (int b = 0; b < nb; ++b) {
+        const int owed = C.bank_owed[size_t(b)];
+        if (owed == 0) continue;
+        const double oldest = C.bank_due[size_t(b)] - owed * refresh_int_;
+        double start = std::max(oldest, C.bank_free[size_t(b)]);
+        bool forced = false;
+        if (start > t || start >= want_[size_t(b)]) {   // not yet, or a request waits for the bank
+          if (owed <= mem_.refresh_postpone) continue;  // postponed
+          start = std::max(oldest + mem_.refresh_postpone * refresh_int_, C.bank_free[size_t(b)]);
+          forced = true;
+        }
+        if (start < best_start) best = b, best_start = start, best_forced = forced;
+      }
+      if (best < 0) break;
+      const size_t b = size_t(best);
+      const double start = std::max(best_start, C.refresh_cmd + refresh_gap_);
+      if (!best_forced && (start > t || start >= want_[b])) {  // the command spacing made it too late
+        want_[b] = -1;                                         // postponed for now
+        continue;
+      }
+      C.bank_free[b] = start + (C.open_row[b] >= 0 ? row_miss_ / 2 : 0) + refresh_bank_;  // tRP first
+      C.open_row[b] = -1;
+      C.refresh_cmd = std::max(C.refresh_cmd, start);
+      --C.bank_owed[b];
+      ++res_.refreshes;
+    }
+    double next = 1e300;
+    C.owed_banks = 0;
+    for (int b = 0; b < nb; ++b) {
+      C.owed_banks += C.bank_owed[size_t(b)] > 0;
+      next = std::min(next, C.bank_due[size_t(b)]);
+    }
+    C.next_refresh = next;
+  }
+
   void serve(int c) {
     auto& C = chans_[c];
     if (C.queue.empty()) return;
-    // FR-FCFS within a window: the oldest row hit first, else the oldest request.
-    size_t pick = 0;
     const size_t window = std::min<size_t>(C.queue.size(), 16);
+    double t = std::max(now_, C.bus_free);
+    if (per_bank_) refresh_banks(C, t, window);
+    // FR-FCFS within a window: the oldest row hit first, else the oldest request (with per-bank refresh:
+    // the oldest whose bank is not being refreshed, else the one whose bank is free first).
+    size_t pick = 0;
+    bool hit = false;
     for (size_t k = 0; k < window; ++k) {
       const Req& r = C.queue[k];
       if (C.open_row[bank_of(r.addr)] == row_of(r.addr)) {
         pick = k;
+        hit = true;
         break;
       }
     }
+    if (per_bank_ && !hit)
+      for (size_t k = 0; k < window; ++k) {
+        const double f = C.bank_free[bank_of(C.queue[k].addr)];
+        if (f <= t) {
+          pick = k;
+          break;
+        }
+        if (f < C.bank_free[bank_of(C.queue[pick].addr)]) pick = k;
+      }
     Req r = C.queue[pick];
     C.queue.erase(C.queue.begin() + long(pick));
-    double t = refresh_before(C, std::max(now_, C.bus_free));
+    if (per_bank_) --C.bank_queued[size_t(bank_of(r.addr))];
+    if (!per_bank_) t = refresh_before(C, t);
     int b = bank_of(r.addr);
     int64_t row = row_of(r.addr);
     double start = t;
@@ -692,7 +806,10 @@ class Sim {
   Graph& g_;
   const SimOptions& opt_;
   const Memory& mem_;
-  double burst_cycles_, latency_, row_miss_, refresh_int_, refresh_, turn_;
+  double burst_cycles_, latency_, row_miss_, refresh_int_, refresh_, turn_, refresh_bank_ = 0,
+                                                                            refresh_gap_ = 0;
+  bool per_bank_ = false;
+  std::vector<double> want_;  // per bank: arrival of the oldest request in the window (refresh_banks)
   std::vector<Channel> chans_;
   std::vector<Agcu> ag_;
   std::vector<StageState> st_;
