@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "backends/cpu/llm_engine.h"
 #include "backends/cuda/llama_gpu.h"
@@ -567,8 +568,8 @@ TEST(SM90_LlamaGpuTp, NcclOneRankEqualsTheSingleGpuEngine) {
     LlamaGpuOptions o;
     o.launch = m, o.context = 64;
     auto whole = LlamaGpu::create(shapes(c), runner->weights(), o);
-    char dir[] = "/tmp/mp-nccl-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
+    std::string dir = (std::filesystem::temp_directory_path() / "mp-nccl-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
     o.tp = 1, o.tp_rank = 0, o.tp_id_file = std::string(dir) + "/id";
     auto tp = LlamaGpu::create(shapes(c), runner->weights(), o);
     Decode a = run_gpu(*whole, {3, 17, 42, 5}, 20), b = run_gpu(*tp, {3, 17, 42, 5}, 20);
@@ -576,7 +577,7 @@ TEST(SM90_LlamaGpuTp, NcclOneRankEqualsTheSingleGpuEngine) {
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_EQ(tp->stats().all_reduces, tp->stats().positions * 2 * c.layers);
     std::remove(o.tp_id_file.c_str());
-    rmdir(dir);
+    rmdir(dir.c_str());
   }
 }
 
