@@ -32,8 +32,8 @@ fi
 for v in "${vlist[@]}"; do
   for a in $v; do
     [ "$a" = default ] && continue
-    [[ "$a" =~ ^(RING|THREADS|FUSE)=[A-Za-z0-9]+$ ]] || {
-      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=... or FUSE=... (or default)"
+    [[ "$a" =~ ^(RING|THREADS|FUSE|BARRIERS)=[A-Za-z0-9]+$ ]] || {
+      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=..., FUSE=... or BARRIERS=... (or default)"
       exit 2
     }
   done

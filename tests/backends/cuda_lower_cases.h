@@ -43,13 +43,14 @@ inline const std::map<std::string, std::vector<std::string>>& small_sets() {
 // tail that is not a multiple of four (N=1001), tile offsets that are not 16-byte aligned (TS=126,
 // row_tile=5 with C=23: the element path), and the carried sums folded over the blocks with them.
 // `ring`, `threads` and `fuse`, where set, are the lowering's speed options for that unit
-// (MP_CUDA_LOWER_RING's values, threads per block, MP_CUDA_LOWER_FUSE).
+// (MP_CUDA_LOWER_RING's values, threads per block, MP_CUDA_LOWER_FUSE, MP_CUDA_LOWER_BARRIERS).
 struct Variant {
   std::string name, program;
   std::vector<std::string> sets;
   std::string ring = "";
   int threads = 0;
   bool fuse = true;
+  int barriers = 0;  // 2: two barriers per iteration of a deep ring (LowerOptions::one_barrier_ring off)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -64,6 +65,9 @@ inline const std::vector<Variant>& variants() {
       {"dotproduct_ring_deep", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true},
       {"tpchq6_ring_deep", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "4096", 0, true},
       {"blackscholes_ring_deep", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true},
+      // The deep rings with two barriers per iteration (MP_CUDA_LOWER_BARRIERS=2; one is the default).
+      {"dotproduct_ring_deep_2barriers", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true, 2},
+      {"blackscholes_ring_deep_2barriers", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true, 2},
       {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true},
       {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true},
       // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).

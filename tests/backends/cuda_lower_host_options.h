@@ -19,6 +19,7 @@ cuda::LowerOptions host_options(const V& v) {
   if (!v.ring.empty()) cuda::set_ring_option(o, v.ring);
   if (v.threads > 0) o.threads = v.threads;
   o.fuse_elementwise = v.fuse;
+  if (v.barriers == 2) o.one_barrier_ring = false;
   return o;
 }
 

@@ -353,7 +353,11 @@ TEST(CudaLower, RingDepthFollowsTheSpeedOptions) {
   for (auto& v : cuda_test::variants()) {
     if (v.name.find("ring_deep") == std::string::npos) continue;
     SCOPED_TRACE(v.name);
-    EXPECT_GT(ring_slots(unit_of(v.program, v.sets, cuda_test::host_options(v))), 4);
+    const std::string u = unit_of(v.program, v.sets, cuda_test::host_options(v));
+    EXPECT_GT(ring_slots(u), 4);
+    // One barrier per iteration by default (wait, barrier, issue); two with MP_CUDA_LOWER_BARRIERS=2.
+    EXPECT_EQ(u.find("iteration mp_k - 1 is done everywhere") != std::string::npos, v.barriers != 2);
+    EXPECT_EQ(u.find("is read no more: the next issue refills it") != std::string::npos, v.barriers == 2);
   }
   // 256 threads: four blocks per SM by registers, a shallower ring for the same bytes per SM.
   cuda::LowerOptions t256;
@@ -399,6 +403,17 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
         << e.what();
   }
   setenv("MP_CUDA_LOWER_THREADS", "256", 1);
+  setenv("MP_CUDA_LOWER_BARRIERS", "2", 1);
+  EXPECT_FALSE(cuda::options_from_env().one_barrier_ring);
+  setenv("MP_CUDA_LOWER_BARRIERS", "3", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_BARRIERS=3";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_BARRIERS='3' is not 1 or 2"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_CUDA_LOWER_BARRIERS");
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
   EXPECT_THROW((void)cuda::options_from_env(), user_error);
   unsetenv("MP_CUDA_LOWER_RING");
@@ -408,6 +423,7 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_EQ(env.ring, cuda::LowerOptions::Ring::Auto);
   EXPECT_EQ(env.threads, 512);
   EXPECT_TRUE(env.fuse_elementwise);
+  EXPECT_TRUE(env.one_barrier_ring);
 }
 
 TEST(CudaLower, ElementwiseChainsFuse) {
@@ -422,7 +438,7 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_NE(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_NE(src.find("the running sum stays in the threads' registers"), std::string::npos);
     EXPECT_NE(src.find("this block's partial += the threads' register sums"), std::string::npos);
-    EXPECT_NE(src.find("(the ring's barrier at the end of the iteration keeps"), std::string::npos);
+    EXPECT_NE(src.find("(the ring's next barrier keeps what this read from being rewritten)"), std::string::npos);
     src = unit_of(name, {}, nofuse);
     EXPECT_EQ(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_EQ(src.find("mp_facc"), std::string::npos);

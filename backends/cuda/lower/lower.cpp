@@ -1249,7 +1249,20 @@ class Gen {
       }
       line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
       ind_ += "  ";
-      if (N > 0) {
+      const bool one_barrier = N >= 3 && opt_.one_barrier_ring;
+      if (one_barrier) {
+        // Iteration mp_k's copies, then the barrier every thread passes only after computing iteration
+        // mp_k - 1: its slot, and any shared value the body reuses, are free to rewrite after it.
+        line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
+        line("__syncthreads();  // ... and every thread's; iteration mp_k - 1 is done everywhere");
+        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
+        ind_ += "  ";
+        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
+        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
+        ind_.resize(ind_.size() - 2);
+        line("}");
+        ring_point(used, "mp_k % " + std::to_string(N));
+      } else if (N > 0) {
         line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
         ind_ += "  ";
         line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
@@ -1261,13 +1274,16 @@ class Gen {
         ring_point(used, "mp_k % " + std::to_string(N));
       }
       loop_body(m);
-      if (N > 0) {
+      if (one_barrier) {
+        line("++mp_k;  // (the next iteration's barrier keeps this one's slot from being refilled early)");
+      } else if (N > 0) {
         line("++mp_k;");
         line("__syncthreads();  // slot mp_k % " + std::to_string(N) + " is read no more: the next issue refills it");
       }
       ind_.resize(ind_.size() - 2);
       line("}");
       if (N > 0) line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
+      if (one_barrier) line("__syncthreads();  // the last iteration done everywhere before what follows");
       reduce_register_folds();
       reg_acc_.clear();
       reg_update_.clear();
@@ -1780,7 +1796,7 @@ class Gen {
       line("    }");
       line("}");
       if (reg_tail_)
-        line("// (the ring's barrier at the end of the iteration keeps what this read from being rewritten)");
+        line("// (the ring's next barrier keeps what this read from being rewritten)");
       else
         line("__syncthreads();  // the values read here may be rewritten by the nodes after it");
       return;
@@ -1925,6 +1941,12 @@ LowerOptions options_from_env(LowerOptions base) {
     std::string v = f;
     MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_FUSE='", v, "' is not on or off");
     base.fuse_elementwise = v == "on";
+  }
+  if (const char* b = std::getenv("MP_CUDA_LOWER_BARRIERS"); b && *b) {
+    std::string v = b;
+    MP_USER_CHECK(v == "1" || v == "2", "MP_CUDA_LOWER_BARRIERS='", v,
+                  "' is not 1 or 2 (barriers per iteration of a ring of 3 or more slots)");
+    base.one_barrier_ring = v == "1";
   }
   return base;
 }

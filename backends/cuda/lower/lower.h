@@ -38,11 +38,15 @@ struct LowerOptions {
   // (each thread reads only the elements it wrote), and a Map / Zip read only by the Reduce after it
   // computed inside the reduction's loop instead of stored. Speed only, as the ring.
   bool fuse_elementwise = true;
+  // A ring of 3 or more slots: one barrier per iteration (wait for iteration k's copies, the barrier,
+  // then issue iteration k + N - 1 into the slot iteration k - 1 read, which every thread has left at
+  // that barrier), instead of two (issue, wait, barrier, compute, barrier). Speed only.
+  bool one_barrier_ring = true;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
-// MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]> and
-// MP_CUDA_LOWER_FUSE=on|off.
+// MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]>,
+// MP_CUDA_LOWER_FUSE=on|off and MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring).
 // A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
