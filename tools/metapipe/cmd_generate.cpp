@@ -177,13 +177,16 @@ int generate_cuda(const models::LlamaConfig& cfg, const models::GgufFile* file, 
   s << "bandwidth: " << jnum(gbps) << " GB/s (" << jnum(double(st.weight_bytes) / 1e9)
     << " GB of weights per token, plus the KV cache read)\n";
   if (trace_file) {
-    // The last position run: a decode step when there was one, else the prompt's last position.
+    // The last position run: a decode step when there was one, else the prompt's last position. The
+    // ranks of --tp other than 0 write FILE.rankN (each its own tasks).
     const auto times = gpu->trace();
-    std::ofstream f(*trace_file);
-    if (!f) throw user_error("--gpu-trace: cannot write '" + *trace_file + "'");
+    const std::string path =
+        o.tp >= 1 && !o.tp_local && o.tp_rank > 0 ? *trace_file + ".rank" + std::to_string(o.tp_rank) : *trace_file;
+    std::ofstream f(path);
+    if (!f) throw user_error("--gpu-trace: cannot write '" + path + "'");
     f << cuda::trace_csv(gpu->schedule(), times);
-    if (!f.flush()) throw user_error("--gpu-trace: writing '" + *trace_file + "' failed");
-    s << cuda::trace_summary(gpu->schedule(), times, gpu->op_weight_bytes()) << "(per task: " << *trace_file
+    if (!f.flush()) throw user_error("--gpu-trace: writing '" + path + "' failed");
+    s << cuda::trace_summary(gpu->schedule(), times, gpu->op_weight_bytes()) << "(per task: " << path
       << ")\n";
   }
   std::cout << s.str();
