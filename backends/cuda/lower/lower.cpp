@@ -1250,25 +1250,23 @@ class Gen {
       line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
       ind_ += "  ";
       const bool one_barrier = N >= 3 && opt_.one_barrier_ring;
+      auto issue_ahead = [&] {
+        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
+        ind_ += "  ";
+        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
+        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
+        ind_.resize(ind_.size() - 2);
+        line("}");
+      };
       if (one_barrier) {
         // Iteration mp_k's copies, then the barrier every thread passes only after computing iteration
         // mp_k - 1: its slot, and any shared value the body reuses, are free to rewrite after it.
         line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
         line("__syncthreads();  // ... and every thread's; iteration mp_k - 1 is done everywhere");
-        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
-        ind_ += "  ";
-        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
-        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
-        ind_.resize(ind_.size() - 2);
-        line("}");
+        issue_ahead();
         ring_point(used, "mp_k % " + std::to_string(N));
       } else if (N > 0) {
-        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
-        ind_ += "  ";
-        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
-        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
-        ind_.resize(ind_.size() - 2);
-        line("}");
+        issue_ahead();
         line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
         line("__syncthreads();  // ... and every thread's");
         ring_point(used, "mp_k % " + std::to_string(N));

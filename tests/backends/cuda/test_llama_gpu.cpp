@@ -662,19 +662,21 @@ TEST(LlamaGpuCli, BadLaunchModeAndNoGpu) {
   auto tr = test::run_cli("generate --shapes toy --gpu-trace t.csv -n 2");
   EXPECT_EQ(tr.status, 2) << tr.out;
   EXPECT_NE(tr.out.find("--gpu-trace needs --target cuda"), std::string::npos) << tr.out;
-  auto tc = test::run_cli("generate --shapes toy --tp 2 -n 2");
-  EXPECT_EQ(tc.status, 2) << tc.out;
-  EXPECT_NE(tc.out.find("--tp needs --target cuda"), std::string::npos) << tc.out;
-  auto tz = test::run_cli("generate --shapes toy --target cuda --tp 0 -n 2");
-  EXPECT_EQ(tz.status, 2) << tz.out;
-  EXPECT_NE(tz.out.find("--tp 0 must be in [1, 64]"), std::string::npos) << tz.out;
-  auto tl = test::run_cli("generate --shapes toy --target cuda --tp-local -n 2");
-  EXPECT_EQ(tl.status, 2) << tl.out;
-  EXPECT_NE(tl.out.find("--tp-local needs --tp N"), std::string::npos) << tl.out;
-  auto ts = test::run_cli("generate --shapes smollm2-135m --target cuda --tp 2 -n 2");
-  EXPECT_EQ(ts.status, 1) << ts.out;
-  EXPECT_NE(ts.out.find("which do not split over 2 GPUs; --tp values that split it: 1, 3"), std::string::npos)
-      << ts.out;
+  // Tensor parallelism's usage errors (exit 2) and the split that does not divide (exit 1).
+  struct Case {
+    const char* args;
+    int status;
+    const char* says;
+  };
+  for (const Case& k : {Case{"--shapes toy --tp 2", 2, "--tp needs --target cuda"},
+                        Case{"--shapes toy --target cuda --tp 0", 2, "--tp 0 must be in [1, 64]"},
+                        Case{"--shapes toy --target cuda --tp-local", 2, "--tp-local needs --tp N"},
+                        Case{"--shapes smollm2-135m --target cuda --tp 2", 1,
+                             "which do not split over 2 GPUs; --tp values that split it: 1, 3"}}) {
+    auto t = test::run_cli(std::string("generate ") + k.args + " -n 2");
+    EXPECT_EQ(t.status, k.status) << k.args << ": " << t.out;
+    EXPECT_NE(t.out.find(k.says), std::string::npos) << k.args << ": " << t.out;
+  }
   if (query_gpu()) return;
   // No GPU here: the supervisor stops before starting any process (NCCL missing, or too few GPUs).
   auto tn = test::run_cli("generate --shapes toy --target cuda --tp 2 -n 2");
