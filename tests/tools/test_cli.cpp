@@ -82,7 +82,9 @@ TEST(Cli, InfoDescribesThisMachine) {
     EXPECT_NE(r.out.find(std::to_string(g->sm_count) + " SMs"), std::string::npos) << r.out;
   } else {
     EXPECT_NE(r.out.find("cuda    absent: " + mp::gpu_absent_reason()), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("; 0 GPUs visible\n"), std::string::npos) << r.out;
   }
+  EXPECT_NE(r.out.find("tensor parallelism (generate --tp):\n  NCCL "), std::string::npos) << r.out;
 }
 
 TEST(Cli, DemoRunsAndChecks) {

@@ -593,6 +593,17 @@ std::vector<DemoRow> smollm2_gpu_rows(const DemoContext& ctx) {
 }
 MP_REGISTER_DEMO("smollm2-cuda", 21, smollm2_gpu_rows);
 
+// `metapipe info`: what `generate --tp` can use here.
+std::vector<std::string> tp_info() {
+  const int gpus = cuda::visible_gpus();
+  return {std::string("NCCL ") + (cuda::have_nccl() ? "in this build" : "not in this build (--tp is an error)") +
+              "; " + std::to_string(gpus) + " GPU" + (gpus == 1 ? "" : "s") + " visible" +
+              (cuda::have_nccl() && gpus >= 1 ? ": generate --target cuda --tp N for N up to " + std::to_string(gpus)
+                                              : ""),
+          "--tp N --tp-local: the N shards on one GPU in one process (no NCCL needed; a check of the sharding)"};
+}
+MP_REGISTER_INFO("tensor parallelism (generate --tp)", tp_info);
+
 }  // namespace
 
 MP_REGISTER_COMMAND(
