@@ -40,6 +40,14 @@ bool have_hopper() {
 
 LlamaGpuShapes shapes(const models::LlamaConfig& c) { return shapes_of(c, models::rope_frequency); }
 
+// A preset's model with random weights of type t (LlamaRunner::random), for a KV cache of ctx.
+std::unique_ptr<models::LlamaRunner> random_runner(const models::LlamaConfig& c, int64_t ctx, uint64_t seed,
+                                                   quant::QType t) {
+  models::RunnerOptions ro;
+  ro.context = ctx;
+  return models::LlamaRunner::random(c, ro, seed, t);
+}
+
 struct Decode {
   std::vector<float> first_logits;  // after the prompt
   std::vector<int32_t> tokens;      // greedy: the prompt's prediction, then n - 1 more
@@ -132,9 +140,7 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
   test::Watchdog wd(600, "GPU Llama test");  // room for compute-sanitizer, which slows every launch
   auto c = models::LlamaConfig::preset("toy");
   const int64_t ctx = 64;
-  models::RunnerOptions ro;
-  ro.context = ctx;
-  auto runner = models::LlamaRunner::random(c, ro, 7, quant::QType::Q4_1);
+  auto runner = random_runner(c, ctx, 7, quant::QType::Q4_1);
   // The same weights dequantized to float for the CPU reference.
   std::vector<std::vector<float>> keep;
   const cpu::WeightBindings fw = dequantized(*runner, keep);
@@ -209,9 +215,7 @@ TEST(SM90_LlamaGpu, SmolLM2ShapesRandomWeightsTokensEqualTheCpu) {
   const std::vector<int32_t> prompt = {1, 4093, 17, 30511, 256, 9, 48000, 1200, 77, 5};
   for (quant::QType type : {quant::QType::Q4_1, quant::QType::Q8_0}) {
     SCOPED_TRACE(quant::to_string(type));
-    models::RunnerOptions ro;
-    ro.context = ctx;
-    auto runner = models::LlamaRunner::random(c, ro, type == quant::QType::Q4_1 ? 29 : 31, type);
+    auto runner = random_runner(c, ctx, type == quant::QType::Q4_1 ? 29 : 31, type);
     std::vector<std::vector<float>> keep, cpu_steps;
     const cpu::WeightBindings fw = dequantized(*runner, keep);
     Decode cpu = run_cpu_float(c, fw, ctx, prompt, n, 8, &cpu_steps);
@@ -264,9 +268,7 @@ TEST(SM90_LlamaGpu, Bf16WeightsAndContextLimit) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
   test::Watchdog wd(120, "GPU Llama test");
   auto c = models::LlamaConfig::preset("toy");
-  models::RunnerOptions ro;
-  ro.context = 16;
-  auto runner = models::LlamaRunner::random(c, ro, 11, quant::QType::Q8_0);
+  auto runner = random_runner(c, 16, 11, quant::QType::Q8_0);
   LlamaGpuOptions o;
   o.context = 16;
   auto native = LlamaGpu::create(shapes(c), runner->weights(), o);
@@ -293,9 +295,7 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
   test::Watchdog wd(300, "GPU Llama test");
   auto c = models::LlamaConfig::preset("smollm2-135m");
   const int64_t ctx = 48;
-  models::RunnerOptions ro;
-  ro.context = ctx;
-  auto runner = models::LlamaRunner::random(c, ro, 23, quant::QType::Q8_0);
+  auto runner = random_runner(c, ctx, 23, quant::QType::Q8_0);
   const std::vector<int32_t> prompt = {1, 17, 400, 9000, 31, 5};
   for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
     SCOPED_TRACE(to_string(m));
@@ -324,9 +324,7 @@ TEST(SM90_LlamaGpu, CombinePlacesAgree) {
   test::Watchdog wd(300, "GPU Llama test");
   auto c = models::LlamaConfig::preset("smollm2-135m");
   const int64_t ctx = 200;
-  models::RunnerOptions ro;
-  ro.context = ctx;
-  auto runner = models::LlamaRunner::random(c, ro, 37, quant::QType::Q8_0);
+  auto runner = random_runner(c, ctx, 37, quant::QType::Q8_0);
   std::vector<int32_t> prompt;
   for (int i = 0; i < 150; ++i) prompt.push_back(int32_t((i * 7919 + 13) % c.vocab));  // several chunks
   for (Launch m : {Launch::per_layer, Launch::megakernel}) {
@@ -355,9 +353,7 @@ TEST(SM90_LlamaGpu, TraceTimesEveryTask) {
   test::Watchdog wd(300, "GPU Llama test");
   auto c = models::LlamaConfig::preset("smollm2-135m");
   const int64_t ctx = 48;
-  models::RunnerOptions ro;
-  ro.context = ctx;
-  auto runner = models::LlamaRunner::random(c, ro, 31, quant::QType::Q8_0);
+  auto runner = random_runner(c, ctx, 31, quant::QType::Q8_0);
   const std::vector<int32_t> prompt = {1, 17, 400, 9000, 31, 5};
   for (Launch m : {Launch::per_op, Launch::megakernel}) {
     SCOPED_TRACE(to_string(m));
@@ -498,9 +494,7 @@ TEST(SM90_LlamaGpuTp, ToyModelShardsEqualTheWholeModel) {
   auto compare = compare_shards;
   {
     auto c = models::LlamaConfig::preset("toy");
-    models::RunnerOptions ro;
-    ro.context = 64;
-    auto runner = models::LlamaRunner::random(c, ro, 7, quant::QType::Q4_1);
+    auto runner = random_runner(c, 64, 7, quant::QType::Q4_1);
     for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
       SCOPED_TRACE(std::string("toy ") + to_string(m));
       std::printf("toy, %s, 2 shards:\n", to_string(m));
@@ -560,9 +554,7 @@ TEST(SM90_LlamaGpuTp, NcclOneRankEqualsTheSingleGpuEngine) {
   if (!have_nccl()) GTEST_SKIP() << "this build has no NCCL";
   test::Watchdog wd(300, "GPU tensor-parallel test");
   auto c = models::LlamaConfig::preset("toy");
-  models::RunnerOptions ro;
-  ro.context = 64;
-  auto runner = models::LlamaRunner::random(c, ro, 9, quant::QType::Q8_0);
+  auto runner = random_runner(c, 64, 9, quant::QType::Q8_0);
   for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
     SCOPED_TRACE(to_string(m));
     LlamaGpuOptions o;
