@@ -138,6 +138,17 @@ void raise_smem_limit(void (*kernel)(dev::Params), size_t bytes) {
   l = bytes;
 }
 
+// Bytes of a weight on the GPU: its values (`q`: f32, bf16, 8- or 4-bit codes) and, quantized, its
+// scales (Q8_0: one fp16 per 32 values; Q4_1: a scale and a minimum).
+int64_t value_bytes(const dev::DevWeight& w) {
+  const int64_t n = int64_t(w.rows) * w.cols;
+  return w.format == dev::kF32 ? n * 4 : w.format == dev::kBF16 ? n * 2 : w.format == dev::kQ8_0 ? n : n / 2;
+}
+int64_t device_bytes(const dev::DevWeight& w) {
+  const int64_t n = int64_t(w.rows) * w.cols;
+  return value_bytes(w) + (w.format == dev::kQ8_0 ? n / 16 : w.format == dev::kQ4_1 ? n / 8 : 0);
+}
+
 uint16_t float_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
@@ -167,11 +178,7 @@ class Engine final : public LlamaGpu {
       throw not_supported("the GPU engine needs a CUDA GPU and none is visible");
     }
     if (o.tp >= 1 && !o.tp_local) {
-#if !MP_HAVE_NCCL
-      throw not_supported("--tp: this build has no NCCL (install libnccl-dev, or the nvidia-nccl wheel, "
-                          "or set MP_NCCL_ROOT, and reconfigure)");
-#endif
-      MP_USER_CHECK(count >= o.tp, "--tp ", o.tp, " needs ", o.tp, " GPUs; this machine has ", count);
+      check_tp_machine(o.tp);
       MP_USER_CHECK(o.tp_rank >= 0 && o.tp_rank < o.tp, "tensor-parallel rank ", o.tp_rank, " of ", o.tp);
       MP_CUDA(cudaSetDevice(o.tp_rank));
       rank_ = o.tp_rank;
@@ -368,10 +375,10 @@ class Engine final : public LlamaGpu {
         auto* h = static_cast<__nv_bfloat16*>(alloc(size_t(n) * 2));
         // Embedding rows of unit size; projections scaled for unit-variance outputs (of the whole
         // matrix: a tensor-parallel shard is a block of the same random matrix).
-        ShardSlice sl{0, wr.rows, 0, wr.cols, wr.rows, wr.cols};
+        ShardSlice sl = ShardSlice::whole(wr.rows, wr.cols);
         if (opt_.tp >= 1) {
           sl = shard_slice(wr.name, full_, rank_, opt_.tp);
-          if (sl.rows < 0) sl = ShardSlice{0, wr.rows, 0, wr.cols, wr.rows, wr.cols};
+          if (sl.rows < 0) sl = ShardSlice::whole(wr.rows, wr.cols);
           MP_INTERNAL_CHECK(sl.rows == wr.rows && sl.cols == wr.cols, "shard of ", wr.name);
         }
         const bool emb = wr.name == "token_embd.weight";
@@ -387,11 +394,7 @@ class Engine final : public LlamaGpu {
   }
 
   void count_weight_bytes(const WeightRef& wr, const dev::DevWeight& d) {
-    const int64_t n = wr.rows * wr.cols;
-    int64_t b = d.format == dev::kF32    ? n * 4
-                : d.format == dev::kBF16 ? n * 2
-                : d.format == dev::kQ8_0 ? n + n / 16
-                                         : n / 2 + n / 8;
+    int64_t b = device_bytes(d);
     // The embedding table is read one row per position, unless it is also the LM head.
     if (wr.name == "token_embd.weight" && !shapes_.tied_embeddings) b /= wr.rows;
     stats_.weight_bytes += b;
@@ -521,10 +524,7 @@ class Engine final : public LlamaGpu {
     for (size_t i = 0; i < b.size(); ++i) {
       const GpuOp& op = sched_.ops[i];
       if (op.kind != OpKind::gemv) continue;
-      const dev::DevWeight& w = dw_[size_t(op.weight)];
-      const int64_t n = int64_t(w.rows) * w.cols;
-      b[i] = w.format == dev::kF32 ? n * 4 : w.format == dev::kBF16 ? n * 2 : w.format == dev::kQ8_0 ? n + n / 16
-                                                                                                      : n / 2 + n / 8;
+      b[i] = device_bytes(dw_[size_t(op.weight)]);
     }
     return b;
   }
@@ -585,7 +585,7 @@ class Engine final : public LlamaGpu {
       for (int32_t i = next.first_op; i < next.first_op + next.ops && bytes < opt_.tp_prefetch_bytes; ++i) {
         const GpuOp& op = sched_.ops[size_t(i)];
         if (op.kind != OpKind::gemv) continue;
-        const int64_t b = std::min(opt_.tp_prefetch_bytes - bytes, weight_bytes_of(op));
+        const int64_t b = std::min(opt_.tp_prefetch_bytes - bytes, value_bytes(dw_[size_t(op.weight)]));
         prefetch_l2<<<int(std::min<int64_t>(ceil_div_i(b, 1 << 16), 1024)), 32, 0, stream_>>>(dw_[size_t(op.weight)].q, b);
         bytes += b;
       }
@@ -595,11 +595,6 @@ class Engine final : public LlamaGpu {
   }
 
   static int64_t ceil_div_i(int64_t a, int64_t b) { return std::max<int64_t>(1, (a + b - 1) / b); }
-  int64_t weight_bytes_of(const GpuOp& op) const {
-    const dev::DevWeight& w = dw_[size_t(op.weight)];
-    const int64_t n = int64_t(w.rows) * w.cols;
-    return w.format == dev::kF32 ? n * 4 : w.format == dev::kBF16 ? n * 2 : w.format == dev::kQ8_0 ? n : n / 2;
-  }
 
   void set_position() {
     p_.pos = int32_t(pos_);

@@ -185,6 +185,8 @@ LlamaGpuShapes shard_shapes(const LlamaGpuShapes& full, int tp);
 // by rows (heads, FFN columns), the attention output and down projections by columns; the rest whole.
 struct ShardSlice {
   int64_t row0 = 0, rows = 0, col0 = 0, cols = 0, full_rows = 0, full_cols = 0;
+  // The whole [rows, cols] tensor (what shard_slice means by rows < 0: a tensor every rank holds).
+  static ShardSlice whole(int64_t r, int64_t c) { return {0, r, 0, c, r, c}; }
 };
 ShardSlice shard_slice(const std::string& name, const LlamaGpuShapes& full, int rank, int tp);
 // The shard of every bound tensor: row slices are views of `w`'s data; column slices are copied into
@@ -316,6 +318,9 @@ class LlamaGpu {
 // whether the build has NCCL.
 int visible_gpus();
 bool have_nccl();
+// What a tensor-parallel run over `tp` processes needs of the build and the machine: not_supported
+// without NCCL, user_error with fewer than `tp` GPUs visible (each naming --tp-local, the one-GPU check).
+void check_tp_machine(int tp);
 
 // Bytes the engine allocates on the GPU for these shapes (weights as converted, KV cache, activations):
 // what the memory check compares with the free memory.

@@ -84,6 +84,15 @@ ShardSlice shard_slice(const std::string& name, const LlamaGpuShapes& full, int 
   return sl;
 }
 
+void check_tp_machine(int tp) {
+  if (!have_nccl())
+    throw not_supported("--tp: this build has no NCCL (install libnccl-dev or the nvidia-nccl wheel, or set "
+                        "MP_NCCL_ROOT, and reconfigure; --tp-local runs the shards on one GPU)");
+  const int gpus = visible_gpus();
+  MP_USER_CHECK(gpus >= tp, "--tp ", tp, " needs ", tp, " GPUs; this machine has ", gpus,
+                " (--tp-local runs the shards on one GPU)");
+}
+
 WeightBindings shard_weights(const WeightBindings& w, const LlamaGpuShapes& full, int rank, int tp,
                              std::vector<std::vector<uint8_t>>& storage) {
   WeightBindings out;

@@ -325,16 +325,11 @@ int run_generate(Args& a) {
       if (!tp_local) {
         auto env = cuda::tp::rank_env();
         if (!env) {  // the supervisor: one process per GPU, this command line each
-          if (!cuda::have_nccl())
-            throw not_supported(
-                "--tp: this build has no NCCL (install libnccl-dev or the nvidia-nccl wheel, "
-                "or set MP_NCCL_ROOT, and reconfigure; --tp-local runs the shards on one GPU)");
-          const int gpus = cuda::visible_gpus();
-          MP_USER_CHECK(gpus >= *tp_opt, "--tp ", *tp_opt, " needs ", *tp_opt, " GPUs; this machine has ",
-                        gpus, " (--tp-local runs the shards on one GPU)");
+          cuda::check_tp_machine(int(*tp_opt));
           std::vector<std::string> argv = {self_exe(), "generate"};
           for (auto& t : a.tokens()) argv.push_back(t);
-          // Random weights: every rank draws its shard of the same matrices.
+          // Random weights: every rank draws its shard of the same matrices (a seed --seed accepts: >= 0
+          // as a signed 64-bit number).
           if (!seed_opt) argv.insert(argv.end(), {"--seed", std::to_string(smp.seed >> 1)});
           return cuda::tp::run_ranks(argv, int(*tp_opt));
         }

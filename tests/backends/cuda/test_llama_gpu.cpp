@@ -499,7 +499,7 @@ TEST(LlamaGpuTp, ShardsTileEveryTensor) {
       for (auto& [name, m] : sw) {
         const cpu::QMatrix& f = w.at(name);
         ShardSlice sl = shard_slice(name, s, r, tp);
-        if (sl.rows < 0) sl = ShardSlice{0, f.rows, 0, f.cols, f.rows, f.cols};
+        if (sl.rows < 0) sl = ShardSlice::whole(f.rows, f.cols);
         ASSERT_EQ(m.rows, sl.rows) << name;
         ASSERT_EQ(m.cols, sl.cols) << name;
         const std::vector<double> whole = dense(f), part = dense(m);
