@@ -194,9 +194,9 @@ class Engine final : public LlamaGpu {
                   "] (the model's context length)");
     const int64_t max_cols = std::max({s.d_model, s.ffn, s.heads * s.head_dim});
     // A GEMV's input vector and its column slices' sums (at most 256 per task); attention's query, scores,
-    // partial outputs and reduction scratch.
+    // partial outputs, reduction scratch and (RoPE in the attention) the angles and the position's K, V rows.
     const int64_t staging = std::max<int64_t>((max_cols + 4 + 256) * 4,
-                                              (256 + 1024 + 8 * dev::kThreads + dev::kWarps) * 4);
+                                              (256 + 1024 + 8 * dev::kThreads + dev::kWarps + 512) * 4);
     MP_USER_CHECK(o.stream_depth >= 0 && o.stream_depth <= dev::kMaxStreamDepth, "GPU engine: stream_depth ",
                   o.stream_depth, " must be in [0, ", dev::kMaxStreamDepth, "]");
     MP_USER_CHECK(o.stream_seg_bytes >= 1024 && o.stream_seg_bytes <= 16384 && o.stream_seg_bytes % 1024 == 0,
@@ -216,6 +216,8 @@ class Engine final : public LlamaGpu {
                   " must be 4 or 8");
     MP_USER_CHECK(o.gemv_loads == 4 || o.min_blocks_per_sm < 4, "--gpu-tune loads=8 needs the registers of ",
                   "min-blocks=3 or 2 (the 4-block kernel has 64 per thread)");
+    MP_USER_CHECK(o.prefetch_attn_bytes >= -1, "GPU engine: prefetch_attn_bytes ", o.prefetch_attn_bytes,
+                  " must be >= 0, or -1 for whole tasks");
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
                   " must be >= 0, or -1 for whole tasks");
     kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : o.min_blocks_per_sm == 3 ? llama_tasks<3> : llama_tasks<2>;
@@ -228,7 +230,8 @@ class Engine final : public LlamaGpu {
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
     // The streamed GEMV reads whole rows.
     sched_ = build_schedule(s, o.launch, ctx_, workers_, o.gemv_split, o.combine,
-                            o.stream_depth > 0 ? 1 : o.gemv_slices, o.tp >= 1 ? rank_ : 0, std::max(o.tp, 0));
+                            o.stream_depth > 0 ? 1 : o.gemv_slices, o.tp >= 1 ? rank_ : 0, std::max(o.tp, 0),
+                            o.rope);
     if (shared) {
       stream_ = shared;
     } else {
@@ -602,6 +605,7 @@ class Engine final : public LlamaGpu {
     p_.epoch = static_cast<unsigned long long>(positions_run_ + 1);
     p_.dynamic = sched_.launch == Launch::per_op ? 0 : 1;
     p_.prefetch_bytes = opt_.prefetch_bytes;
+    p_.prefetch_attn_bytes = opt_.prefetch_attn_bytes;
     p_.fetch_ahead = opt_.fetch_ahead ? 1 : 0;
     p_.stream_depth = opt_.stream_depth;
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);

@@ -56,7 +56,7 @@ enum class OpKind : int32_t {
   gemv,          // out[r] = W[r] . in0 (tasks are slices of rows); the LM head also records argmax partials
   rope,          // rotates the pairs of q (in0) and k (in1) in place by position * frequency
   kv_append,     // cache_k[pos] = k (in0), cache_v[pos] = v (in1), as bf16
-  rope_append,   // rope, then kv_append, in one task (the fused modes)
+  rope_append,   // rope, then kv_append, in one task (the fused modes with RopePlace::separate)
   attention,     // one task per (query head, cache chunk): partial softmax max, sum and weighted V
   attn_combine,  // one task per head: merges its chunks' partials into out
   add,           // out += in0 (the residual)
@@ -91,6 +91,11 @@ struct GpuOp {
   int32_t accumulate;            // gemv: out += W x (the residual folded in) instead of out = W x
   int32_t slices;                // gemv: column slices per row (1, 2, 4, 8), each a warp's; summed per row
   int32_t combine;  // attention: the buffer its last task per head merges the head into (-1: none)
+  // attention: 1 = its inputs are the raw q (in0), k and v (kK, kV) GEMV outputs: each task rotates its
+  // query head, takes the position's key and value rows from kK / kV (RoPE, rounded to bf16 as the cache
+  // holds them) and one task per KV head appends them to the cache (the fused modes' default, no
+  // rope_append step); 0 = q rotated and the cache appended by earlier operations.
+  int32_t rope;
 };
 
 struct GpuTask {
@@ -138,13 +143,20 @@ enum class GemvSplit { balanced, two_per_worker };
 enum class Combine { separate, in_o_projection, last_task };
 const char* to_string(Combine c);  // "separate", "fused", "last"
 
+// Where the fused modes apply RoPE and append the position's key and value to the cache: in the
+// attention tasks (no step of their own: a layer is q / k / v, attention, o, gate / up, down), or in a
+// rope_append operation between the q / k / v GEMVs and the attention (one dependency step more).
+enum class RopePlace { attention, separate };
+const char* to_string(RopePlace r);  // "attention", "separate"
+
 // Splits the model into operations (the decoder layer's sequence, per layer, then the final norm, LM
 // head and argmax) and the operations into tasks for `workers` concurrently running blocks. per-op keeps
 // every operation of the layer separate (16 per layer); per-layer and megakernel fold norms, SiLU*mul and
-// the residuals into the GEMVs and RoPE into the KV append (10 per layer with the split-KV combine an
-// operation of its own, 9 with `combine` in_o_projection, where every task of the O projection merges all
-// heads' partials itself while staging its input, or last_task, where the attention task that finishes a
-// head last merges that head's).
+// the residuals into the GEMVs and RoPE with the KV append into the attention (`rope`
+// RopePlace::attention; with RopePlace::separate, a rope_append operation of its own, one more per
+// layer): 9 per layer with the split-KV combine an operation of its own, 8 with `combine`
+// in_o_projection, where every task of the O projection merges all heads' partials itself while staging
+// its input, or last_task, where the attention task that finishes a head last merges that head's.
 // user_error when the context does not fit the model's.
 //
 // A GEMV's rows are cut into column slices (GpuOp::slices) when it has too few rows to give every warp
@@ -160,7 +172,8 @@ const char* to_string(Combine c);  // "separate", "fused", "last"
 // collectives are launched from the host; a device-initiated all-reduce is not supported yet).
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
                              GemvSplit split = GemvSplit::balanced, Combine combine = Combine::last_task,
-                             int slices = 0, int tp_rank = 0, int tp_size = 0);
+                             int slices = 0, int tp_rank = 0, int tp_size = 0,
+                             RopePlace rope = RopePlace::attention);
 // Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
 int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
 // The per-task cost the balanced split charges on top of a task's rows, in warp items.
@@ -210,6 +223,7 @@ struct LlamaGpuOptions {
   int min_blocks_per_sm = 4;  // the task kernel's register budget: 4 (64 registers), 3 (85) or 2 (128)
   int gemv_loads = 4;         // register-load GEMV: 16-byte loads a lane issues before using them, 4 or 8
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
+  int64_t prefetch_attn_bytes = -1;   // the same for the GEMV after the attention (the O projection)
   GemvSplit gemv_split = GemvSplit::balanced;
   // Fused modes: take the next task from the queue before running one. Off: a block busy with a task
   // would hold the next one (a task of the next dependency step) until it finishes, so that step's
@@ -220,6 +234,7 @@ struct LlamaGpuOptions {
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
   Combine combine = Combine::last_task;  // fused modes: where the split-KV partials are merged
+  RopePlace rope = RopePlace::attention;  // fused modes: where RoPE and the KV append run
   int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.

@@ -52,6 +52,7 @@ struct Params {
   unsigned long long head_base;  // heads[group] before this launch
   int32_t dynamic;               // 1: fetch tasks from the queue and wait on dependencies
   int64_t prefetch_bytes;        // L2 prefetch per GEMV task: 0 none, < 0 the whole task
+  int64_t prefetch_attn_bytes;   // the same for a GEMV that waits on the attention (the O projection)
   int32_t fetch_ahead;           // 1: take the next task index before running the current one
   int32_t stream_depth;          // bf16 GEMV rows streamed through shared memory: segments per warp (0: off)
   int32_t stream_seg;            // bytes per segment (a multiple of 16)
@@ -278,11 +279,33 @@ __device__ __forceinline__ void map2_block(const float* __restrict__ a, const fl
   for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) out[i] = f(a[i], bb[i]);
 }
 
-// out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block.
+// out[i] = in[i] * rsqrt(mean(in^2) + eps) * g[i] for i < n, by the whole block. Up to kThreads x kBatch
+// float4 (4,096 values) in one pass: in and g are loaded together and kept in registers, one L2 round
+// trip before the block's sum instead of one for in and another for in and g after it (the same sums in
+// the same order as the two-pass loop below).
 __device__ __forceinline__ void rmsnorm_block(const float* in, const float* g, float* out, int n, float eps,
                                               float* scratch) {
   const int n4 = n / 4;
   float ss = 0;
+  if (n4 <= kThreads * kBatch) {
+    float4 x[kBatch], w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      x[u] = f4_load(in, threadIdx.x + u * kThreads, n4);
+      w[u] = f4_load(g, threadIdx.x + u * kThreads, n4);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) ss += x[u].x * x[u].x + x[u].y * x[u].y + x[u].z * x[u].z + x[u].w * x[u].w;
+    for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) ss += in[i] * in[i];
+    const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + eps);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (threadIdx.x + u * kThreads < n4)
+        reinterpret_cast<float4*>(out)[threadIdx.x + u * kThreads] =
+            make_float4(x[u].x * inv * w[u].x, x[u].y * inv * w[u].y, x[u].z * inv * w[u].z, x[u].w * inv * w[u].w);
+    for (int i = n4 * 4 + threadIdx.x; i < n; i += kThreads) out[i] = in[i] * inv * g[i];
+    return;
+  }
   for (int i0 = threadIdx.x; i0 < n4; i0 += kThreads * kBatch) {
     float4 x[kBatch];
 #pragma unroll
@@ -456,6 +479,12 @@ __device__ void task_embed(const Params& p, const GpuOp& op) {
   }
 }
 
+// A (query or key) pair rotated by the angle whose (cos, sin) is r: every place that applies RoPE calls
+// this one expression, so that all of them round alike.
+__device__ __forceinline__ float2 rope_pair(float2 x, float2 r) {
+  return make_float2(x.x * r.x - x.y * r.y, x.y * r.x + x.x * r.y);
+}
+
 // Rotates the query and key pairs by the position's angles. The Dh / 2 angles (in double, as the CPU
 // reference computes them) go into a table in shared memory first, then every pair is one float2 load,
 // kBatch in flight per thread.
@@ -481,7 +510,7 @@ __device__ void task_rope(const Params& p, const GpuOp& op, float* smem) {
       const int i = i0 + u * kThreads;
       if (i >= op.rows) continue;
       const float2 r = cs[(i < qpairs ? i : i - qpairs) % half];
-      *at(i) = make_float2(x[u].x * r.x - x[u].y * r.y, x[u].y * r.x + x[u].x * r.y);
+      *at(i) = rope_pair(x[u], r);
     }
   }
   __syncthreads();  // the table is read before the block's next use of shared memory
@@ -513,7 +542,7 @@ __device__ void task_rope_append_head(const Params& p, const GpuOp& op, int g, f
       const int i = i0 + u * kThreads;
       if (i >= n) continue;
       const float2 r = cs[(i < qn ? i : i - qn) % half];
-      const float2 y = make_float2(x[u].x * r.x - x[u].y * r.y, x[u].y * r.x + x[u].x * r.y);
+      const float2 y = rope_pair(x[u], r);
       if (i < qn)
         q[i] = y;
       else
@@ -559,15 +588,17 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
 // positions of a pass at once), summed over those threads by shuffles; then the exp-weighted sum of V
 // with a thread per (16-byte piece of a row, group of positions), four positions' loads in flight per
 // thread, the groups' sums added in group order. The cache is read with plain loads (it is written in
-// the same kernel).
+// the same kernel). Position `cur` (-1: none) reads its K and V rows from kcur / vcur instead (the
+// position's own rows, in shared memory, when the attention applies RoPE and appends them itself).
 __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K, const __nv_bfloat16* V,
                                         int kvw, int start, int end, const float* qs, float* sc, float* red,
-                                        float* scratch, float* ml, float* po) {
+                                        float* scratch, float* ml, float* po, int cur,
+                                        const __nv_bfloat16* kcur, const __nv_bfloat16* vcur) {
   const int Dh = p.Dh, tpp = Dh / 32, sub = threadIdx.x % tpp, per_pass = kThreads / tpp;
   for (int j0 = start; j0 < end; j0 += per_pass) {
     const int j = j0 + int(threadIdx.x) / tpp;
     const bool in = j < end;
-    const uint4* kp = reinterpret_cast<const uint4*>(K + int64_t(in ? j : start) * kvw) + sub * 4;
+    const uint4* kp = reinterpret_cast<const uint4*>(j == cur ? kcur : K + int64_t(in ? j : start) * kvw) + sub * 4;
     uint4 kq[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) kq[u] = in ? kp[u] : make_uint4(0, 0, 0, 0);
@@ -602,7 +633,8 @@ __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
 #pragma unroll
     for (int u = 0; u < kBatchV; ++u) {
       const int j = j0 + groups * u;
-      vv[u] = j < end ? reinterpret_cast<const uint4*>(V + int64_t(j) * kvw)[piece] : make_uint4(0, 0, 0, 0);
+      vv[u] = j < end ? reinterpret_cast<const uint4*>(j == cur ? vcur : V + int64_t(j) * kvw)[piece]
+                      : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kBatchV; ++u) {
@@ -643,18 +675,59 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
   float* sc = qs + 256;            // attn_chunk scores
   float* red = sc + p.attn_chunk;  // groups x Dh partial outputs (at most 8 x kThreads)
   float* scratch = red + 8 * kThreads;
+  float2* cs = reinterpret_cast<float2*>(scratch + kWarps);             // op.rope: (cos, sin) per frequency
+  auto* kcur = reinterpret_cast<__nv_bfloat16*>(cs + 128), *vcur = kcur + 256;  // op.rope: pos's K, V rows
   const float scale = rsqrtf(float(Dh));
-  for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
+  // The chunk that holds the position (end is then pos + 1) takes its K and V rows from kcur / vcur when
+  // the attention applies RoPE itself; the cache is read only at earlier positions.
+  const int cur = op.rope && end == p.pos + 1 ? p.pos : -1;
+  if (op.rope) {
+    // RoPE as task_rope_append_head computes it: the query head rotated, and in the position's chunk
+    // the key head, rounded to bf16 as the cache stores it, with the value row. The group's first query
+    // head appends them to the cache (one task per KV head and position writes it).
+    const int half = Dh / 2;
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      double sn, cn;
+      sincos(double(p.pos) * p.rope_freq[j], &sn, &cn);
+      cs[j] = make_float2(float(cn), float(sn));
+    }
+    __syncthreads();
+    const float2* q = reinterpret_cast<const float2*>(p.buf[op.in0] + int64_t(h) * Dh);
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      const float2 y = rope_pair(q[j], cs[j]);
+      qs[2 * j] = y.x * scale;
+      qs[2 * j + 1] = y.y * scale;
+    }
+    if (cur >= 0) {
+      const float2* k = reinterpret_cast<const float2*>(p.buf[kK] + int64_t(g) * Dh);
+      const float2* v = reinterpret_cast<const float2*>(p.buf[kV] + int64_t(g) * Dh);
+      const bool append = h % (p.H / p.HKV) == 0;
+      const int64_t at = (int64_t(op.layer) * p.context + p.pos) * kvw + int64_t(g) * Dh;
+      for (int j = threadIdx.x; j < half; j += kThreads) {
+        const float2 x = rope_pair(k[j], cs[j]), y = v[j];
+        const __nv_bfloat162 kb = __floats2bfloat162_rn(x.x, x.y);
+        const __nv_bfloat162 vb = __floats2bfloat162_rn(y.x, y.y);
+        reinterpret_cast<__nv_bfloat162*>(kcur)[j] = kb;
+        reinterpret_cast<__nv_bfloat162*>(vcur)[j] = vb;
+        if (append) {
+          reinterpret_cast<__nv_bfloat162*>(p.cache_k + at)[j] = kb;
+          reinterpret_cast<__nv_bfloat162*>(p.cache_v + at)[j] = vb;
+        }
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
+  }
   __syncthreads();
   const __nv_bfloat16* K = p.cache_k + int64_t(op.layer) * p.context * kvw + g * Dh;
   const __nv_bfloat16* V = p.cache_v + int64_t(op.layer) * p.context * kvw + g * Dh;
   if (Dh % 32 == 0 && Dh <= 256) {
-    attention_chunk_batched(p, K, V, kvw, start, end, qs, sc, red, scratch, ml, po);
+    attention_chunk_batched(p, K, V, kvw, start, end, qs, sc, red, scratch, ml, po, cur, kcur, vcur);
     return;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pairs = Dh / 2;
   for (int j = start + warp; j < end; j += kWarps) {
-    const __nv_bfloat162* k = reinterpret_cast<const __nv_bfloat162*>(K + int64_t(j) * kvw);
+    const __nv_bfloat162* k = reinterpret_cast<const __nv_bfloat162*>(j == cur ? kcur : K + int64_t(j) * kvw);
     float s = 0;
     for (int e = lane; e < pairs; e += 32) {
       const float2 kv = __bfloat1622float2(k[e]);
@@ -678,7 +751,8 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
   float2 acc = {0, 0};
   if (grp < groups)
     for (int j = start + grp; j < end; j += groups) {
-      const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(V + int64_t(j) * kvw)[e2]);
+      const float2 v =
+          __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(j == cur ? vcur : V + int64_t(j) * kvw)[e2]);
       const float w = sc[j - start];
       acc.x += w * v.x, acc.y += w * v.y;
     }
@@ -791,18 +865,25 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
 // Starts streaming a GEMV task's weight rows from HBM into L2 (the bulk-copy engine's prefetch, no
 // registers or shared memory involved) before the task waits for its producers, so that the weights of
 // the next layer load while the current one finishes. A hint: correctness does not depend on it.
+// A GEMV that waits on the attention (the O projection) uses p.prefetch_attn_bytes instead: the HBM is
+// nearly idle while the attention reads its few MB of cache, so the whole task can load then (8B's O
+// weights are 32 MB; only the tasks of blocks idle during the attention are held and prefetched).
 // At most p.prefetch_bytes of the task's rows (< 0: all of them): every resident block prefetches for
 // the task it holds, so the bytes in L2 at once are up to workers x that bound, and a bound too large
 // for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
 // which then come from HBM twice.
 __device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
-  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0) return;
+  if (op.kind != OpKind::gemv || threadIdx.x != 0) return;
+  const OpKind first = op.dep_count ? p.ops[p.deps[op.dep_begin]].kind : OpKind::embed;
+  const int64_t bound =
+      first == OpKind::attention || first == OpKind::attn_combine ? p.prefetch_attn_bytes : p.prefetch_bytes;
+  if (bound == 0) return;
   const DevWeight w = p.weights[op.weight];
   const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   const uint8_t* base = w.q + r0 * row_bytes;
   int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
-  if (p.prefetch_bytes > 0) bytes = min(bytes, p.prefetch_bytes & ~int64_t(15));
+  if (bound > 0) bytes = min(bytes, bound & ~int64_t(15));
   constexpr int64_t kPiece = 1 << 16;
   for (int64_t off = 0; off < bytes; off += kPiece) {
     const uint32_t n = uint32_t(min(kPiece, bytes - off));

@@ -36,8 +36,8 @@ Launch parse_launch(const std::string& s) {
 
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
-      "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8";
+      "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, prefetch-o-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
+      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -58,6 +58,8 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       o.gemv_loads = int(number());
     } else if (key == "prefetch-kib") {
       o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
+    } else if (key == "prefetch-o-kib") {
+      o.prefetch_attn_bytes = value == "all" ? -1 : number() * 1024;
     } else if (key == "split") {
       if (value == "balanced")
         o.gemv_split = GemvSplit::balanced;
@@ -82,6 +84,13 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
         o.combine = Combine::last_task;
       else
         bad();
+    } else if (key == "rope") {
+      if (value == "attention")
+        o.rope = RopePlace::attention;
+      else if (value == "separate")
+        o.rope = RopePlace::separate;
+      else
+        bad();
     } else if (key == "slices") {
       if (value != "auto" && value != "1" && value != "2" && value != "4" && value != "8") bad();
       o.gemv_slices = value == "auto" ? 0 : int(number());
@@ -97,6 +106,8 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
 const char* to_string(Combine c) {
   return c == Combine::separate ? "separate" : c == Combine::in_o_projection ? "fused" : "last";
 }
+
+const char* to_string(RopePlace r) { return r == RopePlace::attention ? "attention" : "separate"; }
 
 const char* to_string(GpuWeights w) { return w == GpuWeights::native ? "native" : "bf16"; }
 
@@ -205,7 +216,8 @@ int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want) {
 }
 
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
-                             GemvSplit split, Combine combine, int slices, int tp_rank, int tp_size) {
+                             GemvSplit split, Combine combine, int slices, int tp_rank, int tp_size,
+                             RopePlace rope) {
   MP_USER_CHECK(slices == 0 || slices == 1 || slices == 2 || slices == 4 || slices == 8,
                 "GPU engine: ", slices, " column slices; 0 (chosen), 1, 2, 4 or 8");
   s.check();
@@ -262,7 +274,7 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
   auto op = [&](OpKind k, int64_t layer, int32_t w, int32_t in0, int32_t in1, int32_t out, int64_t rows,
                 int64_t cols, std::vector<int32_t> deps) {
     GpuOp o{};
-    o.slices = 1, o.combine = -1;
+    o.slices = 1, o.combine = -1, o.rope = 0;
     o.kind = k, o.layer = int32_t(layer), o.weight = w, o.in0 = in0, o.in1 = in1, o.out = out;
     o.rows = int32_t(rows), o.cols = int32_t(cols);
     switch (k) {
@@ -333,8 +345,14 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       int32_t k = gemv(l, wk, kX, -1, kK, kvw, d, {last}, Stage::rmsnorm, an, false);
       int32_t v = gemv(l, wv, kX, -1, kV, kvw, d, {last}, Stage::rmsnorm, an, false);
       joint_items = 0;
-      int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
-      int32_t at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
+      int32_t at = -1;
+      if (rope == RopePlace::attention) {
+        at = op(OpKind::attention, l, -1, kQ, kK, kPartO, H, Dh, {q, k, v});
+        sc.ops[size_t(at)].rope = 1;
+      } else {
+        int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
+        at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
+      }
       int32_t o = -1;
       if (combine == Combine::in_o_projection) {
         o = gemv(l, wo, kPartO, -1, kX, d, qw, {at}, Stage::attn_combine, -1, residual_here);

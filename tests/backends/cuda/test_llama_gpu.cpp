@@ -104,7 +104,7 @@ TEST(LlamaGpuSchedule, EveryTaskOnceAndRowsCovered) {
             EXPECT_EQ(sc.ops[size_t(i)].group, &g - sc.groups.data());
         if (m == Launch::per_layer)
           for (size_t g = 1; g + 1 < sc.groups.size(); ++g) {
-            EXPECT_EQ(sc.groups[g].ops, 9);  // the fused layer (the combine in the attention)
+            EXPECT_EQ(sc.groups[g].ops, 8);  // the fused layer (the combine and RoPE in the attention)
             EXPECT_EQ(sc.ops[size_t(sc.groups[g].first_op)].layer, int32_t(g - 1));
           }
       }
@@ -211,6 +211,17 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("combine=last", o);
   EXPECT_EQ(o.combine, Combine::last_task);
   EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
+  EXPECT_EQ(o.prefetch_attn_bytes, -1);
+  apply_tuning("prefetch-o-kib=32", o);
+  EXPECT_EQ(o.prefetch_attn_bytes, 32 << 10);
+  apply_tuning("prefetch-o-kib=all", o);
+  EXPECT_EQ(o.prefetch_attn_bytes, -1);
+  EXPECT_EQ(o.rope, RopePlace::attention);
+  apply_tuning("rope=separate", o);
+  EXPECT_EQ(o.rope, RopePlace::separate);
+  apply_tuning("rope=attention", o);
+  EXPECT_EQ(o.rope, RopePlace::attention);
+  EXPECT_USER_ERROR(apply_tuning("rope=late", o), "--gpu-tune: 'rope=late' is not one of");
   EXPECT_EQ(o.gemv_slices, 0);
   apply_tuning("slices=4", o);
   EXPECT_EQ(o.gemv_slices, 4);
@@ -223,15 +234,19 @@ TEST(LlamaGpuOptions, Tuning) {
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
 // (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
 TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
-  for (int variant = 0; variant < 4; ++variant) {
-    // per-op; megakernel with the combine as its own operation, in the O projection, in the last task
-    const Launch m = variant == 0 ? Launch::per_op : Launch::megakernel;
-    const Combine cm = variant == 2 ? Combine::in_o_projection : variant == 3 ? Combine::last_task : Combine::separate;
-    SCOPED_TRACE(std::string(to_string(m)) + " combine=" + to_string(cm));
-    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, cm);
+  for (int variant = 0; variant < 8; ++variant) {
+    // per-op; megakernel with the combine as its own operation, in the O projection, in the last task;
+    // each with RoPE in the attention (variants 0-3) and as an operation of its own (4-7)
+    const int v = variant % 4;
+    const Launch m = v == 0 ? Launch::per_op : Launch::megakernel;
+    const Combine cm = v == 2 ? Combine::in_o_projection : v == 3 ? Combine::last_task : Combine::separate;
+    const RopePlace rp = variant < 4 ? RopePlace::attention : RopePlace::separate;
+    SCOPED_TRACE(std::string(to_string(m)) + " combine=" + to_string(cm) + " rope=" + to_string(rp));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, cm, 0, 0, 0, rp);
     const size_t n = sc.ops.size();
     ASSERT_LE(n, 64u);
-    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : variant >= 2 ? 1 + 9 * 2 + 2u : 1 + 10 * 2 + 2u);
+    const size_t fused_per_layer = (v >= 2 ? 8 : 9) + (rp == RopePlace::separate ? 1 : 0);
+    EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : 1 + fused_per_layer * 2 + 2u);
     std::vector<std::bitset<64>> anc(n);
     for (size_t i = 0; i < n; ++i) {
       const GpuOp& o = sc.ops[i];
@@ -271,6 +286,7 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
         case OpKind::attention:
           r = {o.in0, kCache + o.layer}, w = {kPartML, kPartO};
           if (o.combine >= 0) w.insert(o.combine);
+          if (o.rope) r.insert({kK, kV}), w.insert(kCache + o.layer);
           break;
         case OpKind::attn_combine:
           r = {kPartML, kPartO}, w = {o.out};

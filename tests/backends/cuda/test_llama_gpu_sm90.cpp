@@ -318,7 +318,8 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
 }
 
 // The three places of the split-KV combine compute the same merge (combine_element) of the same
-// partials: the same logits and tokens in both fused modes.
+// partials, and RoPE with the KV append in the attention tasks the same rotation (rope_pair) and bf16
+// rows as the rope_append operation: the same logits and tokens in both fused modes.
 TEST(SM90_LlamaGpu, CombinePlacesAgree) {
   if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
   test::Watchdog wd(300, "GPU Llama test");
@@ -330,7 +331,8 @@ TEST(SM90_LlamaGpu, CombinePlacesAgree) {
   for (Launch m : {Launch::per_layer, Launch::megakernel}) {
     SCOPED_TRACE(to_string(m));
     std::vector<Decode> r;
-    for (const char* cm : {"combine=separate", "combine=fused", "combine=last"}) {
+    for (const char* cm : {"combine=separate", "combine=fused", "combine=last", "combine=last,rope=separate",
+                           "combine=fused,rope=separate"}) {
       LlamaGpuOptions o;
       o.launch = m, o.context = ctx;
       apply_tuning(cm, o);
