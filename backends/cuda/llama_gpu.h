@@ -223,7 +223,6 @@ struct LlamaGpuOptions {
   int min_blocks_per_sm = 4;  // the task kernel's register budget: 4 (64 registers), 3 (85) or 2 (128)
   int gemv_loads = 4;         // register-load GEMV: 16-byte loads a lane issues before using them, 4 or 8
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
-  int64_t prefetch_attn_bytes = -1;   // the same for the GEMV after the attention (the O projection)
   GemvSplit gemv_split = GemvSplit::balanced;
   // Fused modes: take the next task from the queue before running one. Off: a block busy with a task
   // would hold the next one (a task of the next dependency step) until it finishes, so that step's
@@ -233,6 +232,10 @@ struct LlamaGpuOptions {
   // (0: register loads, as the quantized formats always use) and the bytes of one segment.
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
+  // Fused modes: a bf16 GEMV task whose rows fit in this many bytes of shared memory copies them there
+  // (cp.async) before it waits for its producers; the area is only as large as leaves the blocks per
+  // SM unchanged (0: off, register loads from L2 after the wait).
+  int64_t wsmem_bytes = 16 << 10;
   Combine combine = Combine::last_task;  // fused modes: where the split-KV partials are merged
   RopePlace rope = RopePlace::attention;  // fused modes: where RoPE and the KV append run
   int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8

@@ -52,12 +52,13 @@ struct Params {
   unsigned long long head_base;  // heads[group] before this launch
   int32_t dynamic;               // 1: fetch tasks from the queue and wait on dependencies
   int64_t prefetch_bytes;        // L2 prefetch per GEMV task: 0 none, < 0 the whole task
-  int64_t prefetch_attn_bytes;   // the same for a GEMV that waits on the attention (the O projection)
   int32_t fetch_ahead;           // 1: take the next task index before running the current one
   int32_t stream_depth;          // bf16 GEMV rows streamed through shared memory: segments per warp (0: off)
   int32_t stream_seg;            // bytes per segment (a multiple of 16)
   int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
   int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
+  int32_t wsmem_off, wsmem_bytes;  // fused modes: the shared-memory area a bf16 GEMV task's rows load into
+                                   // while it waits (byte offset, a multiple of 128; capacity, 0: off)
   TaskTime* trace;               // per task of the schedule: its times in this position (null: not traced)
   unsigned long long* head_done;  // layers x H: attention tasks finished per head, over all positions
 };
@@ -140,7 +141,8 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
 // issued before any of their arithmetic, so each lane keeps Loads x 16 bytes in flight (a warp 2 KiB at
 // 4). Each lane adds its pieces in the same order whatever Loads is, so the sums do not depend on it. A
 // plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
-template <int kLoads, class Dot>
+// kShared: the row is in shared memory (a task's rows loaded while it waited), read by plain loads.
+template <int kLoads, bool kShared = false, class Dot>
 __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
   float acc = 0;
   for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
@@ -148,7 +150,8 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int c = c0 + 32 * u;
-      q[u] = c < n ? ld_weight(row + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+      q[u] = c < n ? (kShared ? *reinterpret_cast<const uint4*>(row + int64_t(c) * 16) : ld_weight(row + int64_t(c) * 16))
+                   : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
@@ -162,14 +165,15 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum. With
 // slices > 1, only the columns of slice `slice` of `slices` equal parts (cols a multiple of 32 x slices,
 // so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector.
-template <int kLoads>
+// kShared: w.q is the task's rows in shared memory (bf16 only), r counted from the task's first row.
+template <int kLoads, bool kShared = false>
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
                                          int lane, int slice = 0, int slices = 1) {
   float acc = 0;
   const int cols = w.cols / slices, c0 = slice * cols;  // this slice's columns: [c0, c0 + cols)
   x += c0;
   if (w.format == kBF16) {
-    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads, kShared>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
       const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
       const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
       float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
@@ -227,18 +231,37 @@ __device__ __forceinline__ float combine_element(const Params& p, const float* p
   const int chunks = p.attn_chunks, Dh = p.Dh;
   // Read from L2 (__ldcg): other blocks wrote the partials in this kernel, and this SM's L1 may hold the
   // same addresses from an earlier layer.
+  // The loads of kCombineBatch chunks are issued before any of them is used (every chunk's partial is
+  // written, an empty one as (-inf, 0) and zeros), so a head of c chunks costs 2 x ceil(c / 8) L2 round
+  // trips, not one per chunk; the sums run over the chunks in order, as a loop of one chunk at a time.
+  constexpr int kCombineBatch = 8;
   const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
   const float* po = partial_o + int64_t(h) * chunks * Dh;
   float m = -INFINITY;
-  for (int c = 0; c < chunks; ++c) m = fmaxf(m, __ldcg(ml + 2 * c));
+  for (int c0 = 0; c0 < chunks; c0 += kCombineBatch) {
+    float mv[kCombineBatch];
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) mv[u] = c0 + u < chunks ? __ldcg(ml + 2 * (c0 + u)) : -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) m = fmaxf(m, mv[u]);
+  }
   float l = 0, o = 0;
-  for (int c = 0; c < chunks; ++c) {
-    const float mc = __ldcg(ml + 2 * c);
-    if (mc != -INFINITY) {
-      const float w = __expf(mc - m);
-      l += w * __ldcg(ml + 2 * c + 1);
-      o += w * __ldcg(po + int64_t(c) * Dh + e);
+  for (int c0 = 0; c0 < chunks; c0 += kCombineBatch) {
+    float mv[kCombineBatch], lv[kCombineBatch], ov[kCombineBatch];
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u) {
+      const int c = c0 + u < chunks ? c0 + u : c0;
+      mv[u] = c0 + u < chunks ? __ldcg(ml + 2 * c) : -INFINITY;
+      lv[u] = __ldcg(ml + 2 * c + 1);
+      ov[u] = __ldcg(po + int64_t(c) * Dh + e);
     }
+#pragma unroll
+    for (int u = 0; u < kCombineBatch; ++u)
+      if (mv[u] != -INFINITY) {
+        const float w = __expf(mv[u] - m);
+        l += w * lv[u];
+        o += w * ov[u];
+      }
   }
   return o / l;
 }
@@ -415,6 +438,35 @@ __device__ void gemv_rows_streamed(const Params& p, const DevWeight& w, int r0, 
   __syncwarp();
 }
 
+// Whether GEMV task t of op has its rows in shared memory: fused modes (tasks wait for producers), bf16
+// rows on the register path, the whole task within the area. Both ends (the copies before the wait and
+// the task) decide with this one function.
+__device__ __forceinline__ bool weights_in_smem(const Params& p, const GpuOp& op, int t) {
+  if (!p.dynamic || p.wsmem_bytes == 0 || p.stream_depth > 0 || op.kind != OpKind::gemv) return false;
+  const DevWeight& w = p.weights[op.weight];
+  if (w.format != kBF16) return false;
+  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  return int64_t(r1 - r0) * w.cols * 2 <= p.wsmem_bytes;
+}
+
+// Starts copying a GEMV task's rows into shared memory (cp.async, 16 bytes per copy, through L2) before
+// the task waits for its producers, so that when they are done the weights are on chip and the task
+// pays no load round trip for them (SmolLM2's tasks are 4-9 KiB: the chain of a layer is latency, not
+// bandwidth). Waited for in task_gemv.
+__device__ void load_weights_smem(const Params& p, const GpuOp& op, int t, uint8_t* smem) {
+  if (!weights_in_smem(p, op, t)) return;
+  const DevWeight& w = p.weights[op.weight];
+  const int64_t row_bytes = int64_t(w.cols) * 2;
+  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  const uint8_t* src = w.q + int64_t(r0) * row_bytes;
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem + p.wsmem_off));
+  const int pieces = int((r1 - r0) * row_bytes / 16);
+  for (int i = threadIdx.x; i < pieces; i += kThreads)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * uint32_t(i)), "l"(src + 16 * int64_t(i))
+                 : "memory");
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
 // Wide: the kernel has the registers for 8 loads in flight per lane (built for at most 3 blocks per SM).
 template <bool Wide>
 __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
@@ -425,6 +477,11 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   unsigned long long best = 0;
+  const bool in_smem = weights_in_smem(p, op, t);
+  if (in_smem) {  // the rows load_weights_smem started before the wait
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+  }
   if (p.stream_depth > 0 && w.format == kBF16) {
     gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
   } else {
@@ -433,9 +490,11 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
     // every run).
     const int S = op.slices, lanes = kWarps / S, slice = warp % S;
     float* part = xs + (op.cols + 3) / 4 * 4;
+    const DevWeight ws{w.format, w.rows, w.cols, reinterpret_cast<const uint8_t*>(smem) + p.wsmem_off, w.s};
     for (int r = r0 + warp / S; r < r1; r += lanes) {
-      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
-                                           : dot_row<4>(w, r, xs, lane, slice, S);
+      const float v = in_smem                  ? dot_row<4, true>(ws, r - r0, xs, lane, slice, S)
+                      : Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
+                                             : dot_row<4>(w, r, xs, lane, slice, S);
       if (lane == 0) part[(r - r0) * S + slice] = v;
     }
     __syncthreads();
@@ -865,25 +924,18 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
 // Starts streaming a GEMV task's weight rows from HBM into L2 (the bulk-copy engine's prefetch, no
 // registers or shared memory involved) before the task waits for its producers, so that the weights of
 // the next layer load while the current one finishes. A hint: correctness does not depend on it.
-// A GEMV that waits on the attention (the O projection) uses p.prefetch_attn_bytes instead: the HBM is
-// nearly idle while the attention reads its few MB of cache, so the whole task can load then (8B's O
-// weights are 32 MB; only the tasks of blocks idle during the attention are held and prefetched).
 // At most p.prefetch_bytes of the task's rows (< 0: all of them): every resident block prefetches for
 // the task it holds, so the bytes in L2 at once are up to workers x that bound, and a bound too large
 // for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
 // which then come from HBM twice.
 __device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
-  if (op.kind != OpKind::gemv || threadIdx.x != 0) return;
-  const OpKind first = op.dep_count ? p.ops[p.deps[op.dep_begin]].kind : OpKind::embed;
-  const int64_t bound =
-      first == OpKind::attention || first == OpKind::attn_combine ? p.prefetch_attn_bytes : p.prefetch_bytes;
-  if (bound == 0) return;
+  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0 || weights_in_smem(p, op, t)) return;
   const DevWeight w = p.weights[op.weight];
   const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   const uint8_t* base = w.q + r0 * row_bytes;
   int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
-  if (bound > 0) bytes = min(bytes, bound & ~int64_t(15));
+  if (p.prefetch_bytes > 0) bytes = min(bytes, p.prefetch_bytes & ~int64_t(15));
   constexpr int64_t kPiece = 1 << 16;
   for (int64_t off = 0; off < bytes; off += kPiece) {
     const uint32_t n = uint32_t(min(kPiece, bytes - off));

@@ -36,8 +36,8 @@ Launch parse_launch(const std::string& s) {
 
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
-      "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, prefetch-o-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
+      "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
+      "stream=0..8, seg-kib=1..16, wsmem-kib=0..64, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -58,8 +58,6 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       o.gemv_loads = int(number());
     } else if (key == "prefetch-kib") {
       o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
-    } else if (key == "prefetch-o-kib") {
-      o.prefetch_attn_bytes = value == "all" ? -1 : number() * 1024;
     } else if (key == "split") {
       if (value == "balanced")
         o.gemv_split = GemvSplit::balanced;
@@ -75,6 +73,10 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       const long long k = number();
       if (k < 1 || k > 16) bad();
       o.stream_seg_bytes = k * 1024;
+    } else if (key == "wsmem-kib") {
+      const long long k = number();
+      if (k > 64) bad();
+      o.wsmem_bytes = k * 1024;
     } else if (key == "combine") {
       if (value == "separate")
         o.combine = Combine::separate;
@@ -237,9 +239,13 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
   sc.context = context;
   const int64_t d = s.d_model, H = s.heads, Dh = s.head_dim, qw = H * Dh, kvw = s.kv_heads * Dh;
 
-  // Attention: enough chunks per head to give every worker a task, 64..1024 cache positions each.
+  // Attention: enough chunks per head to give every worker a task, 1024 cache positions at most and at
+  // least what one pass of the task's score loads covers (256 threads, Dh / 32 per position: 128
+  // positions at Dh 64, 64 at Dh >= 128): a smaller chunk costs its task the same round trips and adds
+  // a partial to the head's combine.
   int64_t want = std::max<int64_t>(1, workers / H);
-  sc.attn_chunk = int32_t(std::clamp<int64_t>(round_up(ceil_div(context, want), 64), 64, 1024));
+  const int64_t min_chunk = std::clamp<int64_t>(round_up(256 * 32 / Dh, 64), 64, 1024);
+  sc.attn_chunk = int32_t(std::clamp<int64_t>(round_up(ceil_div(context, want), 64), min_chunk, 1024));
   sc.attn_chunks = int32_t(ceil_div(context, sc.attn_chunk));
 
   sc.buf_elems.assign(kBufCount, 0);
