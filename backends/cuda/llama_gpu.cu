@@ -41,11 +41,14 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
   // A traced task's fetch and ready times (thread 0's), kept in shared memory rather than in registers
   // across the task.
   __shared__ unsigned long long s_time[2];
+  __shared__ dev::TaskMeta s_meta;
   if (!p.dynamic) {
     for (int i = blockIdx.x; i < p.group_tasks; i += gridDim.x) {
       const GpuTask task = p.tasks[p.group_first_task + i];
       if (p.trace && threadIdx.x == 0) s_time[0] = s_time[1] = dev::global_ns();
-      dev::run_task<(MinBlocks < 4)>(p, task, smem);
+      dev::load_meta(p, task, s_meta);
+      __syncthreads();
+      dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
       dev::finish_task(p, task);
       if (p.trace && threadIdx.x == 0)
         p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
@@ -70,11 +73,11 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     const GpuTask task = p.tasks[p.group_first_task + i];
     if (p.trace && threadIdx.x == 0) s_time[0] = dev::global_ns();
-    dev::prefetch_weights(p, p.ops[task.op], task.index);
-    dev::load_weights_smem(p, p.ops[task.op], task.index, reinterpret_cast<uint8_t*>(smem));
-    dev::wait_for_producers(p, p.ops[task.op]);
+    dev::load_meta(p, task, s_meta);  // thread 0's; the others read it after the wait's barrier
+    dev::prefetch_weights(p, s_meta, task.index);
+    dev::wait_for_producers(p, s_meta.op);
     if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
-    dev::run_task<(MinBlocks < 4)>(p, task, smem);
+    dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
     dev::finish_task(p, task);
     if (p.trace && threadIdx.x == 0)
       p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
@@ -224,23 +227,6 @@ class Engine final : public LlamaGpu {
     int per_sm = 0;
     MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_, dev::kThreads, smem_));
     MP_INTERNAL_CHECK(per_sm >= 1, "the task kernel fits no SM");
-    // The fused modes' shared-memory area for a GEMV task's rows (dev::load_weights_smem): up to
-    // wsmem_bytes, only as much as leaves the blocks per SM as they are.
-    MP_USER_CHECK(o.wsmem_bytes >= 0 && o.wsmem_bytes <= (64 << 10) && o.wsmem_bytes % 1024 == 0,
-                  "GPU engine: wsmem_bytes ", o.wsmem_bytes, " must be 0, 1, 2, ... or 64 KiB");
-    if (o.launch != Launch::per_op && o.stream_depth == 0 && o.wsmem_bytes > 0) {
-      const int64_t off = (int64_t(smem_) + 127) / 128 * 128;
-      for (int64_t b = o.wsmem_bytes; b >= 1024; b -= 1024) {
-        const size_t total = size_t(off + b);
-        if (total > prop.sharedMemPerBlockOptin) continue;
-        raise_smem_limit(kernel_, total);
-        int n = 0;
-        MP_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_, dev::kThreads, total));
-        if (n < per_sm) continue;
-        wsmem_off_ = off, wsmem_bytes_ = b, smem_ = total;
-        break;
-      }
-    }
     if (o.blocks_per_sm > 0) per_sm = std::min(per_sm, o.blocks_per_sm);
     stats_.sm_count = prop.multiProcessorCount;
     stats_.workers = workers_ = prop.multiProcessorCount * per_sm;
@@ -625,7 +611,6 @@ class Engine final : public LlamaGpu {
     p_.stream_depth = opt_.stream_depth;
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);
     p_.ring_off = int32_t(ring_off_);
-    p_.wsmem_off = int32_t(wsmem_off_), p_.wsmem_bytes = int32_t(wsmem_bytes_);
     p_.loads = opt_.gemv_loads;
   }
   void launch_group(size_t g, LlamaGpuStats& count) {
@@ -660,7 +645,6 @@ class Engine final : public LlamaGpu {
   int workers_ = 0;
   size_t smem_ = 0;
   int64_t ring_off_ = 0;
-  int64_t wsmem_off_ = 0, wsmem_bytes_ = 0;  // the GEMV rows' shared-memory area (0 bytes: none)
   void (*kernel_)(dev::Params) = nullptr;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> allocs_;

@@ -232,10 +232,6 @@ struct LlamaGpuOptions {
   // (0: register loads, as the quantized formats always use) and the bytes of one segment.
   int stream_depth = 0;
   int64_t stream_seg_bytes = 4096;
-  // Fused modes: a bf16 GEMV task whose rows fit in this many bytes of shared memory copies them there
-  // (cp.async) before it waits for its producers; the area is only as large as leaves the blocks per
-  // SM unchanged (0: off, register loads from L2 after the wait).
-  int64_t wsmem_bytes = 16 << 10;
   Combine combine = Combine::last_task;  // fused modes: where the split-KV partials are merged
   RopePlace rope = RopePlace::attention;  // fused modes: where RoPE and the KV append run
   int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8

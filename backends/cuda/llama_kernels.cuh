@@ -57,8 +57,6 @@ struct Params {
   int32_t stream_seg;            // bytes per segment (a multiple of 16)
   int32_t ring_off;              // byte offset of the ring in the dynamic shared memory (a multiple of 128)
   int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
-  int32_t wsmem_off, wsmem_bytes;  // fused modes: the shared-memory area a bf16 GEMV task's rows load into
-                                   // while it waits (byte offset, a multiple of 128; capacity, 0: off)
   TaskTime* trace;               // per task of the schedule: its times in this position (null: not traced)
   unsigned long long* head_done;  // layers x H: attention tasks finished per head, over all positions
 };
@@ -141,8 +139,7 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
 // issued before any of their arithmetic, so each lane keeps Loads x 16 bytes in flight (a warp 2 KiB at
 // 4). Each lane adds its pieces in the same order whatever Loads is, so the sums do not depend on it. A
 // plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
-// kShared: the row is in shared memory (a task's rows loaded while it waited), read by plain loads.
-template <int kLoads, bool kShared = false, class Dot>
+template <int kLoads, class Dot>
 __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
   float acc = 0;
   for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
@@ -150,8 +147,7 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int c = c0 + 32 * u;
-      q[u] = c < n ? (kShared ? *reinterpret_cast<const uint4*>(row + int64_t(c) * 16) : ld_weight(row + int64_t(c) * 16))
-                   : make_uint4(0, 0, 0, 0);
+      q[u] = c < n ? ld_weight(row + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
@@ -165,15 +161,14 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum. With
 // slices > 1, only the columns of slice `slice` of `slices` equal parts (cols a multiple of 32 x slices,
 // so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector.
-// kShared: w.q is the task's rows in shared memory (bf16 only), r counted from the task's first row.
-template <int kLoads, bool kShared = false>
+template <int kLoads>
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
                                          int lane, int slice = 0, int slices = 1) {
   float acc = 0;
   const int cols = w.cols / slices, c0 = slice * cols;  // this slice's columns: [c0, c0 + cols)
   x += c0;
   if (w.format == kBF16) {
-    acc = dot_pieces<kLoads, kShared>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
+    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
       const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
       const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
       float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
@@ -341,8 +336,25 @@ __device__ __forceinline__ void rmsnorm_block(const float* in, const float* g, f
   map2_block(in, g, out, n, [inv](float x, float w) { return x * inv * w; });
 }
 
+// A task's operation and its weights' descriptors, copied into shared memory by thread 0 before the task
+// waits for its producers. The wait's acquire invalidates the SM's L1, so reading them from the global
+// tables after it would cost dependent L2 round trips (the op, then the weight it names, then the
+// weight's values) on the chain of every dependency step.
+struct TaskMeta {
+  GpuOp op;
+  DevWeight w;   // op.weight's, when op has one
+  DevWeight nw;  // op.norm_weight's (a GEMV with the RMSNorm staged)
+};
+
+__device__ __forceinline__ void load_meta(const Params& p, const GpuTask& task, TaskMeta& m) {
+  if (threadIdx.x != 0) return;
+  m.op = p.ops[task.op];
+  if (m.op.weight >= 0) m.w = p.weights[m.op.weight];
+  if (m.op.norm_weight >= 0) m.nw = p.weights[m.op.norm_weight];
+}
+
 // The GEMV's input vector, into shared memory.
-__device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
+__device__ void stage_input(const Params& p, const GpuOp& op, const DevWeight& nw, float* xs) {
   __shared__ float scratch[kWarps];
   const float* in = p.buf[op.in0];
   switch (op.stage) {
@@ -350,7 +362,7 @@ __device__ void stage_input(const Params& p, const GpuOp& op, float* xs) {
       map2_block(in, nullptr, xs, op.cols, [](float x, float) { return x; });
       break;
     case Stage::rmsnorm:
-      rmsnorm_block(in, reinterpret_cast<const float*>(p.weights[op.norm_weight].q), xs, op.cols, p.eps,
+      rmsnorm_block(in, reinterpret_cast<const float*>(nw.q), xs, op.cols, p.eps,
                     scratch);
       break;
     case Stage::silu_mul:
@@ -438,50 +450,17 @@ __device__ void gemv_rows_streamed(const Params& p, const DevWeight& w, int r0, 
   __syncwarp();
 }
 
-// Whether GEMV task t of op has its rows in shared memory: fused modes (tasks wait for producers), bf16
-// rows on the register path, the whole task within the area. Both ends (the copies before the wait and
-// the task) decide with this one function.
-__device__ __forceinline__ bool weights_in_smem(const Params& p, const GpuOp& op, int t) {
-  if (!p.dynamic || p.wsmem_bytes == 0 || p.stream_depth > 0 || op.kind != OpKind::gemv) return false;
-  const DevWeight& w = p.weights[op.weight];
-  if (w.format != kBF16) return false;
-  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
-  return int64_t(r1 - r0) * w.cols * 2 <= p.wsmem_bytes;
-}
-
-// Starts copying a GEMV task's rows into shared memory (cp.async, 16 bytes per copy, through L2) before
-// the task waits for its producers, so that when they are done the weights are on chip and the task
-// pays no load round trip for them (SmolLM2's tasks are 4-9 KiB: the chain of a layer is latency, not
-// bandwidth). Waited for in task_gemv.
-__device__ void load_weights_smem(const Params& p, const GpuOp& op, int t, uint8_t* smem) {
-  if (!weights_in_smem(p, op, t)) return;
-  const DevWeight& w = p.weights[op.weight];
-  const int64_t row_bytes = int64_t(w.cols) * 2;
-  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
-  const uint8_t* src = w.q + int64_t(r0) * row_bytes;
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem + p.wsmem_off));
-  const int pieces = int((r1 - r0) * row_bytes / 16);
-  for (int i = threadIdx.x; i < pieces; i += kThreads)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst + 16u * uint32_t(i)), "l"(src + 16 * int64_t(i))
-                 : "memory");
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
 // Wide: the kernel has the registers for 8 loads in flight per lane (built for at most 3 blocks per SM).
 template <bool Wide>
-__device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head, float* smem) {
-  const DevWeight w = p.weights[op.weight];
+__device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_head, float* smem) {
+  const GpuOp& op = m.op;
+  const DevWeight w = m.w;
   float* __restrict__ out = p.buf[op.out];
   float* xs = smem;
-  stage_input(p, op, xs);
+  stage_input(p, op, m.nw, xs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   unsigned long long best = 0;
-  const bool in_smem = weights_in_smem(p, op, t);
-  if (in_smem) {  // the rows load_weights_smem started before the wait
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    __syncthreads();
-  }
   if (p.stream_depth > 0 && w.format == kBF16) {
     gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
   } else {
@@ -490,11 +469,9 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
     // every run).
     const int S = op.slices, lanes = kWarps / S, slice = warp % S;
     float* part = xs + (op.cols + 3) / 4 * 4;
-    const DevWeight ws{w.format, w.rows, w.cols, reinterpret_cast<const uint8_t*>(smem) + p.wsmem_off, w.s};
     for (int r = r0 + warp / S; r < r1; r += lanes) {
-      const float v = in_smem                  ? dot_row<4, true>(ws, r - r0, xs, lane, slice, S)
-                      : Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
-                                             : dot_row<4>(w, r, xs, lane, slice, S);
+      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
+                                           : dot_row<4>(w, r, xs, lane, slice, S);
       if (lane == 0) part[(r - r0) * S + slice] = v;
     }
     __syncthreads();
@@ -517,16 +494,15 @@ __device__ void task_gemv(const Params& p, const GpuOp& op, int t, bool lm_head,
   }
 }
 
-__device__ void task_rmsnorm(const Params& p, const GpuOp& op, float* smem) {
-  rmsnorm_block(p.buf[op.in0], reinterpret_cast<const float*>(p.weights[op.weight].q), p.buf[op.out], op.rows,
+__device__ void task_rmsnorm(const Params& p, const GpuOp& op, const DevWeight& w, float* smem) {
+  rmsnorm_block(p.buf[op.in0], reinterpret_cast<const float*>(w.q), p.buf[op.out], op.rows,
                 p.eps, smem);
 }
 
-__device__ void task_embed(const Params& p, const GpuOp& op) {
+__device__ void task_embed(const Params& p, const GpuOp& op, const DevWeight& w) {
   const int pos = p.pos;
   int token = pos < p.prompt_end ? p.prompt[pos] : p.pred[pos - 1];
   token = min(max(token, 0), p.vocab - 1);  // the host checks fed ids; predictions are in range
-  const DevWeight w = p.weights[op.weight];
   float* x = p.buf[op.out];
   for (int i0 = threadIdx.x; i0 < op.rows; i0 += kThreads * kBatch) {
     float v[kBatch];
@@ -884,17 +860,17 @@ __device__ void task_argmax(const Params& p, const GpuOp& op, float* smem) {
 }
 
 template <bool Wide>
-__device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
-  const GpuOp& op = p.ops[task.op];
+__device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m, float* smem) {
+  const GpuOp& op = m.op;
   switch (op.kind) {
     case OpKind::embed:
-      task_embed(p, op);
+      task_embed(p, op, m.w);
       break;
     case OpKind::rmsnorm:
-      task_rmsnorm(p, op, smem);
+      task_rmsnorm(p, op, m.w, smem);
       break;
     case OpKind::gemv:
-      task_gemv<Wide>(p, op, task.index, task.op == p.lm_head_op, smem);
+      task_gemv<Wide>(p, m, task.index, task.op == p.lm_head_op, smem);
       break;
     case OpKind::rope:
       task_rope(p, op, smem);
@@ -928,9 +904,10 @@ __device__ void run_task(const Params& p, const GpuTask& task, float* smem) {
 // the task it holds, so the bytes in L2 at once are up to workers x that bound, and a bound too large
 // for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
 // which then come from HBM twice.
-__device__ void prefetch_weights(const Params& p, const GpuOp& op, int t) {
-  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0 || weights_in_smem(p, op, t)) return;
-  const DevWeight w = p.weights[op.weight];
+__device__ void prefetch_weights(const Params& p, const TaskMeta& m, int t) {
+  const GpuOp& op = m.op;
+  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0) return;
+  const DevWeight& w = m.w;
   const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
   const uint8_t* base = w.q + r0 * row_bytes;

@@ -37,7 +37,7 @@ Launch parse_launch(const std::string& s) {
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, wsmem-kib=0..64, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
+      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -73,10 +73,6 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       const long long k = number();
       if (k < 1 || k > 16) bad();
       o.stream_seg_bytes = k * 1024;
-    } else if (key == "wsmem-kib") {
-      const long long k = number();
-      if (k > 64) bad();
-      o.wsmem_bytes = k * 1024;
     } else if (key == "combine") {
       if (value == "separate")
         o.combine = Combine::separate;

@@ -211,12 +211,6 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("combine=last", o);
   EXPECT_EQ(o.combine, Combine::last_task);
   EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
-  EXPECT_EQ(o.wsmem_bytes, 16 << 10);
-  apply_tuning("wsmem-kib=0", o);
-  EXPECT_EQ(o.wsmem_bytes, 0);
-  apply_tuning("wsmem-kib=64", o);
-  EXPECT_EQ(o.wsmem_bytes, 64 << 10);
-  EXPECT_USER_ERROR(apply_tuning("wsmem-kib=65", o), "--gpu-tune: 'wsmem-kib=65' is not one of");
   EXPECT_EQ(o.rope, RopePlace::attention);
   apply_tuning("rope=separate", o);
   EXPECT_EQ(o.rope, RopePlace::separate);
