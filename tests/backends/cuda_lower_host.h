@@ -154,12 +154,12 @@ inline void mp_cp_wait() {
 
 // Bulk copies on mbarriers (MP_CUDA_LOWER_COPY=bulk) on the host: an mbarrier of the block's shared
 // memory is a record of this file (by its address, made by mp_bar_init), its phase completing once its
-// arrival and the bytes it was told to expect are in. The copies of every other phase land at issue, and
-// the others only when a thread waits for their phase, so that, as with cp.async, a read before the wait
-// sees the NaN poison and a slot refilled too early shows a later iteration's data. A bulk copy not 16-byte
-// aligned or not a multiple of 16 bytes, more bytes copied than announced, a wait on an address that is no
-// mbarrier, a wait that would never end, or a block ending with a phase pending or never waited for, is
-// an error (run returns 98).
+// arrival and the bytes it was told to expect are in. The copies of every other phase of an mbarrier land
+// at issue, the others only when a thread waits for their phase, so that, as with cp.async, a read before
+// the wait sees the NaN poison and a slot refilled too early shows a later iteration's data. A bulk copy
+// not 16-byte aligned or not a multiple of 16 bytes, more bytes copied than announced, a wait on an
+// address that is no mbarrier, a wait that does not end within 20 seconds, or a block ending with a phase
+// pending or never waited for, is an error (run returns 98).
 namespace mp_host {
 struct Bar {
   unsigned count = 0, pending = 0;  // arrivals a phase needs, arrivals still missing
@@ -172,6 +172,7 @@ struct Bar {
 inline std::mutex bar_mutex;
 inline std::map<const void*, Bar> bars;  // this block's mbarriers
 inline std::atomic<bool> bad_bulk{false};
+inline std::atomic<bool> stuck{false};  // a wait timed out: the others of the run return at once
 inline thread_local std::chrono::steady_clock::time_point waiting_since{};
 inline thread_local bool waiting = false;
 inline void bar_complete(Bar& b) {
@@ -237,11 +238,13 @@ inline bool mp_bar_try_wait(unsigned long long* b, unsigned parity) {
     }
   }
   // Not complete: thread 0 has not announced it yet, or is still issuing. A GPU would wait as long as it
-  // takes; here a wait of more than a minute is a hang in the generated code.
+  // takes; here a wait of more than 20 seconds is a hang in the generated code (and every later wait of
+  // the run gives up at once).
   auto now = std::chrono::steady_clock::now();
   if (!mp_host::waiting) mp_host::waiting = true, mp_host::waiting_since = now;
-  if (now - mp_host::waiting_since > std::chrono::seconds(60)) {
+  if (mp_host::stuck || now - mp_host::waiting_since > std::chrono::seconds(20)) {
     mp_host::bad_bulk = true;
+    mp_host::stuck = true;
     mp_host::waiting = false;
     return true;
   }
@@ -295,6 +298,7 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
         if (r.pending != r.count || r.tx != 0 || !r.copies.empty() || r.waited != r.phase) bad_bulk = true;
     }
   }
+  stuck = false;
   if (leftover_copies.exchange(false)) return 99;
   if (bad_bulk.exchange(false)) return 98;
   for (size_t i = 0; i < low.tensors.size(); ++i)

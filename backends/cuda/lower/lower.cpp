@@ -1174,7 +1174,8 @@ class Gen {
            ll(ring_slot_floats(*l)) + ";");
       line("  const float* " + g + " = " + T(t) + " + (" + g0 + ");");
       bytes += std::string(k ? " + " : "") + "(" + n + " >> 2)";
-      copies.push_back("    if (" + n + " >= 4) mp_bulk_copy(" + d + ", " + g + ", 16u * (unsigned)(" + n + " >> 2), b_);");
+      copies.push_back("    if (" + n + " >= 4) mp_bulk_copy(" + d + ", " + g + ", 16u * (unsigned)(" + n +
+                       " >> 2), b_);");
       tails.push_back("  for (int f_ = (" + n + " & ~3) + threadIdx.x; f_ < " + n + "; f_ += blockDim.x) " + d +
                       "[f_] = " + g + "[f_];");
     }
