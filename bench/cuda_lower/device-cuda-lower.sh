@@ -8,8 +8,10 @@
 # --only: the cases whose program name matches REGEX (grep -E), e.g. 'dotproduct|tpchq6'.
 # --variants: the streaming programs only, once per variant of the lowering's speed options
 # (docs/cuda-lowering.md, "Speed"), each row labelled with its variant. LIST is ';'-separated, each
-# variant a space-separated list of NAME=VALUE for the MP_CUDA_LOWER_* variables ("default": none set);
-# at most 4. Default list: default; RING=off; RING=128; THREADS=256.
+# variant a space-separated list of NAME=VALUE for the MP_CUDA_LOWER_* variables ("default": none set;
+# NAME one of RING, THREADS, FUSE, BARRIERS, COPY); at most 4. Default list: default; RING=off; RING=128;
+# THREADS=256. COPY=bulk fills the tile ring with bulk copies (TMA) on mbarriers instead of cp.async, e.g.
+# --variants "default;COPY=bulk;COPY=bulk BARRIERS=2".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 variants="" only=""
@@ -32,8 +34,8 @@ fi
 for v in "${vlist[@]}"; do
   for a in $v; do
     [ "$a" = default ] && continue
-    [[ "$a" =~ ^(RING|THREADS|FUSE|BARRIERS)=[A-Za-z0-9]+$ ]] || {
-      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=..., FUSE=... or BARRIERS=... (or default)"
+    [[ "$a" =~ ^(RING|THREADS|FUSE|BARRIERS|COPY)=[A-Za-z0-9]+$ ]] || {
+      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=..., FUSE=..., BARRIERS=... or COPY=... (or default)"
       exit 2
     }
   done
@@ -41,8 +43,9 @@ done
 # program | --set arguments | streaming (1: report bandwidth). Tile sizes keep a block's tiles near a
 # third of an SM's shared memory, so that blocks on one SM overlap each other's loads and compute
 # (tpchq6's four 4096-element tiles: 64 KiB). The streaming programs run a second time at smaller tiles:
-# their loads go through the lowering's cp.async tile ring, whose depth grows as a tile shrinks (2 slots
-# of 64 KiB, or 3-4 of 16-32 KiB and more blocks per SM); the unit's comment says which path and depth.
+# their loads go through the lowering's tile ring (cp.async; bulk copies with COPY=bulk), whose depth
+# grows as a tile shrinks (2 slots of 64 KiB, or 3-4 of 16-32 KiB and more blocks per SM); the unit's
+# comment says which path and depth.
 cases=(
   "softmax|R=16384 C=1024 mask=1 row_tile=16|1"
   "dotproduct|N=16777216 TS=8192|1"
@@ -87,7 +90,7 @@ if [ -n "$copy" ]; then
 else
   echo "HBM copy bandwidth: not measured (set PYTHON to a Python with PyTorch and CUDA)"
 fi
-printf "%-16s %-44s %-14s %-6s %12s %12s %8s\n" program sets variant check "device ms" "GB/s" "% copy"
+printf "%-16s %-44s %-22s %-6s %12s %12s %8s\n" program sets variant check "device ms" "GB/s" "% copy"
 status=0
 for v in "${vlist[@]}"; do
  envs=()
@@ -109,7 +112,7 @@ for v in "${vlist[@]}"; do
     bw=$(awk -v b="$bytes" -v ms="$ms" 'BEGIN { split(b, x, " "); printf "%.1f", (x[1] + x[2]) / (ms * 1e6) }')
     [ -n "$copy" ] && share=$(awk -v bw="$bw" -v c="$copy" 'BEGIN { printf "%.0f", 100 * bw / c }')
   fi
-  printf "%-16s %-44s %-14s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "${v// /,}" "$ok" "${ms:--}" "$bw" "$share"
+  printf "%-16s %-44s %-22s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "${v// /,}" "$ok" "${ms:--}" "$bw" "$share"
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
  done
 done

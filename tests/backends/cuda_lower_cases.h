@@ -42,8 +42,9 @@ inline const std::map<std::string, std::vector<std::string>>& small_sets() {
 // More sizes of a program, run by the host test under their own name: the 16-byte tile copies with a
 // tail that is not a multiple of four (N=1001), tile offsets that are not 16-byte aligned (TS=126,
 // row_tile=5 with C=23: the element path), and the carried sums folded over the blocks with them.
-// `ring`, `threads` and `fuse`, where set, are the lowering's speed options for that unit
-// (MP_CUDA_LOWER_RING's values, threads per block, MP_CUDA_LOWER_FUSE, MP_CUDA_LOWER_BARRIERS).
+// `ring`, `threads`, `fuse`, `barriers` and `copy`, where set, are the lowering's speed options for that
+// unit (MP_CUDA_LOWER_RING's values, threads per block, MP_CUDA_LOWER_FUSE, MP_CUDA_LOWER_BARRIERS,
+// MP_CUDA_LOWER_COPY's values).
 struct Variant {
   std::string name, program;
   std::vector<std::string> sets;
@@ -51,6 +52,7 @@ struct Variant {
   int threads = 0;
   bool fuse = true;
   int barriers = 0;  // 2: two barriers per iteration of a deep ring (LowerOptions::one_barrier_ring off)
+  std::string copy = "";  // "bulk": the ring filled by bulk copies on mbarriers
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -68,6 +70,19 @@ inline const std::vector<Variant>& variants() {
       // The deep rings with two barriers per iteration (MP_CUDA_LOWER_BARRIERS=2; one is the default).
       {"dotproduct_ring_deep_2barriers", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true, 2},
       {"blackscholes_ring_deep_2barriers", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true, 2},
+      // The ring filled by bulk copies on mbarriers (MP_CUDA_LOWER_COPY=bulk): small tiles, so a block
+      // runs many iterations and every slot's mbarrier goes through many phases (both parities), the
+      // last tiles cut at lengths that are not multiples of four (9 of 16 or 32 elements, softmax's 22
+      // of one row; outerproduct's 2 of 4: no bulk copy at all, an arrival that expects no bytes), with
+      // one and two barriers per iteration.
+      {"dotproduct_bulk", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 0, "bulk"},
+      {"dotproduct_bulk_2barriers", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 2, "bulk"},
+      {"dotproduct_bulk_auto", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, true, 0, "bulk"},
+      {"tpchq6_bulk", "tpchq6", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
+      {"blackscholes_bulk", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 0, "bulk"},
+      {"blackscholes_bulk_2barriers", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 2, "bulk"},
+      {"softmax_bulk", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk"},
+      {"outerproduct_bulk", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
       {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true},
       {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true},
       // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).

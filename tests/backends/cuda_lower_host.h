@@ -6,7 +6,9 @@
 #pragma once
 #include <atomic>
 #include <barrier>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -150,11 +152,112 @@ inline void mp_cp_wait() {
   }
 }
 
+// Bulk copies on mbarriers (MP_CUDA_LOWER_COPY=bulk) on the host: an mbarrier of the block's shared
+// memory is a record of this file (by its address, made by mp_bar_init), its phase completing once its
+// arrival and the bytes it was told to expect are in. The copies of every other phase of an mbarrier land
+// at issue, the others only when a thread waits for their phase, so that, as with cp.async, a read before
+// the wait sees the NaN poison and a slot refilled too early shows a later iteration's data. A bulk copy
+// not 16-byte aligned or not a multiple of 16 bytes, more bytes copied than announced, a wait on an
+// address that is no mbarrier, a wait that does not end within 20 seconds, or a block ending with a phase
+// pending or never waited for, is an error (run returns 98).
+namespace mp_host {
+struct Bar {
+  unsigned count = 0, pending = 0;  // arrivals a phase needs, arrivals still missing
+  long long tx = 0;                 // bytes announced and not yet landed
+  unsigned long long phase = 0, waited = 0;  // phases completed, completed phases some thread waited for
+  unsigned long long uses = 0;      // phases announced
+  bool lazy = false;                // this phase's copies land at the first wait
+  std::vector<Copy> copies;         // ... not landed yet
+};
+inline std::mutex bar_mutex;
+inline std::map<const void*, Bar> bars;  // this block's mbarriers
+inline std::atomic<bool> bad_bulk{false};
+inline std::atomic<bool> stuck{false};  // a wait timed out: the others of the run return at once
+inline thread_local std::chrono::steady_clock::time_point waiting_since{};
+inline thread_local bool waiting = false;
+inline void bar_complete(Bar& b) {
+  if (b.tx < 0) bad_bulk = true;
+  if (b.pending == 0 && b.tx == 0) {
+    ++b.phase;
+    b.pending = b.count;
+  }
+}
+inline void bar_land(Bar& b) {
+  for (auto& c : b.copies) {
+    std::memcpy(c.dst, c.src, size_t(c.n) * sizeof(float));
+    b.tx -= 4LL * c.n;
+  }
+  b.copies.clear();
+  bar_complete(b);
+}
+inline Bar* bar_of(const void* p) {
+  auto it = bars.find(p);
+  if (it != bars.end()) return &it->second;
+  bad_bulk = true;
+  return nullptr;
+}
+}  // namespace mp_host
+inline void mp_bar_init(unsigned long long* b, unsigned arrivals) {
+  std::lock_guard<std::mutex> g(mp_host::bar_mutex);
+  mp_host::Bar& r = mp_host::bars[b];
+  r = {};
+  r.count = r.pending = arrivals;
+}
+inline void mp_bar_fence_init() {}
+inline void mp_fence_proxy_async() {}
+inline void mp_bar_expect(unsigned long long* b, unsigned bytes) {
+  std::lock_guard<std::mutex> g(mp_host::bar_mutex);
+  mp_host::Bar* r = mp_host::bar_of(b);
+  if (!r) return;
+  if (r->pending == 0) mp_host::bad_bulk = true;
+  r->lazy = r->uses++ % 2 == 0;
+  r->tx += bytes;
+  --r->pending;
+  mp_host::bar_complete(*r);
+}
+inline void mp_bulk_copy(float* s, const float* g, unsigned bytes, unsigned long long* b) {
+  std::lock_guard<std::mutex> lk(mp_host::bar_mutex);
+  mp_host::Bar* r = mp_host::bar_of(b);
+  if (!r) return;
+  if (bytes == 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(s) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(g) % 16 != 0)
+    mp_host::bad_bulk = true;
+  r->copies.push_back({s, g, int(bytes / 4)});
+  if (!r->lazy) mp_host::bar_land(*r);
+}
+inline bool mp_bar_try_wait(unsigned long long* b, unsigned parity) {
+  {
+    std::lock_guard<std::mutex> g(mp_host::bar_mutex);
+    mp_host::Bar* r = mp_host::bar_of(b);
+    if (!r) return true;
+    if ((r->phase & 1) == parity) mp_host::bar_land(*r);  // the phase waited for is the current one
+    if ((r->phase & 1) != parity) {
+      r->waited = r->phase;
+      mp_host::waiting = false;
+      return true;
+    }
+  }
+  // Not complete: thread 0 has not announced it yet, or is still issuing. A GPU would wait as long as it
+  // takes; here a wait of more than 20 seconds is a hang in the generated code (and every later wait of
+  // the run gives up at once).
+  auto now = std::chrono::steady_clock::now();
+  if (!mp_host::waiting) mp_host::waiting = true, mp_host::waiting_since = now;
+  if (mp_host::stuck || now - mp_host::waiting_since > std::chrono::seconds(20)) {
+    mp_host::bad_bulk = true;
+    mp_host::stuck = true;
+    mp_host::waiting = false;
+    return true;
+  }
+  std::this_thread::yield();
+  return false;
+}
+
 namespace mp_host {
 
 // The launch sequence of runtime_cuda.cpp on the host: the same tensor table, values between statements,
 // scratch and error word; `max_grid` bounds the persistent blocks (a GPU would use its SM count).
-// Returns the device error word (0: none; 99: a thread ended with cp.async copies not waited for).
+// Returns the device error word (0: none; 99: a thread ended with cp.async copies not waited for; 98: a
+// bulk copy or mbarrier misused, see above).
 inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory& mem, int max_grid) {
   std::vector<std::vector<unsigned char>> tensors;
   std::vector<void*> table;
@@ -174,6 +277,7 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
     for (int b = 0; b < grid; ++b) {
       bid.x = unsigned(b);
       std::memset(prog.smem, 0xff, kSmemFloats * sizeof(float));
+      bars.clear();
       Block blk;
       blk.all = std::make_unique<std::barrier<>>(low.threads);
       for (int w = 0; w < low.threads / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
@@ -190,9 +294,13 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
           if (left) leftover_copies = true;
         });
       for (auto& th : threads) th.join();
+      for (auto& [at, r] : bars)  // a phase pending, or completed and never waited for
+        if (r.pending != r.count || r.tx != 0 || !r.copies.empty() || r.waited != r.phase) bad_bulk = true;
     }
   }
+  stuck = false;
   if (leftover_copies.exchange(false)) return 99;
+  if (bad_bulk.exchange(false)) return 98;
   for (size_t i = 0; i < low.tensors.size(); ++i)
     if (low.tensors[i]->role != mp::ir::TensorRole::Input)
       mp::cuda::from_device_bytes(tensors[i], mem.at(low.tensors[i]->name));

@@ -20,6 +20,7 @@ cuda::LowerOptions host_options(const V& v) {
   if (v.threads > 0) o.threads = v.threads;
   o.fuse_elementwise = v.fuse;
   if (v.barriers == 2) o.one_barrier_ring = false;
+  if (!v.copy.empty()) cuda::set_copy_option(o, v.copy);
   return o;
 }
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # CI check of the CUDA lowering: `metapipe compile P --emit cuda` for every program of `metapipe list`,
-# then one nvcc call compiling all the units for sm_90a with the repository root on the include path.
+# and for the streaming programs also with the tile ring of bulk copies (MP_CUDA_LOWER_COPY=bulk, at the
+# default depth, and the deepest ring with two barriers per iteration), then one nvcc call compiling all
+# the units for sm_90a with the repository root on the include path.
 # usage: cuda_lower_nvcc.sh METAPIPE NVCC REPO_ROOT
 set -euo pipefail
 metapipe=$1 nvcc=$2 root=$3
@@ -14,9 +16,18 @@ for p in $programs; do
   "$metapipe" compile "$p" --emit cuda > "$work/$p.cu"
   units+=("$p.cu")
 done
+for p in dotproduct tpchq6 blackscholes softmax outerproduct; do
+  MP_CUDA_LOWER_COPY=bulk "$metapipe" compile "$p" --emit cuda > "$work/${p}_bulk.cu"
+  MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_RING=4096 MP_CUDA_LOWER_BARRIERS=2 "$metapipe" compile "$p" --emit cuda \
+    > "$work/${p}_bulk_deep.cu"
+  for u in "${p}_bulk" "${p}_bulk_deep"; do
+    grep -q '// path: tile ring (bulk copies (TMA))' "$work/$u.cu" || { echo "$u.cu: no tile ring of bulk copies" >&2; exit 1; }
+    units+=("$u.cu")
+  done
+done
 cd "$work"
 "$nvcc" -arch=sm_90a -std=c++20 -I"$root" -c "${units[@]}"
-for p in $programs; do
-  [ -s "$p.o" ] || { echo "nvcc produced no object for $p" >&2; exit 1; }
+for u in "${units[@]}"; do
+  [ -s "${u%.cu}.o" ] || { echo "nvcc produced no object for ${u%.cu}" >&2; exit 1; }
 done
-echo "compiled ${#units[@]} lowered programs for sm_90a: $programs"
+echo "compiled ${#units[@]} lowered units for sm_90a: $programs, and the streaming ones with bulk copies"

@@ -312,11 +312,12 @@ std::string unit_of(const std::string& name, const std::vector<std::string>& set
   auto& spec = examples::find_program(name);
   return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o).source;
 }
-// "N slots per tile" of the first tile ring in `src`, 0 without one.
+// "N slots per tile" of the first tile ring in `src` (cp.async or bulk copies), 0 without one.
 int ring_slots(const std::string& src) {
-  const std::string key = "// path: tile ring (cp.async), ";
-  auto at = src.find(key);
-  return at == std::string::npos ? 0 : std::stoi(src.substr(at + key.size()));
+  auto at = src.find("// path: tile ring (");
+  if (at == std::string::npos) return 0;
+  at = src.find("), ", at);
+  return std::stoi(src.substr(at + 3));
 }
 
 TEST(CudaLower, RingDepthFollowsTheSpeedOptions) {
@@ -414,6 +415,30 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
         << e.what();
   }
   unsetenv("MP_CUDA_LOWER_BARRIERS");
+  cuda::set_copy_option(o, "bulk");
+  EXPECT_EQ(o.copy, cuda::LowerOptions::Copy::Bulk);
+  cuda::set_copy_option(o, "cp");
+  EXPECT_EQ(o.copy, cuda::LowerOptions::Copy::Cp);
+  for (const char* bad : {"", "tma", "Bulk", "cp.async", "on"}) {
+    try {
+      cuda::set_copy_option(o, bad);
+      ADD_FAILURE() << "accepted MP_CUDA_LOWER_COPY=" << bad;
+    } catch (const user_error& e) {
+      EXPECT_NE(std::string(e.what()).find("' is not cp or bulk"), std::string::npos) << e.what();
+    }
+  }
+  setenv("MP_CUDA_LOWER_COPY", "bulk", 1);
+  EXPECT_EQ(cuda::options_from_env().copy, cuda::LowerOptions::Copy::Bulk);
+  setenv("MP_CUDA_LOWER_COPY", "tma", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_COPY=tma";
+  } catch (const user_error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("MP_CUDA_LOWER_COPY='tma' is not cp or bulk"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  unsetenv("MP_CUDA_LOWER_COPY");
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
   EXPECT_THROW((void)cuda::options_from_env(), user_error);
   unsetenv("MP_CUDA_LOWER_RING");
@@ -424,6 +449,94 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_EQ(env.threads, 512);
   EXPECT_TRUE(env.fuse_elementwise);
   EXPECT_TRUE(env.one_barrier_ring);
+  EXPECT_EQ(env.copy, cuda::LowerOptions::Copy::Cp);
+}
+
+TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
+  // MP_CUDA_LOWER_COPY=bulk: the same rings at the same depths, each slot filled by one thread's bulk
+  // copies (one per tile) that complete on the slot's mbarrier, every thread waiting for its phase; the
+  // masked tails as plain loads; no cp.async in the loop.
+  cuda::LowerOptions bulk;
+  cuda::set_copy_option(bulk, "bulk");
+  for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
+    SCOPED_TRACE(name);
+    const std::string cp = unit_of(name, {}), src = unit_of(name, {}, bulk);
+    EXPECT_NE(src.find("// path: tile ring (bulk copies (TMA)), "), std::string::npos);
+    EXPECT_EQ(src.find("// path: tile ring (cp.async)"), std::string::npos);
+    EXPECT_EQ(ring_slots(src), ring_slots(cp)) << "the depth does not depend on how the slots are filled";
+    for (const char* s :
+         {"mp_bar_init(mp_bar + s_, 1);", "mp_bar_fence_init();", "mp_bar_expect(b_, 16u * (unsigned)((n0_ >> 2)",
+          "if (n0_ >= 4) mp_bulk_copy(d0_, g0_, 16u * (unsigned)(n0_ >> 2), b_);", "mp_bar_wait(mp_bar + mp_k % ",
+          "mp_fence_proxy_async();", "for (int f_ = (n0_ & ~3) + threadIdx.x; f_ < n0_; f_ += blockDim.x) d0_[f_] = g0_[f_];",
+          "a tile's last n % 4 elements (a masked tail) are plain loads", "__syncthreads();  // ... and every thread's",
+          // the prelude's PTX
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes", "mbarrier.try_wait.parity",
+          "mbarrier.arrive.expect_tx", "fence.proxy.async.shared::cta", "fence.mbarrier_init"})
+      EXPECT_NE(src.find(s), std::string::npos) << s;
+    EXPECT_EQ(src.find("mp_cp_async16(d_"), std::string::npos);
+    EXPECT_EQ(src.find("mp_cp_wait<"), std::string::npos);
+    EXPECT_EQ(src.find("mp_cp_commit();"), std::string::npos);
+    EXPECT_NE(cp.find("mp_cp_wait<0>();"), std::string::npos) << "cp.async stays the default";
+  }
+  // Tiles the ring cannot serve stay on the direct path with bulk copies too.
+  EXPECT_EQ(unit_of("dotproduct", {"N=1000", "TS=126", "mask=1"}, bulk).find("// path: tile ring"),
+            std::string::npos);
+  // The host units of the bulk variants take that path, and run against the interpreter with one block
+  // (every iteration on it: each slot's mbarrier through many phases) and two.
+  uint64_t seed = fresh_seed() % 1000000;
+  int ran = 0;
+  for (auto& v : cuda_test::variants()) {
+    if (v.copy != "bulk") continue;
+    SCOPED_TRACE(v.name);
+    EXPECT_GT(ring_slots(unit_of(v.program, v.sets, cuda_test::host_options(v))), 1);
+    EXPECT_NE(unit_of(v.program, v.sets, cuda_test::host_options(v)).find("path: tile ring (bulk copies (TMA))"),
+              std::string::npos);
+    for (int grid : {1, 2}) check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+    ++ran;
+  }
+  EXPECT_GE(ran, 5);
+}
+
+TEST(CudaLower, HostBulkCopiesLandAtIssueOrAtTheWait) {
+  // The host's bulk copies (cuda_lower_host.h), which the bulk-copy units above run on: a phase's copies
+  // land only when a thread waits for it (a read before the wait sees the poison) or, every other phase,
+  // at issue (a slot refilled too early shows the later data); a misaligned copy, more bytes than
+  // announced and a wait on what is no mbarrier are errors.
+  mp_host::bars.clear();
+  alignas(16) float src[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  alignas(16) float dst[8];
+  alignas(8) unsigned long long bar = 0;
+  auto poison = [&] { std::fill(std::begin(dst), std::end(dst), std::nanf("")); };
+  auto wait = [&](unsigned parity) {
+    while (!mp_bar_try_wait(&bar, parity)) {
+    }
+  };
+  mp_bar_init(&bar, 1);
+  poison();
+  mp_bar_expect(&bar, 32);
+  mp_bulk_copy(dst, src, 32, &bar);
+  EXPECT_TRUE(std::isnan(dst[0])) << "phase 0 lands at its wait";
+  wait(0);
+  EXPECT_EQ(std::vector<float>(dst, dst + 8), std::vector<float>(src, src + 8));
+  poison();
+  mp_bar_expect(&bar, 16);
+  mp_bulk_copy(dst + 4, src + 4, 16, &bar);
+  EXPECT_EQ(dst[4], 5.f) << "phase 1 lands at issue";
+  EXPECT_TRUE(std::isnan(dst[0]));
+  wait(1);
+  EXPECT_FALSE(mp_host::bad_bulk.exchange(false));
+  mp_bar_expect(&bar, 16);
+  mp_bulk_copy(dst + 1, src, 16, &bar);  // not 16-byte aligned
+  wait(0);
+  EXPECT_TRUE(mp_host::bad_bulk.exchange(false));
+  mp_bar_expect(&bar, 16);
+  mp_bulk_copy(dst, src, 16, &bar);
+  mp_bulk_copy(dst + 4, src + 4, 16, &bar);  // 32 bytes on a phase that expects 16
+  EXPECT_TRUE(mp_host::bad_bulk.exchange(false));
+  unsigned long long other = 0;
+  EXPECT_TRUE(mp_bar_try_wait(&other, 0));
+  EXPECT_TRUE(mp_host::bad_bulk.exchange(false)) << "no mbarrier there";
+  mp_host::bars.clear();
 }
 
 TEST(CudaLower, ElementwiseChainsFuse) {

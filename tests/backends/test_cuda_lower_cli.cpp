@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/lower/runtime.h"
 #include "tests/support/run_cli.h"
@@ -17,6 +18,22 @@ TEST(CudaLowerCli, EmitCudaPrintsTheUnit) {
   EXPECT_NE(r.out.find("// MatMul #"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("M=128"), std::string::npos) << "the parameters are recorded in the unit";
   EXPECT_EQ(r.out.find("passes:"), std::string::npos) << "only the unit goes to stdout";
+}
+
+TEST(CudaLowerCli, EmitCudaReadsTheSpeedVariables) {
+  // The MP_CUDA_LOWER_* variables choose the unit --emit cuda prints, as they do for --target cuda.
+  setenv("MP_CUDA_LOWER_COPY", "bulk", 1);
+  auto r = mp::test::run_cli("compile dotproduct --emit cuda");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("// path: tile ring (bulk copies (TMA))"), std::string::npos) << r.out;
+  setenv("MP_CUDA_LOWER_COPY", "tma", 1);
+  r = mp::test::run_cli("compile dotproduct --emit cuda");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("MP_CUDA_LOWER_COPY='tma' is not cp or bulk"), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  unsetenv("MP_CUDA_LOWER_COPY");
+  r = mp::test::run_cli("compile dotproduct --emit cuda");
+  EXPECT_NE(r.out.find("// path: tile ring (cp.async)"), std::string::npos) << "cp.async by default";
 }
 
 TEST(CudaLowerCli, BadEmitIsAUsageError) {

@@ -22,21 +22,33 @@ TEST(CudaLowerNvrtc, EveryProgramCompilesForSm90a) {
 }
 
 // The speed variants of the streaming programs (docs/cuda-lowering.md, "Speed") compile too: the ring
-// off with 256 threads and nothing fused, and the deepest rings.
+// off with 256 threads and nothing fused, the deepest rings, and the rings of bulk copies (TMA) at the
+// default depth and the deepest with two barriers per iteration.
 TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
-  cuda::LowerOptions plain, deep;
+  cuda::LowerOptions plain, deep, bulk, bulk_deep;
   cuda::set_ring_option(plain, "off");
   plain.threads = 256;
   plain.fuse_elementwise = false;
   cuda::set_ring_option(deep, "4096");
+  cuda::set_copy_option(bulk, "bulk");
+  cuda::set_copy_option(bulk_deep, "bulk");
+  cuda::set_ring_option(bulk_deep, "4096");
+  bulk_deep.one_barrier_ring = false;
+  const std::vector<std::pair<const cuda::LowerOptions*, const char*>> variants = {
+      {&plain, " (ring off, 256 threads, no fusion)"},
+      {&deep, " (deepest ring)"},
+      {&bulk, " (bulk copies)"},
+      {&bulk_deep, " (bulk copies, deepest ring, 2 barriers)"}};
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
     auto& spec = examples::find_program(name);
     auto params = examples::resolve(spec, {});
     auto p = passes::compile(examples::build(spec, params), examples::compile_options(params));
-    for (auto* o : {&plain, &deep}) {
-      SCOPED_TRACE(std::string(name) +
-                   (o == &plain ? " (ring off, 256 threads, no fusion)" : " (deepest ring)"));
-      std::string bin = cuda::compile_sm90a(cuda::lower(p, *o).source);
+    for (auto& [o, label] : variants) {
+      SCOPED_TRACE(std::string(name) + label);
+      std::string src = cuda::lower(p, *o).source;
+      if (o->copy == cuda::LowerOptions::Copy::Bulk)
+        EXPECT_NE(src.find("// path: tile ring (bulk copies (TMA))"), std::string::npos);
+      std::string bin = cuda::compile_sm90a(src);
       EXPECT_EQ(bin.substr(0, 4), std::string("\x7f"
                                               "ELF"))
           << "not a cubin";

@@ -93,6 +93,38 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
   }
 }
 
+TEST(SM90_CudaLower, StreamingProgramsThroughTheBulkCopyRing) {
+  // The tile ring filled by bulk copies (TMA) on an mbarrier per slot (MP_CUDA_LOWER_COPY=bulk), at the
+  // cases above: many iterations per block (every slot's mbarrier through many phases), masked tails
+  // that are not multiples of four (plain loads), with one and two barriers per iteration.
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"dotproduct", {"N=4194307", "TS=2048", "mask=1"}},
+      {"tpchq6", {"N=1000003", "TS=1024", "mask=1"}},
+      {"blackscholes", {"N=1000001", "TS=1024", "mask=1"}},
+      {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
+      {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
+      {"dotproduct", {"N=1048573", "TS=256", "mask=1"}},
+  };
+  setenv("MP_CUDA_LOWER_COPY", "bulk", 1);
+  for (const char* barriers : {"1", "2"}) {
+    setenv("MP_CUDA_LOWER_BARRIERS", barriers, 1);
+    SCOPED_TRACE(std::string("MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_BARRIERS=") + barriers);
+    for (auto& [name, sets] : cases) {
+      auto& spec = examples::find_program(name);
+      auto params = examples::resolve(spec, sets);
+      auto c = passes::compile(examples::build(spec, params), examples::compile_options(params));
+      EXPECT_NE(cuda::lower(c, cuda::options_from_env()).source.find("// path: tile ring (bulk copies (TMA))"),
+                std::string::npos)
+          << name;
+      check_program(spec, sets, seed++);
+    }
+  }
+  unsetenv("MP_CUDA_LOWER_BARRIERS");
+  unsetenv("MP_CUDA_LOWER_COPY");
+}
+
 TEST(SM90_CudaLower, SpeedVariantsComputeTheSameResults) {
   // The run time's MP_CUDA_LOWER_* variants (docs/cuda-lowering.md, "Speed") on the streaming programs,
   // masked tails included: the direct path with 256 threads and nothing fused, the deepest rings, and

@@ -30,7 +30,7 @@ int run_compile(Args& a) {
   std::vector<passes::PassRecord> log;
   ir::Program p = passes::compile(examples::build(spec, params), opt, &log);
   if (emit == "cuda") {
-    std::cout << cuda::lower(p).source;
+    std::cout << cuda::lower(p, cuda::options_from_env()).source;  // the MP_CUDA_LOWER_* speed variables
     return 0;
   }
   if (opt.dump == "none") std::cout << ir::print(p) << "\n";
@@ -54,7 +54,9 @@ MP_REGISTER_COMMAND("compile", "compile an example program and print its IR (aft
                     "the final IR with its stages, buffers and stage graph.\n\n"
                     "  --set NAME=VALUE   a program or compile parameter (repeatable)\n"
                     "  --emit cuda        print the CUDA C++ translation unit the program lowers to (one\n"
-                    "                     kernel per top-level statement; nvcc -arch=sm_90a compiles it)\n"
+                    "                     kernel per top-level statement; nvcc -arch=sm_90a compiles it),\n"
+                    "                     with the speed choices of the MP_CUDA_LOWER_* variables (metapipe\n"
+                    "                     run --help)\n"
                     "  --dump-ir=WHEN     none (default: the final IR only), after-all, after-tile,\n"
                     "                     after-fuse, after-parallelize or after-metapipeline\n",
                     run_compile);

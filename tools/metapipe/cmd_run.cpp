@@ -177,8 +177,8 @@ MP_REGISTER_COMMAND(
     "  --max-memory B    refuse a program whose tensors need more than B bytes of host memory\n"
     "                    (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti, optional B)\n"
     "  --json            machine-readable output\n\n"
-    "With --target cuda the lowering's speed choices come from MP_CUDA_LOWER_RING, _THREADS, _FUSE and\n"
-    "_BARRIERS (docs/cuda-lowering.md, \"Speed\"); every choice computes the same results.\n",
+    "With --target cuda the lowering's speed choices come from MP_CUDA_LOWER_RING, _THREADS, _FUSE,\n"
+    "_BARRIERS and _COPY (docs/cuda-lowering.md, \"Speed\"); every choice computes the same results.\n",
     run_run);
 
 // The demo sizes of the seed's programs (every other program runs at its defaults).

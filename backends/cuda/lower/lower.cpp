@@ -106,7 +106,39 @@ template <int N>
 __device__ __forceinline__ void mp_cp_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
+// Bulk copies (the TMA engine's cp.async.bulk, MP_CUDA_LOWER_COPY=bulk) for the same rings: an mbarrier
+// per slot, one thread announcing an iteration's bytes on it (arrive.expect_tx) and issuing one copy per
+// tile (16-byte aligned, a multiple of 16 bytes) that completes on it; the readers wait for its phase.
+// Writes by ordinary stores to a slot that a bulk copy refills later need the proxy fence in the writer.
+__device__ __forceinline__ void mp_bar_init(mp_u64* b, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(mp_smem_addr(b)), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void mp_bar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mp_bar_expect(mp_u64* b, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(mp_smem_addr(b)),
+               "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mp_bulk_copy(float* s, const float* g, unsigned bytes, mp_u64* b) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(mp_smem_addr(s)), "l"(g), "r"(bytes), "r"(mp_smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ bool mp_bar_try_wait(mp_u64* b, unsigned parity) {
+  unsigned done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(mp_smem_addr(b)), "r"(parity) : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mp_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
 #endif
+// Until the phase of the given parity of mbarrier *b has completed.
+__device__ __forceinline__ void mp_bar_wait(mp_u64* b, unsigned parity) {
+  while (!mp_bar_try_wait(b, parity)) {
+  }
+}
 )";
 
 std::string num(double v) {
@@ -879,9 +911,16 @@ class Gen {
     int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
     return int(std::clamp<int64_t>(by_smem, 1, most));
   }
-  // mp_red (a double per warp, Reduce's warp results), then one float: the folded loop's last-block flag.
-  int64_t reserved_floats() const { return (2 * (opt_.threads / 32) + 1 + 3) / 4 * 4; }
+  // mp_red (a double per warp, Reduce's warp results), then one float: the folded loop's last-block flag;
+  // then, for a ring of bulk copies, its mbarriers (one per slot, 8 bytes each).
+  int64_t reserved_floats() const {
+    return bar_float() + (bulk_ring() ? (2 * int64_t(ring_depth_) + 3) / 4 * 4 : 0);
+  }
   int64_t flag_float() const { return 2 * (opt_.threads / 32); }
+  int64_t bar_float() const { return (2 * (opt_.threads / 32) + 1 + 3) / 4 * 4; }
+  bool bulk_ring() const {
+    return opt_.copy == LowerOptions::Copy::Bulk && ring_depth_ >= 2 && !ring_tiles_.empty();
+  }
 
   std::string storage(int id) {
     int r = groups_.find(id);
@@ -1069,6 +1108,7 @@ class Gen {
   // commit of their group (an empty group where the iteration is past the end, so that every thread
   // counts the same groups).
   void ring_issue(const ir::MetaPipe& m, const std::string& iter, const std::string& slot) {
+    if (bulk_ring()) return ring_issue_bulk(m, iter, slot);
     line("if (" + iter + " < " + ll(m.trip()) + ") {");
     for (auto* l : ring_tiles_) {
       const auto& t = l->src;
@@ -1098,6 +1138,55 @@ class Gen {
     }
     line("}");
     line("mp_cp_commit();");
+  }
+  // The bulk copies of iteration `iter` of the ring tiles into slot `slot`: thread 0 arrives on the
+  // slot's mbarrier expecting the bytes of all of the iteration's tiles, then issues one bulk copy per
+  // tile, of its largest multiple of 16 bytes within the run-time extents; the last n % 4 elements of a
+  // tile (its masked tail) are plain loads by the threads, published by the barrier that precedes the
+  // iteration's compute, as the slot is. An iteration past the end neither arrives nor is waited for.
+  void ring_issue_bulk(const ir::MetaPipe& m, const std::string& iter, const std::string& slot) {
+    line("if (" + iter + " < " + ll(m.trip()) + ") {");
+    std::string bytes;
+    std::vector<std::string> copies, tails;
+    for (size_t k = 0; k < ring_tiles_.size(); ++k) {
+      auto* l = ring_tiles_[k];
+      const auto& t = l->src;
+      size_t r = t->shape.size();
+      auto tst = strides(t->shape);
+      int lead = 0;
+      while (l->out->shape[size_t(lead)] == 1) ++lead;
+      int64_t inner = 1;
+      for (size_t a = size_t(lead + 1); a < r; ++a) inner *= t->shape[a];
+      std::string g0, ok;
+      for (size_t a = 0; a < r; ++a) {
+        std::string sa = affine(l->offset[a], m.var->id, iter);
+        g0 += std::string(a ? " + " : "") + sa + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+        if (int(a) != lead) ok += " && " + sa + " >= 0 && " + sa + " < " + ll(t->shape[a]);
+      }
+      const std::string q = std::to_string(k), n = "n" + q + "_", d = "d" + q + "_", g = "g" + q + "_";
+      std::string sl = affine(l->offset[size_t(lead)], m.var->id, iter);
+      line("  // " + l->where() + ": " + t->name);
+      line("  const long long s" + q + "_ = " + sl + ";");
+      line("  const int " + n + " = s" + q + "_ >= 0" + ok + " ? (int)mp_clip(" + ll(t->shape[size_t(lead)]) +
+           " - s" + q + "_, " + ll(l->out->shape[size_t(lead)]) + ") * " + std::to_string(inner) + " : 0;");
+      int64_t base = slot_.at(groups_.find(l->out->id)).offset;
+      line("  float* " + d + " = mp_smem + " + ll(base) + " + (long long)(" + slot + ") * " +
+           ll(ring_slot_floats(*l)) + ";");
+      line("  const float* " + g + " = " + T(t) + " + (" + g0 + ");");
+      bytes += std::string(k ? " + " : "") + "(" + n + " >> 2)";
+      copies.push_back("    if (" + n + " >= 4) mp_bulk_copy(" + d + ", " + g + ", 16u * (unsigned)(" + n +
+                       " >> 2), b_);");
+      tails.push_back("  for (int f_ = (" + n + " & ~3) + threadIdx.x; f_ < " + n + "; f_ += blockDim.x) " + d +
+                      "[f_] = " + g + "[f_];");
+    }
+    line("  mp_u64* b_ = mp_bar + (" + slot + ");");
+    line("  if (threadIdx.x == 0) {  // one thread: the iteration's bytes on the slot's mbarrier, one bulk copy a tile");
+    line("    mp_bar_expect(b_, 16u * (unsigned)(" + bytes + "));");
+    for (auto& c : copies) line(c);
+    line("  }");
+    line("  // the tiles' last n % 4 elements (masked tails): plain loads, published by the barrier before the compute");
+    for (auto& t : tails) line(t);
+    line("}");
   }
   // Points every value of a ring tile's storage group at slot `slot`.
   void ring_point(const std::set<int>& used, const std::string& slot) {
@@ -1147,10 +1236,15 @@ class Gen {
     else
       src_ << "// one block.\n";
     if (!ring_tiles_.empty()) {
-      src_ << "// path: tile ring (cp.async), " << ring_depth_ << " slots per tile:";
+      src_ << "// path: tile ring (" << (bulk_ring() ? "bulk copies (TMA)" : "cp.async") << "), " << ring_depth_
+           << " slots per tile:";
       for (auto* l : ring_tiles_) src_ << " " << l->src->name;
       src_ << "; the copies of a block's iteration k + " << ring_depth_ - 1
            << " are issued before it computes iteration k;\n// " << ring_plan_ << ".\n";
+      if (bulk_ring())
+        src_ << "// bulk copies: thread 0 issues one per tile of an iteration, completing on the slot's mbarrier, whose\n"
+             << "// phase every thread waits for; a tile's last n % 4 elements (a masked tail) are plain loads by the\n"
+             << "// threads at issue time, published with the slot by the barrier before the iteration is computed.\n";
     } else if (k.distributed) {
       src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
     }
@@ -1238,6 +1332,15 @@ class Gen {
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
       int N = ring_depth_;
       if (N > 0) {
+        if (bulk_ring()) {
+          line("mp_u64* mp_bar = (mp_u64*)(mp_smem + " + std::to_string(bar_float()) +
+               ");  // slot s's mbarrier: one arrival (thread 0's) and the slot's bytes a phase");
+          line("if (threadIdx.x == 0) {");
+          line("  for (int s_ = 0; s_ < " + std::to_string(N) + "; ++s_) mp_bar_init(mp_bar + s_, 1);");
+          line("  mp_bar_fence_init();");
+          line("}");
+          line("__syncthreads();  // the mbarriers initialized before anyone uses them");
+        }
         line("// the tile ring: the first " + std::to_string(N - 1) + " iterations of this block in flight");
         line("for (int p_ = 0; p_ < " + std::to_string(N - 1) + "; ++p_) {");
         ind_ += "  ";
@@ -1258,16 +1361,30 @@ class Gen {
         ind_.resize(ind_.size() - 2);
         line("}");
       };
+      // With bulk copies: the phase of slot mp_k % N that iteration mp_k's copies complete, the slot's uses
+      // so far being mp_k / N; each thread's proxy fence orders its stores to the slot the next issue
+      // refills (results written over a ring tile, the masked tails) before that issue's bulk copies.
+      const std::string bar_wait = "mp_bar_wait(mp_bar + mp_k % " + std::to_string(N) + ", (unsigned)(mp_k / " +
+                                   std::to_string(N) + ") & 1u);  // iteration mp_k's bulk copies have landed";
+      const std::string fence = "mp_fence_proxy_async();  // this thread's stores to slots before later bulk copies";
       if (one_barrier) {
         // Iteration mp_k's copies, then the barrier every thread passes only after computing iteration
         // mp_k - 1: its slot, and any shared value the body reuses, are free to rewrite after it.
-        line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
+        if (bulk_ring()) {
+          line(bar_wait);
+          line(fence);
+        } else {
+          line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
+        }
         line("__syncthreads();  // ... and every thread's; iteration mp_k - 1 is done everywhere");
         issue_ahead();
         ring_point(used, "mp_k % " + std::to_string(N));
       } else if (N > 0) {
         issue_ahead();
-        line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
+        if (bulk_ring())
+          line(bar_wait);
+        else
+          line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
         line("__syncthreads();  // ... and every thread's");
         ring_point(used, "mp_k % " + std::to_string(N));
       }
@@ -1276,11 +1393,15 @@ class Gen {
         line("++mp_k;  // (the next iteration's barrier keeps this one's slot from being refilled early)");
       } else if (N > 0) {
         line("++mp_k;");
+        if (bulk_ring()) line(fence);
         line("__syncthreads();  // slot mp_k % " + std::to_string(N) + " is read no more: the next issue refills it");
       }
       ind_.resize(ind_.size() - 2);
       line("}");
-      if (N > 0) line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
+      if (bulk_ring())
+        line("// every bulk copy has been waited for (the iterations past the end issue none)");
+      else if (N > 0)
+        line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
       if (one_barrier) line("__syncthreads();  // the last iteration done everywhere before what follows");
       reduce_register_folds();
       reg_acc_.clear();
@@ -1617,7 +1738,8 @@ class Gen {
       ext.push_back(e(l.out, a));
     }
     if (ring_nodes_.count(l.id)) {
-      line("// the data: this iteration's ring slot, copied by cp.async (waited for above)");
+      line(std::string("// the data: this iteration's ring slot, copied by ") +
+           (bulk_ring() ? "bulk copies" : "cp.async") + " (waited for above)");
       if (stage_has_direct_) barrier();  // for a direct copy before it in the stage (none of its own)
       return;
     }
@@ -1926,6 +2048,12 @@ void set_ring_option(LowerOptions& o, const std::string& value) {
   }
 }
 
+void set_copy_option(LowerOptions& o, const std::string& value) {
+  MP_USER_CHECK(value == "cp" || value == "bulk", "MP_CUDA_LOWER_COPY='", value,
+                "' is not cp or bulk (how the tile ring copies: cp.async, or bulk copies on mbarriers)");
+  o.copy = value == "bulk" ? LowerOptions::Copy::Bulk : LowerOptions::Copy::Cp;
+}
+
 LowerOptions options_from_env(LowerOptions base) {
   if (const char* r = std::getenv("MP_CUDA_LOWER_RING"); r && *r) set_ring_option(base, r);
   if (const char* t = std::getenv("MP_CUDA_LOWER_THREADS"); t && *t) {
@@ -1946,6 +2074,7 @@ LowerOptions options_from_env(LowerOptions base) {
                   "' is not 1 or 2 (barriers per iteration of a ring of 3 or more slots)");
     base.one_barrier_ring = v == "1";
   }
+  if (const char* c = std::getenv("MP_CUDA_LOWER_COPY"); c && *c) set_copy_option(base, c);
   return base;
 }
 

@@ -42,15 +42,23 @@ struct LowerOptions {
   // then issue iteration k + N - 1 into the slot iteration k - 1 read, which every thread has left at
   // that barrier), instead of two (issue, wait, barrier, compute, barrier). Speed only.
   bool one_barrier_ring = true;
+  // How the tile ring's slots are filled. Speed only, as the ring.
+  //   Cp:   every thread issues 16-byte cp.async copies of its share, commit / wait_group per iteration.
+  //   Bulk: one thread issues one bulk copy (the TMA engine, cp.async.bulk) per tile of an iteration,
+  //         completing on the slot's mbarrier; the readers wait on that mbarrier's phase.
+  enum class Copy { Cp, Bulk };
+  Copy copy = Copy::Cp;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
 // MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]>,
-// MP_CUDA_LOWER_FUSE=on|off and MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring).
-// A value that is neither is a user error naming the variable.
+// MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring) and
+// MP_CUDA_LOWER_COPY=cp|bulk (copy). A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
 void set_ring_option(LowerOptions& o, const std::string& value);
+// One value of MP_CUDA_LOWER_COPY applied to `o` (the parser of options_from_env).
+void set_copy_option(LowerOptions& o, const std::string& value);
 
 // One kernel of the launch sequence: top-level statement `statement` of the program.
 struct KernelLaunch {
