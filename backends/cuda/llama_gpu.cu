@@ -48,8 +48,6 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
       if (p.trace && threadIdx.x == 0) s_time[0] = s_time[1] = dev::global_ns();
       dev::load_meta(p, task, s_meta);
       __syncthreads();
-      dev::prepare_task(p, s_meta, task.index, smem);
-      __syncthreads();
       dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
       dev::finish_task(p, task);
       if (p.trace && threadIdx.x == 0)
@@ -75,11 +73,9 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     const GpuTask task = p.tasks[p.group_first_task + i];
     if (p.trace && threadIdx.x == 0) s_time[0] = dev::global_ns();
-    dev::load_meta(p, task, s_meta);
-    __syncthreads();
+    dev::load_meta(p, task, s_meta);  // thread 0's; the others read it after the wait's barrier
     dev::prefetch_weights(p, s_meta, task.index);
-    dev::prepare_task(p, s_meta, task.index, smem);
-    dev::wait_for_producers(p, s_meta.op);  // its barrier publishes what prepare_task wrote
+    dev::wait_for_producers(p, s_meta.op);
     if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
     dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
     dev::finish_task(p, task);

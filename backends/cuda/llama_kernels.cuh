@@ -693,13 +693,6 @@ __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
   if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
 }
 
-// The attention's shared memory: its query (256 floats), scores (attn_chunk), partial sums (8 x kThreads)
-// and scratch (kWarps), then the (cos, sin) table of RoPE (128 float2) and the position's K and V rows
-// (256 bf16 each).
-__device__ __forceinline__ float2* rope_table(const Params& p, float* smem) {
-  return reinterpret_cast<float2*>(smem + 256 + p.attn_chunk + 8 * kThreads + kWarps);
-}
-
 // Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
 // valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
 __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float* smem) {
@@ -717,8 +710,8 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
   float* sc = qs + 256;            // attn_chunk scores
   float* red = sc + p.attn_chunk;  // groups x Dh partial outputs (at most 8 x kThreads)
   float* scratch = red + 8 * kThreads;
-  const float2* cs = rope_table(p, smem);  // op.rope: (cos, sin) per frequency, from prepare_task
-  auto* kcur = reinterpret_cast<__nv_bfloat16*>(rope_table(p, smem) + 128), *vcur = kcur + 256;  // pos's K, V
+  float2* cs = reinterpret_cast<float2*>(scratch + kWarps);             // op.rope: (cos, sin) per frequency
+  auto* kcur = reinterpret_cast<__nv_bfloat16*>(cs + 128), *vcur = kcur + 256;  // op.rope: pos's K, V rows
   const float scale = rsqrtf(float(Dh));
   // The chunk that holds the position (end is then pos + 1) takes its K and V rows from kcur / vcur when
   // the attention applies RoPE itself; the cache is read only at earlier positions.
@@ -728,6 +721,12 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
     // the key head, rounded to bf16 as the cache stores it, with the value row. The group's first query
     // head appends them to the cache (one task per KV head and position writes it).
     const int half = Dh / 2;
+    for (int j = threadIdx.x; j < half; j += kThreads) {
+      double sn, cn;
+      sincos(double(p.pos) * p.rope_freq[j], &sn, &cn);
+      cs[j] = make_float2(float(cn), float(sn));
+    }
+    __syncthreads();
     const float2* q = reinterpret_cast<const float2*>(p.buf[op.in0] + int64_t(h) * Dh);
     for (int j = threadIdx.x; j < half; j += kThreads) {
       const float2 y = rope_pair(q[j], cs[j]);
@@ -938,34 +937,6 @@ __device__ void wait_for_producers(const Params& p, const GpuOp& op) {
     }
   }
   __syncthreads();
-}
-
-// What a task can do before its producers are done, by the whole block (the meta is in shared memory and
-// published by a barrier first). An attention task: the (cos, sin) table of RoPE for the position (it
-// needs only the position and the constant frequencies), and an L2 prefetch of its chunk's cache rows
-// before the current position (written by earlier positions, which are complete), so that after the
-// wait the task's first loads are its query and L2 hits rather than HBM round trips.
-__device__ void prepare_task(const Params& p, const TaskMeta& m, int t, float* smem) {
-  const GpuOp& op = m.op;
-  if (op.kind != OpKind::attention) return;
-  const int Dh = p.Dh, half = Dh / 2;
-  if (op.rope) {
-    float2* cs = rope_table(p, smem);
-    for (int j = threadIdx.x; j < half; j += kThreads) {
-      double sn, cn;
-      sincos(double(p.pos) * p.rope_freq[j], &sn, &cn);
-      cs[j] = make_float2(float(cn), float(sn));
-    }
-  }
-  const int c = t % p.attn_chunks, g = t / p.attn_chunks / (p.H / p.HKV), kvw = p.HKV * Dh;
-  const int start = c * p.attn_chunk, end = min(start + p.attn_chunk, p.pos);
-  const int64_t base = int64_t(op.layer) * p.context * kvw + int64_t(g) * Dh;
-  const int lines = (Dh * 2 + 127) / 128;  // 128-byte lines per row
-  for (int i = threadIdx.x; i < (end - start) * lines; i += kThreads) {
-    const int64_t at = base + int64_t(start + i / lines) * kvw + (i % lines) * 64;
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.cache_k + at));
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.cache_v + at));
-  }
 }
 
 __device__ void finish_task(const Params& p, const GpuTask& task) {
