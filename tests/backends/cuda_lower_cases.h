@@ -52,7 +52,7 @@ struct Variant {
   int threads = 0;
   bool fuse = true;
   int barriers = 0;  // 2: two barriers per iteration of a deep ring (LowerOptions::one_barrier_ring off)
-  std::string copy = "";  // "bulk": the ring filled by bulk copies on mbarriers
+  std::string copy = "";  // "bulk" / "cp": how the ring is filled ("": the default, bulk copies)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -62,14 +62,15 @@ inline const std::vector<Variant>& variants() {
       {"tpchq6_unaligned", "tpchq6", {"N=1001", "TS=126", "mask=1"}, "", 0, true},
       {"softmax_unaligned", "softmax", {"R=40", "C=23", "row_tile=5", "mask=1"}, "", 0, true},
       // The lowering's speed options: the ring switched off, a ring as deep as the shared memory allows
-      // (4096 KiB per SM asked for), and other block sizes, over masked tails.
+      // (4096 KiB per SM asked for) filled by cp.async (MP_CUDA_LOWER_COPY=cp; bulk copies are the
+      // default), and other block sizes, over masked tails.
       {"dotproduct_ring_off", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "off", 0, true},
-      {"dotproduct_ring_deep", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true},
-      {"tpchq6_ring_deep", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "4096", 0, true},
-      {"blackscholes_ring_deep", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true},
+      {"dotproduct_ring_deep", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true, 0, "cp"},
+      {"tpchq6_ring_deep", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "4096", 0, true, 0, "cp"},
+      {"blackscholes_ring_deep", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true, 0, "cp"},
       // The deep rings with two barriers per iteration (MP_CUDA_LOWER_BARRIERS=2; one is the default).
-      {"dotproduct_ring_deep_2barriers", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true, 2},
-      {"blackscholes_ring_deep_2barriers", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true, 2},
+      {"dotproduct_ring_deep_2barriers", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "4096", 0, true, 2, "cp"},
+      {"blackscholes_ring_deep_2barriers", "blackscholes", {"N=1001", "TS=64", "mask=1"}, "4096", 96, true, 2, "cp"},
       // The ring filled by bulk copies on mbarriers (MP_CUDA_LOWER_COPY=bulk): small tiles, so a block
       // runs many iterations and every slot's mbarrier goes through many phases (both parities), the
       // last tiles cut at lengths that are not multiples of four (9 of 16 or 32 elements, softmax's 22

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI check of the CUDA lowering: `metapipe compile P --emit cuda` for every program of `metapipe list`,
-# and for the streaming programs also with the tile ring of bulk copies (MP_CUDA_LOWER_COPY=bulk, at the
+# and for the streaming programs also with the tile ring of cp.async (MP_CUDA_LOWER_COPY=cp) and of bulk copies (at the
 # default depth, and the deepest ring with two barriers per iteration), then one nvcc call compiling all
 # the units for sm_90a with the repository root on the include path.
 # usage: cuda_lower_nvcc.sh METAPIPE NVCC REPO_ROOT
@@ -17,13 +17,15 @@ for p in $programs; do
   units+=("$p.cu")
 done
 for p in dotproduct tpchq6 blackscholes softmax outerproduct; do
-  MP_CUDA_LOWER_COPY=bulk "$metapipe" compile "$p" --emit cuda > "$work/${p}_bulk.cu"
+  MP_CUDA_LOWER_COPY=cp "$metapipe" compile "$p" --emit cuda > "$work/${p}_cp.cu"
+  grep -q '// path: tile ring (cp.async)' "$work/${p}_cp.cu" || { echo "${p}_cp.cu: no tile ring of cp.async" >&2; exit 1; }
+  units+=("${p}_cp.cu")
   MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_RING=4096 MP_CUDA_LOWER_BARRIERS=2 "$metapipe" compile "$p" --emit cuda \
     > "$work/${p}_bulk_deep.cu"
-  for u in "${p}_bulk" "${p}_bulk_deep"; do
+  for u in "$p" "${p}_bulk_deep"; do
     grep -q '// path: tile ring (bulk copies (TMA))' "$work/$u.cu" || { echo "$u.cu: no tile ring of bulk copies" >&2; exit 1; }
-    units+=("$u.cu")
   done
+  units+=("${p}_bulk_deep.cu")
 done
 cd "$work"
 "$nvcc" -arch=sm_90a -std=c++20 -I"$root" -c "${units[@]}"

@@ -162,18 +162,21 @@ TEST(CudaLower, ElementwiseResultsReuseADeadOperandsStorage) {
   size_t n = 0;
   for (size_t at = 0; (at = low.source.find("written over its dead operand", at)) != std::string::npos; ++at) ++n;
   EXPECT_EQ(n, 2u) << "the Map and the Zip";
-  ASSERT_NE(low.source.find("path: tile ring (cp.async), 2 slots per tile: X"), std::string::npos);
+  ASSERT_NE(low.source.find("path: tile ring (bulk copies (TMA)), 2 slots per tile: X"), std::string::npos);
   EXPECT_LT(low.kernels[0].smem_bytes, 3 * 64 * 128 * 4)
       << "the two ring slots of one tile of the default 64 x 128 (the results live in the slot), and the row sums";
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheTileRing) {
   // The streaming programs' loads have addresses known from the loop index, 16-byte aligned: a ring of
-  // cp.async slots, the copies of later iterations issued before this one computes. Tiles whose offsets
-  // are not always aligned take the direct copy, and the unit says why.
+  // slots, the copies of later iterations issued before this one computes; here filled by cp.async
+  // (MP_CUDA_LOWER_COPY=cp; the bulk copies are the default, StreamingLoopsTakeTheBulkCopyRing). Tiles
+  // whose offsets are not always aligned take the direct copy, and the unit says why.
   auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
     auto& spec = examples::find_program(name);
-    return cuda::lower(compiled(spec, examples::resolve(spec, sets))).source;
+    cuda::LowerOptions o;
+    cuda::set_copy_option(o, "cp");
+    return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o).source;
   };
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
     SCOPED_TRACE(name);
@@ -449,18 +452,20 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_EQ(env.threads, 512);
   EXPECT_TRUE(env.fuse_elementwise);
   EXPECT_TRUE(env.one_barrier_ring);
-  EXPECT_EQ(env.copy, cuda::LowerOptions::Copy::Cp);
+  EXPECT_EQ(env.copy, cuda::LowerOptions::Copy::Bulk);
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
   // MP_CUDA_LOWER_COPY=bulk: the same rings at the same depths, each slot filled by one thread's bulk
   // copies (one per tile) that complete on the slot's mbarrier, every thread waiting for its phase; the
   // masked tails as plain loads; no cp.async in the loop.
-  cuda::LowerOptions bulk;
+  cuda::LowerOptions bulk, cpo;
   cuda::set_copy_option(bulk, "bulk");
+  cuda::set_copy_option(cpo, "cp");
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
     SCOPED_TRACE(name);
-    const std::string cp = unit_of(name, {}), src = unit_of(name, {}, bulk);
+    const std::string cp = unit_of(name, {}, cpo), src = unit_of(name, {}, bulk);
+    EXPECT_EQ(unit_of(name, {}), src) << "bulk copies are the default";
     EXPECT_NE(src.find("// path: tile ring (bulk copies (TMA)), "), std::string::npos);
     EXPECT_EQ(src.find("// path: tile ring (cp.async)"), std::string::npos);
     EXPECT_EQ(ring_slots(src), ring_slots(cp)) << "the depth does not depend on how the slots are filled";
@@ -476,7 +481,7 @@ TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
     EXPECT_EQ(src.find("mp_cp_async16(d_"), std::string::npos);
     EXPECT_EQ(src.find("mp_cp_wait<"), std::string::npos);
     EXPECT_EQ(src.find("mp_cp_commit();"), std::string::npos);
-    EXPECT_NE(cp.find("mp_cp_wait<0>();"), std::string::npos) << "cp.async stays the default";
+    EXPECT_NE(cp.find("mp_cp_wait<0>();"), std::string::npos) << "MP_CUDA_LOWER_COPY=cp: the cp.async ring";
   }
   // Tiles the ring cannot serve stay on the direct path with bulk copies too.
   EXPECT_EQ(unit_of("dotproduct", {"N=1000", "TS=126", "mask=1"}, bulk).find("// path: tile ring"),

@@ -33,7 +33,11 @@ TEST(CudaLowerCli, EmitCudaReadsTheSpeedVariables) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
   unsetenv("MP_CUDA_LOWER_COPY");
   r = mp::test::run_cli("compile dotproduct --emit cuda");
-  EXPECT_NE(r.out.find("// path: tile ring (cp.async)"), std::string::npos) << "cp.async by default";
+  EXPECT_NE(r.out.find("// path: tile ring (bulk copies (TMA))"), std::string::npos) << "bulk copies by default";
+  setenv("MP_CUDA_LOWER_COPY", "cp", 1);
+  r = mp::test::run_cli("compile dotproduct --emit cuda");
+  unsetenv("MP_CUDA_LOWER_COPY");
+  EXPECT_NE(r.out.find("// path: tile ring (cp.async)"), std::string::npos) << r.out;
 }
 
 TEST(CudaLowerCli, BadEmitIsAUsageError) {

@@ -30,6 +30,8 @@ TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
   plain.threads = 256;
   plain.fuse_elementwise = false;
   cuda::set_ring_option(deep, "4096");
+  cuda::set_copy_option(plain, "cp");
+  cuda::set_copy_option(deep, "cp");
   cuda::set_copy_option(bulk, "bulk");
   cuda::set_copy_option(bulk_deep, "bulk");
   cuda::set_ring_option(bulk_deep, "4096");

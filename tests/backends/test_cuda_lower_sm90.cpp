@@ -84,13 +84,18 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
       {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
       {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
   };
+  // Filled by cp.async here (MP_CUDA_LOWER_COPY=cp); the default bulk copies are the test below.
+  setenv("MP_CUDA_LOWER_COPY", "cp", 1);
   for (auto& [name, sets] : cases) {
     auto& spec = examples::find_program(name);
     auto params = examples::resolve(spec, sets);
-    auto src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
+    auto src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params)),
+                           cuda::options_from_env())
+                   .source;
     EXPECT_NE(src.find("// path: tile ring (cp.async)"), std::string::npos) << name;
     check_program(spec, sets, seed++);
   }
+  unsetenv("MP_CUDA_LOWER_COPY");
 }
 
 TEST(SM90_CudaLower, StreamingProgramsThroughTheBulkCopyRing) {

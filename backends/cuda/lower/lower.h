@@ -47,7 +47,7 @@ struct LowerOptions {
   //   Bulk: one thread issues one bulk copy (the TMA engine, cp.async.bulk) per tile of an iteration,
   //         completing on the slot's mbarrier; the readers wait on that mbarrier's phase.
   enum class Copy { Cp, Bulk };
-  Copy copy = Copy::Cp;
+  Copy copy = Copy::Bulk;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
