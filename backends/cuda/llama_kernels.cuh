@@ -905,8 +905,9 @@ __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m
 // for L2 (396 blocks x a 200 KB task is 80 MB, against 50 MB of L2) evicts rows before they are read,
 // which then come from HBM twice.
 __device__ void prefetch_weights(const Params& p, const TaskMeta& m, int t) {
+  if (threadIdx.x != 0) return;  // before any read of m: thread 0 has just written it, unpublished
   const GpuOp& op = m.op;
-  if (op.kind != OpKind::gemv || threadIdx.x != 0 || p.prefetch_bytes == 0) return;
+  if (op.kind != OpKind::gemv || p.prefetch_bytes == 0) return;
   const DevWeight& w = m.w;
   const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);

@@ -71,19 +71,25 @@ TEST(SM90_CudaLower, Bf16Programs) {
                 seed + 1);
 }
 
-TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
-  // Many iterations per block (the ring wraps around its slots many times), last tiles cut by the mask
-  // at lengths that are not multiples of four (the 4-byte cp.async tail); each lowered unit must take
-  // the ring path.
-  MP_REQUIRE_GPU();
-  uint64_t seed = fresh_seed() % 1000000;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+// The streaming programs at sizes where a block runs many iterations (the ring wraps around its slots
+// many times) and the last tiles are cut by the mask at lengths that are not multiples of four.
+std::vector<std::pair<std::string, std::vector<std::string>>> ring_cases() {
+  return {
       {"dotproduct", {"N=4194307", "TS=2048", "mask=1"}},
       {"tpchq6", {"N=1000003", "TS=1024", "mask=1"}},
       {"blackscholes", {"N=1000001", "TS=1024", "mask=1"}},
       {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
       {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
   };
+}
+
+TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
+  // Many iterations per block (the ring wraps around its slots many times), last tiles cut by the mask
+  // at lengths that are not multiples of four (the 4-byte cp.async tail); each lowered unit must take
+  // the ring path.
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  const auto cases = ring_cases();
   // Filled by cp.async here (MP_CUDA_LOWER_COPY=cp); the default bulk copies are the test below.
   setenv("MP_CUDA_LOWER_COPY", "cp", 1);
   for (auto& [name, sets] : cases) {
@@ -104,14 +110,8 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheBulkCopyRing) {
   // that are not multiples of four (plain loads), with one and two barriers per iteration.
   MP_REQUIRE_GPU();
   uint64_t seed = fresh_seed() % 1000000;
-  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"dotproduct", {"N=4194307", "TS=2048", "mask=1"}},
-      {"tpchq6", {"N=1000003", "TS=1024", "mask=1"}},
-      {"blackscholes", {"N=1000001", "TS=1024", "mask=1"}},
-      {"softmax", {"R=1001", "C=256", "row_tile=8", "mask=1"}},
-      {"outerproduct", {"M=1000", "N=512", "TM=8", "TN=128", "mask=1"}},
-      {"dotproduct", {"N=1048573", "TS=256", "mask=1"}},
-  };
+  auto cases = ring_cases();
+  cases.push_back({"dotproduct", {"N=1048573", "TS=256", "mask=1"}});
   setenv("MP_CUDA_LOWER_COPY", "bulk", 1);
   for (const char* barriers : {"1", "2"}) {
     setenv("MP_CUDA_LOWER_BARRIERS", barriers, 1);

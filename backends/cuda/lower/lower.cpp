@@ -1104,6 +1104,31 @@ class Gen {
   }
   int64_t ring_slot_floats(const ir::LoadTile& l) const { return (ir::num_elements(l.out->shape) + 3) / 4 * 4; }
 
+  // Where a ring tile of iteration `iter` (an expression) lies in its tensor: its first axis of extent
+  // above 1 (`lead`, the one the mask cuts) and that axis' offset, the elements per step along it
+  // (`inner`), the flat offset of its first element (`g0`) and the bounds of its other axes (`ok`, a
+  // conjunction to append).
+  struct RingSpan {
+    std::string g0, ok, lead_offset;
+    int lead = 0;
+    int64_t inner = 1;
+  };
+  RingSpan ring_span(const ir::LoadTile& l, const ir::MetaPipe& m, const std::string& iter) {
+    RingSpan sp;
+    const auto& t = l.src;
+    size_t r = t->shape.size();
+    auto tst = strides(t->shape);
+    while (l.out->shape[size_t(sp.lead)] == 1) ++sp.lead;
+    for (size_t a = size_t(sp.lead + 1); a < r; ++a) sp.inner *= t->shape[a];
+    for (size_t a = 0; a < r; ++a) {
+      std::string sa = affine(l.offset[a], m.var->id, iter);
+      sp.g0 += std::string(a ? " + " : "") + sa + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+      if (int(a) != sp.lead) sp.ok += " && " + sa + " >= 0 && " + sa + " < " + ll(t->shape[a]);
+    }
+    sp.lead_offset = affine(l.offset[size_t(sp.lead)], m.var->id, iter);
+    return sp;
+  }
+
   // The cp.async copies of iteration `iter` (an expression) of the ring tiles into slot `slot`, then the
   // commit of their group (an empty group where the iteration is past the end, so that every thread
   // counts the same groups).
@@ -1112,19 +1137,10 @@ class Gen {
     line("if (" + iter + " < " + ll(m.trip()) + ") {");
     for (auto* l : ring_tiles_) {
       const auto& t = l->src;
-      size_t r = t->shape.size();
-      auto tst = strides(t->shape);
-      int lead = 0;
-      while (l->out->shape[size_t(lead)] == 1) ++lead;
-      int64_t inner = 1;
-      for (size_t a = size_t(lead + 1); a < r; ++a) inner *= t->shape[a];
-      std::string g0, ok;
-      for (size_t a = 0; a < r; ++a) {
-        std::string sa = affine(l->offset[a], m.var->id, iter);
-        g0 += std::string(a ? " + " : "") + sa + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-        if (int(a) != lead) ok += " && " + sa + " >= 0 && " + sa + " < " + ll(t->shape[a]);
-      }
-      std::string sl = affine(l->offset[size_t(lead)], m.var->id, iter);
+      const RingSpan sp = ring_span(*l, m, iter);
+      const std::string &g0 = sp.g0, &ok = sp.ok, &sl = sp.lead_offset;
+      const int lead = sp.lead;
+      const int64_t inner = sp.inner;
       line("  {  // " + l->where() + ": " + t->name);
       line("    const long long s_ = " + sl + ", g0_ = " + g0 + ";");
       line("    const int n_ = s_ >= 0" + ok + " ? (int)mp_clip(" + ll(t->shape[size_t(lead)]) + " - s_, " +
@@ -1151,20 +1167,12 @@ class Gen {
     for (size_t k = 0; k < ring_tiles_.size(); ++k) {
       auto* l = ring_tiles_[k];
       const auto& t = l->src;
-      size_t r = t->shape.size();
-      auto tst = strides(t->shape);
-      int lead = 0;
-      while (l->out->shape[size_t(lead)] == 1) ++lead;
-      int64_t inner = 1;
-      for (size_t a = size_t(lead + 1); a < r; ++a) inner *= t->shape[a];
-      std::string g0, ok;
-      for (size_t a = 0; a < r; ++a) {
-        std::string sa = affine(l->offset[a], m.var->id, iter);
-        g0 += std::string(a ? " + " : "") + sa + (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-        if (int(a) != lead) ok += " && " + sa + " >= 0 && " + sa + " < " + ll(t->shape[a]);
-      }
+      const RingSpan sp = ring_span(*l, m, iter);
+      const std::string &g0 = sp.g0, &ok = sp.ok;
+      const int lead = sp.lead;
+      const int64_t inner = sp.inner;
       const std::string q = std::to_string(k), n = "n" + q + "_", d = "d" + q + "_", g = "g" + q + "_";
-      std::string sl = affine(l->offset[size_t(lead)], m.var->id, iter);
+      const std::string& sl = sp.lead_offset;
       line("  // " + l->where() + ": " + t->name);
       line("  const long long s" + q + "_ = " + sl + ";");
       line("  const int " + n + " = s" + q + "_ >= 0" + ok + " ? (int)mp_clip(" + ll(t->shape[size_t(lead)]) +
