@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     if (p.fetch_ahead && threadIdx.x == 0) s_next = fetch();
     const GpuTask task = p.tasks[p.group_first_task + i];
     if (p.trace && threadIdx.x == 0) s_time[0] = dev::global_ns();
-    dev::load_meta(p, task, s_meta);  // thread 0's; the others read it after the wait's barrier
+    dev::load_meta(p, task, s_meta);
+    __syncthreads();  // published before any thread's read (the compiler may hoist reads above a branch)
     dev::prefetch_weights(p, s_meta, task.index);
     dev::wait_for_producers(p, s_meta.op);
     if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
