@@ -1,8 +1,10 @@
 // The GPU engine's host side that needs no GPU: the operation list of a Llama model (from its shapes),
 // its split into tasks, the launch groups of each mode, and the memory estimate.
 #include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "backends/cuda/llama_gpu.h"
 #include "core/checked.h"
@@ -34,6 +36,17 @@ Launch parse_launch(const std::string& s) {
   fail_user("unknown --launch mode '", s, "'; modes: per-op, per-layer, megakernel");
 }
 
+namespace {
+// The enumerator that `value` names among `names`; bad() (which throws) otherwise.
+template <class E, class Bad>
+E pick(const std::string& value, std::initializer_list<std::pair<const char*, E>> names, Bad bad) {
+  for (auto& [n, e] : names)
+    if (value == n) return e;
+  bad();
+  return names.begin()->second;  // not reached
+}
+}  // namespace
+
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
@@ -59,12 +72,7 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
     } else if (key == "prefetch-kib") {
       o.prefetch_bytes = value == "all" ? -1 : number() * 1024;
     } else if (key == "split") {
-      if (value == "balanced")
-        o.gemv_split = GemvSplit::balanced;
-      else if (value == "two-per-worker")
-        o.gemv_split = GemvSplit::two_per_worker;
-      else
-        bad();
+      o.gemv_split = pick<GemvSplit>(value, {{"balanced", GemvSplit::balanced}, {"two-per-worker", GemvSplit::two_per_worker}}, bad);
     } else if (key == "stream") {
       const long long d = number();
       if (d > 8) bad();
@@ -74,21 +82,10 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
       if (k < 1 || k > 16) bad();
       o.stream_seg_bytes = k * 1024;
     } else if (key == "combine") {
-      if (value == "separate")
-        o.combine = Combine::separate;
-      else if (value == "fused")
-        o.combine = Combine::in_o_projection;
-      else if (value == "last")
-        o.combine = Combine::last_task;
-      else
-        bad();
+      o.combine = pick<Combine>(
+          value, {{"separate", Combine::separate}, {"fused", Combine::in_o_projection}, {"last", Combine::last_task}}, bad);
     } else if (key == "rope") {
-      if (value == "attention")
-        o.rope = RopePlace::attention;
-      else if (value == "separate")
-        o.rope = RopePlace::separate;
-      else
-        bad();
+      o.rope = pick<RopePlace>(value, {{"attention", RopePlace::attention}, {"separate", RopePlace::separate}}, bad);
     } else if (key == "slices") {
       if (value != "auto" && value != "1" && value != "2" && value != "4" && value != "8") bad();
       o.gemv_slices = value == "auto" ? 0 : int(number());
