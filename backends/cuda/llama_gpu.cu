@@ -198,10 +198,10 @@ class Engine final : public LlamaGpu {
     MP_USER_CHECK(ctx_ >= 1 && ctx_ <= s.context, "--ctx ", ctx_, " must be in [1, ", s.context,
                   "] (the model's context length)");
     const int64_t max_cols = std::max({s.d_model, s.ffn, s.heads * s.head_dim});
-    // A GEMV's input vector and its column slices' sums (at most 256 per task); attention's query, scores,
-    // partial outputs, reduction scratch and (RoPE in the attention) the angles and the position's K, V rows.
+    // A GEMV's input vector and its column slices' sums (at most 256 per task), or the attention's layout
+    // (dev::kAttnSmemFloats).
     const int64_t staging = std::max<int64_t>((max_cols + 4 + 256) * 4,
-                                              (256 + 1024 + 8 * dev::kThreads + dev::kWarps + 512) * 4);
+                                              int64_t(dev::kAttnSmemFloats) * 4);
     MP_USER_CHECK(o.stream_depth >= 0 && o.stream_depth <= dev::kMaxStreamDepth, "GPU engine: stream_depth ",
                   o.stream_depth, " must be in [0, ", dev::kMaxStreamDepth, "]");
     MP_USER_CHECK(o.stream_seg_bytes >= 1024 && o.stream_seg_bytes <= 16384 && o.stream_seg_bytes % 1024 == 0,

@@ -693,6 +693,13 @@ __device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
   if (threadIdx.x == 0) ml[0] = m, ml[1] = l;
 }
 
+// attention_partial's shared memory, in floats: the query (256), the scores (attn_chunk, at most
+// kAttnMaxChunk), the groups' partial outputs (8 x kThreads), the reduction scratch (kWarps), then, for
+// RoPE in the attention, the (cos, sin) table (128 float2) and the position's K and V rows (256 bf16
+// each). The engine sizes the task kernel's shared memory with it.
+constexpr int kAttnMaxChunk = 1024;
+constexpr int kAttnSmemFloats = 256 + kAttnMaxChunk + 8 * kThreads + kWarps + 256 + 256;
+
 // Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
 // valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
 __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float* smem) {

@@ -204,18 +204,17 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_USER_ERROR(apply_tuning("stream=9", o), "--gpu-tune: 'stream=9' is not one of");
   EXPECT_USER_ERROR(apply_tuning("seg-kib=0", o), "--gpu-tune: 'seg-kib=0' is not one of");
   EXPECT_EQ(o.combine, Combine::last_task);
-  apply_tuning("combine=fused", o);
-  EXPECT_EQ(o.combine, Combine::in_o_projection);
-  apply_tuning("combine=separate", o);
-  EXPECT_EQ(o.combine, Combine::separate);
-  apply_tuning("combine=last", o);
-  EXPECT_EQ(o.combine, Combine::last_task);
+  for (auto [item, c] : {std::pair{"combine=fused", Combine::in_o_projection}, {"combine=separate", Combine::separate},
+                         {"combine=last", Combine::last_task}}) {
+    apply_tuning(item, o);
+    EXPECT_EQ(o.combine, c) << item;
+  }
   EXPECT_USER_ERROR(apply_tuning("combine=maybe", o), "--gpu-tune: 'combine=maybe' is not one of");
   EXPECT_EQ(o.rope, RopePlace::attention);
-  apply_tuning("rope=separate", o);
-  EXPECT_EQ(o.rope, RopePlace::separate);
-  apply_tuning("rope=attention", o);
-  EXPECT_EQ(o.rope, RopePlace::attention);
+  for (auto [item, r] : {std::pair{"rope=separate", RopePlace::separate}, {"rope=attention", RopePlace::attention}}) {
+    apply_tuning(item, o);
+    EXPECT_EQ(o.rope, r) << item;
+  }
   EXPECT_USER_ERROR(apply_tuning("rope=late", o), "--gpu-tune: 'rope=late' is not one of");
   EXPECT_EQ(o.gemv_slices, 0);
   apply_tuning("slices=4", o);
