@@ -9,36 +9,8 @@
 
 namespace mp::kernels {
 
-// Writes the thread's pairs of one 64 x CW chunk (pair(jb, f): a bf16x2 as uint32_t, or a float2; in the
-// accumulator fragment's order) at their swizzled offsets: bf16 with stmatrix (one instruction per 16 x 16
-// block and lane: 656 fewer instructions in the default kernel than st.shared.b32, level in time), f32
-// with st.shared.v2. Through buf.at() they compiled to generic stores (ST.E, 64-bit addresses), and the
-// epilogue took ~1 % of the GEMM's time more (bench/RESULTS.md, GEMM).
-template <class OutT, class CTile, class Pair>
-__device__ void write_chunk(CTile& buf, Pair pair) {
-  using namespace mp::tile;
-  constexpr int CW = CTile::cols;
-  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
-  const uint32_t base = buf.smem_addr();
-  if constexpr (sizeof(OutT) == 2) {
-    // Pair f of a 16 x 16 block is the lane's pair of 8 x 8 matrix f: rows + 8 * (f & 1), columns
-    // + 8 * (f >> 1). Lane l addresses row l % 8 of matrix l / 8 (16 bytes: one swizzle unit).
-    const int m = lane / 8, r = warp * 16 + lane % 8 + 8 * (m & 1);
-#pragma unroll
-    for (int jb = 0; jb < CW / 16; ++jb)
-      stmatrix_x4(base + CTile::layout::offset(r, 16 * jb + 8 * (m >> 1)), pair(jb, 0), pair(jb, 1),
-                  pair(jb, 2), pair(jb, 3));
-  } else {
-#pragma unroll
-    for (int jb = 0; jb < CW / 16; ++jb)
-#pragma unroll
-      for (int f = 0; f < 4; ++f) {
-        const uint32_t a = base + CTile::layout::offset(warp * 16 + lane / 4 + 8 * (f & 1),
-                                                        16 * jb + 2 * (lane % 4) + 8 * (f >> 1));
-        st_shared_v2_f32(a, pair(jb, f));
-      }
-  }
-}
+// The chunk writes are the tile layer's (warpgroup::write_chunk).
+using tile::warpgroup::write_chunk;
 
 // N adjacent 64 x CW output chunks of a consumer (columns col, col + CW, ...) in buffers buf[0..N) of the
 // consumer's `Buffers`: wait until the stores that last read those buffers are done with them, write the

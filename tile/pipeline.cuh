@@ -227,6 +227,7 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
   }
 }
 
+#ifndef __CUDACC_RTC__  // host code: not in NVRTC units (the CUDA lowering launches through the driver API)
 // An attribute of the current device.
 inline int device_attribute(cudaDeviceAttr a) {
   int dev = 0, v = 0;
@@ -244,9 +245,13 @@ inline long long device_l2_bytes() {
   return n;
 }
 
+#endif  // __CUDACC_RTC__
+
+// One block of K's pipeline: what kernel<K> below runs. A kernel of its own (the CUDA lowering's
+// generated entries, extern "C" with their own parameters) calls it with a globals that lives in its
+// parameters, launched with traits<K>::threads threads and traits<K>::shared_bytes of dynamic shared memory.
 template <class K>
-__global__ void __launch_bounds__(traits<K>::threads, 1)
-    kernel(const __grid_constant__ typename K::globals g) {
+__device__ __forceinline__ void run_block(const typename K::globals& g) {
   using T = traits<K>;
   trace_mark(g, trace_start);
   prefetch_of<K>(g);
@@ -343,6 +348,14 @@ __global__ void __launch_bounds__(traits<K>::threads, 1)
   }
 }
 
+template <class K>
+__global__ void __launch_bounds__(traits<K>::threads, 1)
+    kernel(const __grid_constant__ typename K::globals g) {
+  run_block<K>(g);
+}
+
+#ifndef __CUDACC_RTC__
+
 // The persistent grid of K: one block per SM (each takes a whole SM's shared memory), queried once.
 // Kernels that cut work by the grid size (stream-K) ask for it before launching.
 template <class K>
@@ -369,5 +382,6 @@ cudaError_t launch(const typename K::globals& g, cudaStream_t stream, int max_bl
   kernel<K><<<blocks, T::threads, T::shared_bytes, stream>>>(g);
   return cudaGetLastError();
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace mp::tile::pc

@@ -2,7 +2,15 @@
 // thread issues them for the whole tile. The tensor map comes from make_tma_map<ST>() (tile/tma_host.h)
 // and is passed to the kernel as a __grid_constant__ parameter.
 #pragma once
+#ifdef __CUDACC_RTC__
+// NVRTC (the CUDA lowering's generated units) has no host headers: the driver API's opaque 128-byte map,
+// as cuda.h declares it, is all the device code needs.
+typedef struct alignas(64) CUtensorMap_st {
+  unsigned long long opaque[16];
+} CUtensorMap;
+#else
 #include <cuda.h>
+#endif
 
 #include "tile/sync.cuh"
 #include "tile/types.cuh"

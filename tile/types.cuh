@@ -1,6 +1,13 @@
 // The tile layer's data types: register tiles and vectors (rt, rv), shared tiles and vectors (st, sv) and
 // global layouts (gl). Names say memory space, shape and element type: rt_bf<16,64>, st_bf<64,64>.
 #pragma once
+#ifdef __CUDACC_RTC__
+// NVRTC (the CUDA lowering's generated units): no math.h, so INFINITY from libcu++.
+#include <cuda/std/limits>
+#ifndef INFINITY
+#define INFINITY (::cuda::std::numeric_limits<float>::infinity())
+#endif
+#endif
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

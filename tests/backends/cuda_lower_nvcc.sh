@@ -27,8 +27,17 @@ for p in dotproduct tpchq6 blackscholes softmax outerproduct; do
   done
   units+=("${p}_bulk_deep.cu")
 done
+# The bf16 matmul on the tile layer's pipeline (the unit includes tile/tile.cuh) at two tile shapes.
+for t in "MM=128 NN=256" "MM=64 NN=64"; do
+  u="matmul_wgmma_${t// /_}"
+  "$metapipe" compile matmul --set dtype=bf16 --set M=512 --set N=512 --set K=512 --set "${t% *}" --set "${t#* }" \
+    --emit cuda > "$work/${u//=/}.cu"
+  grep -q "// path: the tile layer's pipeline" "$work/${u//=/}.cu" || { echo "$u: not on the tile pipeline" >&2; exit 1; }
+  units+=("${u//=/}.cu")
+done
 cd "$work"
-"$nvcc" -arch=sm_90a -std=c++20 -I"$root" -c "${units[@]}"
+# The tile layer's headers need the arch-specific target and relaxed constexpr, as its own build does.
+"$nvcc" -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++20 -I"$root" -c "${units[@]}"
 for u in "${units[@]}"; do
   [ -s "${u%.cu}.o" ] || { echo "nvcc produced no object for ${u%.cu}" >&2; exit 1; }
 done

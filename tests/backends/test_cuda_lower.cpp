@@ -275,6 +275,89 @@ TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {
   EXPECT_NE(low.source.find("global scratch"), std::string::npos);
 }
 
+// The slide-51 matmul in bf16 with wgmma-sized tiles lowers onto the tile layer's pipeline: one kernel of
+// a producer and MM / 64 consumer warpgroups, three tensor maps (A, B, C) with the tiles' boxes, the
+// ring as deep as shared memory allows, and the unit includes the tile layer. (It runs on the GPU only:
+// SM90_CudaLower.MatmulOnWgmma checks it against the interpreter.)
+TEST(CudaLower, Bf16MatmulLowersOntoTheTilePipeline) {
+  auto& spec = examples::find_program("matmul");
+  struct Want {
+    std::vector<std::string> sets;
+    int threads, stages;
+  };
+  for (const Want& w : {Want{{"M=300", "N=520", "K=200", "MM=128", "NN=256"}, 384, 4},
+                        Want{{"M=256", "N=256", "K=128", "MM=64", "NN=64"}, 256, 13},
+                        Want{{"M=4096", "N=4096", "K=4096", "MM=128", "NN=128"}, 384, 6}}) {
+    std::vector<std::string> sets = w.sets;
+    sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
+    SCOPED_TRACE(sets[3] + " " + sets[4]);
+    auto params = examples::resolve(spec, sets);
+    cuda::Lowered low = cuda::lower(compiled(spec, params));
+    ASSERT_EQ(low.kernels.size(), 1u);
+    const auto& k = low.kernels[0];
+    EXPECT_TRUE(low.uses_tile_layer);
+    EXPECT_NE(low.source.find("#include \"tile/tile.cuh\""), std::string::npos);
+    EXPECT_NE(low.source.find("// path: the tile layer's pipeline"), std::string::npos);
+    EXPECT_NE(low.source.find("mp::tile::pc::run_block<"), std::string::npos);
+    EXPECT_NE(low.source.find("stages = " + std::to_string(w.stages) + ";"), std::string::npos) << low.source;
+    EXPECT_EQ(k.threads, w.threads);
+    EXPECT_TRUE(k.distributed);
+    const int64_t M = params.i("M"), N = params.i("N"), K = params.i("K"), MM = params.i("MM"), NN = params.i("NN");
+    EXPECT_EQ(k.trip, ((M + MM - 1) / MM) * ((N + NN - 1) / NN));
+    EXPECT_LE(k.smem_bytes, 227 * 1024);
+    ASSERT_EQ(k.maps.size(), 3u);
+    auto tensor = [&](const cuda::TensorMapSpec& m) { return low.tensors[size_t(m.tensor)]->name; };
+    EXPECT_EQ(tensor(k.maps[0]), "A");
+    EXPECT_EQ(tensor(k.maps[1]), "B");
+    EXPECT_EQ(tensor(k.maps[2]), "C");
+    EXPECT_EQ(k.maps[0].rows, M);
+    EXPECT_EQ(k.maps[0].cols, K);
+    EXPECT_EQ(k.maps[0].box_rows, MM);
+    EXPECT_EQ(k.maps[1].rows, K);
+    EXPECT_EQ(k.maps[1].cols, N);
+    EXPECT_EQ(k.maps[2].rows, M);
+    for (auto& m : k.maps) EXPECT_EQ(m.box_cols, 64);
+  }
+}
+
+// What the tile pipeline cannot take stays on the element loops, the reason in the kernel's comment; the
+// f32 program and MP_CUDA_LOWER_MATMUL=generic never include the tile layer.
+TEST(CudaLower, MatmulOffTheTilePipelineSaysWhy) {
+  auto& spec = examples::find_program("matmul");
+  struct Case {
+    std::vector<std::string> sets;
+    const char* why;
+  };
+  for (const Case& c :
+       {Case{{"dtype=f32", "MM=64", "NN=64"}, "A, B and C are not all bf16"},
+        Case{{"dtype=bf16", "MM=32", "NN=64"}, "MM=32 (wgmma tiles take MM = 64 or 128)"},
+        Case{{"dtype=bf16", "MM=64", "NN=32"}, "NN=32 (wgmma tiles take NN = 64, 128 or 256)"},
+        Case{{"dtype=bf16", "MM=64", "NN=64", "K=100", "mask=1"}, "K and N multiples of 8"}}) {
+    SCOPED_TRACE(c.why);
+    cuda::Lowered low = cuda::lower(compiled(spec, examples::resolve(spec, c.sets)));
+    EXPECT_FALSE(low.uses_tile_layer);
+    EXPECT_EQ(low.source.find("#include"), std::string::npos);
+    EXPECT_TRUE(low.kernels[0].maps.empty());
+    EXPECT_NE(low.source.find(std::string("the MatMul takes the element loops, not the tile layer's wgmma pipeline: ")),
+              std::string::npos);
+    EXPECT_NE(low.source.find(c.why), std::string::npos) << low.source.substr(0, 3000);
+  }
+  cuda::LowerOptions generic;
+  cuda::set_matmul_option(generic, "generic");
+  cuda::Lowered low =
+      cuda::lower(compiled(spec, examples::resolve(spec, {"dtype=bf16", "MM=128", "NN=128"})), generic);
+  EXPECT_FALSE(low.uses_tile_layer);
+  EXPECT_NE(low.source.find("MP_CUDA_LOWER_MATMUL=generic"), std::string::npos);
+  try {
+    cuda::set_matmul_option(generic, "tensor-cores");
+    FAIL() << "expected a user_error";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_MATMUL='tensor-cores' is not wgmma or generic"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CudaLower, UncompiledProgramIsRejected) {
   auto& spec = examples::find_program("matmul");
   auto p = examples::build(spec, examples::resolve(spec, {}));

@@ -21,6 +21,21 @@ TEST(CudaLowerNvrtc, EveryProgramCompilesForSm90a) {
   }
 }
 
+// The bf16 matmul lowered onto the tile layer (the unit includes its headers: NVRTC gets the repository
+// root and libcu++'s standard headers) at each tile shape.
+TEST(CudaLowerNvrtc, MatmulOnTheTileLayerCompilesForSm90a) {
+  auto& spec = examples::find_program("matmul");
+  for (auto tiles : std::vector<std::vector<std::string>>{{"MM=128", "NN=256"}, {"MM=64", "NN=64"}, {"MM=128", "NN=128"}}) {
+    SCOPED_TRACE(tiles[0] + " " + tiles[1]);
+    tiles.insert(tiles.end(), {"dtype=bf16", "M=512", "N=512", "K=512"});
+    auto params = examples::resolve(spec, tiles);
+    auto low = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params)));
+    ASSERT_TRUE(low.uses_tile_layer);
+    std::string bin = cuda::compile_sm90a(low.source);
+    EXPECT_EQ(bin.substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
+  }
+}
+
 // The speed variants of the streaming programs (docs/cuda-lowering.md, "Speed") compile too: the ring
 // off with 256 threads and nothing fused, the deepest rings, and the rings of bulk copies (TMA) at the
 // default depth and the deepest with two barriers per iteration.

@@ -71,6 +71,26 @@ TEST(SM90_CudaLower, Bf16Programs) {
                 seed + 1);
 }
 
+// The slide-51 matmul in bf16 through the tile layer's pipeline (TMA ring, wgmma consumers, TMA-store
+// finish): partial tiles in M, N and K (TMA's zero fill and clipped stores), one and two consumer
+// warpgroups, every wgmma width, and more tiles than SMs (a block's items wrap around the ring's phases).
+TEST(SM90_CudaLower, MatmulOnWgmma) {
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  auto& spec = examples::find_program("matmul");
+  const std::vector<std::vector<std::string>> cases = {
+      {"M=300", "N=520", "K=200", "MM=128", "NN=256"}, {"M=1000", "N=264", "K=1032", "MM=64", "NN=128"},
+      {"M=2048", "N=2048", "K=256", "MM=128", "NN=128"}, {"M=64", "N=64", "K=8", "MM=64", "NN=64"},
+      {"M=17", "N=8", "K=16", "MM=128", "NN=64"}};
+  for (auto sets : cases) {
+    sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
+    auto params = examples::resolve(spec, sets);
+    std::string src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
+    ASSERT_NE(src.find("// path: the tile layer's pipeline"), std::string::npos) << sets[3] << " " << sets[4];
+    check_program(spec, sets, seed++);
+  }
+}
+
 // The streaming programs at sizes where a block runs many iterations (the ring wraps around its slots
 // many times) and the last tiles are cut by the mask at lengths that are not multiples of four.
 std::vector<std::pair<std::string, std::vector<std::string>>> ring_cases() {

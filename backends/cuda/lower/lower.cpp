@@ -236,9 +236,12 @@ class Gen {
       for (int64_t d : val->shape) biggest = std::max(biggest, d);
     }
     meta_type_ = biggest < (int64_t(1) << 30) ? "int" : "long long";
+    for (size_t s = 0; s < p_.body.size(); ++s) plan_mma(int(s));
     src_ << "// metapipe program '" << p_.name << "' lowered to CUDA C++ for sm_90a: one kernel per top-level\n"
          << "// statement, launched in order by the metapipe run time (backends/cuda/lower).\n"
-         << "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n";
+         << (mma_.empty() ? "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n"
+                          : "// Generated code: compiled with NVRTC at run time; nvcc -gencode=arch=compute_90a,code=sm_90a\n"
+                            "// --expt-relaxed-constexpr -std=c++20 -I<repository root> -c also accepts it.\n");
     if (!p_.params.empty()) {
       src_ << "// parameters:";
       for (auto& [k, v] : p_.params) src_ << " " << k << "=" << v;
@@ -250,8 +253,19 @@ class Gen {
       src_ << "//   mp_t[" << i << "] " << t->name << ": " << ir::to_string(t->dtype) << ir::to_string(t->shape)
            << " " << ir::to_string(t->role) << " (stored as " << dev_type(t->dtype) << ")\n";
     }
+    if (!mma_.empty()) {
+      out_.uses_tile_layer = true;
+      src_ << "// The tiled matmul statements are lowered onto the tile layer (tile/): compile with the repository\n"
+           << "// root on the include path (the run time passes it to NVRTC).\n"
+           << "#include \"tile/tile.cuh\"\n";
+    }
     src_ << "\n" << kPrelude;
-    for (size_t s = 0; s < p_.body.size(); ++s) kernel(int(s));
+    for (size_t s = 0; s < p_.body.size(); ++s) {
+      if (mma_.count(int(s)))
+        mma_kernel(int(s));
+      else
+        kernel(int(s));
+    }
     out_.source = src_.str();
     return std::move(out_);
   }
@@ -278,6 +292,97 @@ class Gen {
   std::string ind_;
 
   std::string where_of(const ir::Node& n) const { return n.where() + " in " + p_.name; }
+
+  // ---- a tiled matmul onto the tile layer's pipeline (wgmma) ----
+  // The statement is the slide-51 loop nest, whatever stages the metapipeline pass cut it into:
+  //   METAPIPE i { a = LOAD_TILE(A[MM*i, 0] : [MM, K]);
+  //                METAPIPE j { b = LOAD_TILE(B[0, NN*j] : [K, NN]); c = MAT_MUL(a, b); [BUFFER(c)];
+  //                             STORE_TILE(C[MM*i, NN*j], c) } }
+  // with A, B and C bf16. The whole K extent of the two tiles becomes the pipeline's K loop of 64-wide
+  // steps through a shared-memory ring, so neither strip has to fit on chip.
+  struct MmaPlan {
+    const ir::MetaPipe *outer = nullptr, *inner = nullptr;
+    const ir::LoadTile *la = nullptr, *lb = nullptr;
+    const ir::MatMul* mm = nullptr;
+    const ir::StoreTile* st = nullptr;
+    int64_t M = 0, N = 0, K = 0, MM = 0, NN = 0;
+  };
+  std::map<int, MmaPlan> mma_;           // statement -> plan
+  std::map<int, std::string> mma_note_;  // statement with a MatMul left to the element loops -> why
+
+  static bool is_var_times(const ir::Affine& a, const ir::LoopVar& v, int64_t coef) {
+    return a.constant == 0 && a.terms.size() == 1 && a.terms[0].first->id == v->id && a.terms[0].second == coef;
+  }
+  static bool is_zero(const ir::Affine& a) { return a.constant == 0 && a.terms.empty(); }
+
+  // Why statement `stmt` does not take the wgmma path ("" when it does: the plan is in mma_).
+  std::string mma_refusal(const ir::MetaPipe& outer, MmaPlan& p) const {
+    if (!outer.carried.empty()) return "the outer loop carries values";
+    auto ob = outer.body();
+    if (ob.size() != 2 || !ob[0]->as<ir::LoadTile>() || !ob[1]->as<ir::MetaPipe>())
+      return "the outer loop is not a LoadTile and an inner loop";
+    p.outer = &outer;
+    p.la = ob[0]->as<ir::LoadTile>();
+    p.inner = ob[1]->as<ir::MetaPipe>();
+    if (!p.inner->carried.empty()) return "the inner loop carries values";
+    auto ib = p.inner->body();
+    size_t n = ib.size();
+    if (n < 3 || n > 4 || !ib[0]->as<ir::LoadTile>() || !ib[1]->as<ir::MatMul>() || !ib[n - 1]->as<ir::StoreTile>() ||
+        (n == 4 && !ib[2]->as<ir::Buffer>()))
+      return "the inner loop is not LoadTile, MatMul, [Buffer,] StoreTile";
+    p.lb = ib[0]->as<ir::LoadTile>();
+    p.mm = ib[1]->as<ir::MatMul>();
+    p.st = ib[n - 1]->as<ir::StoreTile>();
+    const ir::Value c = n == 4 ? ib[2]->out : p.mm->out;
+    if (n == 4 && ib[2]->as<ir::Buffer>()->in->id != p.mm->out->id) return "the Buffer is not the MatMul's";
+    if (p.mm->a->id != p.la->out->id || p.mm->b->id != p.lb->out->id) return "the MatMul's operands are not the two tiles";
+    if (p.mm->transpose_a || p.mm->transpose_b) return "a transposed MatMul operand";
+    if (p.st->in->id != c->id) return "the StoreTile does not store the product";
+    const ir::Tensor &A = p.la->src, &B = p.lb->src, &C = p.st->dst;
+    if (A->dtype != ir::DType::bf16 || B->dtype != ir::DType::bf16 || C->dtype != ir::DType::bf16)
+      return "A, B and C are not all bf16 (wgmma here is bf16 x bf16 -> fp32)";
+    if (A->shape.size() != 2 || B->shape.size() != 2 || C->shape.size() != 2) return "a tensor of rank other than 2";
+    p.M = A->shape[0], p.K = A->shape[1], p.N = B->shape[1];
+    if (B->shape[0] != p.K || C->shape[0] != p.M || C->shape[1] != p.N) return "the tensors' shapes do not chain";
+    p.MM = p.la->out->shape[0], p.NN = p.lb->out->shape[1];
+    if (p.la->out->shape[1] != p.K || p.lb->out->shape[0] != p.K)
+      return "the tiles do not span K (a K loop in the program is not lowered onto wgmma yet)";
+    if (p.st->in->shape != ir::Shape{p.MM, p.NN}) return "the stored tile is not [MM, NN]";
+    if (!is_var_times(p.la->offset[0], outer.var, p.MM) || !is_zero(p.la->offset[1]) || !is_zero(p.lb->offset[0]) ||
+        !is_var_times(p.lb->offset[1], p.inner->var, p.NN) || !is_var_times(p.st->offset[0], outer.var, p.MM) ||
+        !is_var_times(p.st->offset[1], p.inner->var, p.NN))
+      return "the tile offsets are not A[MM*i, 0], B[0, NN*j], C[MM*i, NN*j]";
+    if (outer.trip() != (p.M + p.MM - 1) / p.MM || p.inner->trip() != (p.N + p.NN - 1) / p.NN)
+      return "the loops do not cover C's tiles once";
+    if (p.MM != 64 && p.MM != 128) return "MM=" + std::to_string(p.MM) + " (wgmma tiles take MM = 64 or 128)";
+    if (p.NN != 64 && p.NN != 128 && p.NN != 256)
+      return "NN=" + std::to_string(p.NN) + " (wgmma tiles take NN = 64, 128 or 256)";
+    if (p.K % 8 != 0 || p.N % 8 != 0)
+      return "K=" + std::to_string(p.K) + ", N=" + std::to_string(p.N) +
+             " (TMA needs rows of a multiple of 16 bytes: K and N multiples of 8)";
+    if (p.M >= (int64_t(1) << 31) || p.N >= (int64_t(1) << 31) || p.K >= (int64_t(1) << 31) ||
+        outer.trip() * p.inner->trip() >= (int64_t(1) << 31))
+      return "a dimension or the tile count past 2^31";
+    return "";
+  }
+  void plan_mma(int stmt) {
+    auto* m = p_.body[size_t(stmt)]->as<ir::MetaPipe>();
+    if (!m) return;
+    bool has_matmul = false;
+    ir::walk(std::vector<ir::NodeRef>{p_.body[size_t(stmt)]},
+             [&](const ir::NodeRef& n, int) { has_matmul = has_matmul || n->kind == ir::NodeKind::MatMul; });
+    if (!has_matmul) return;
+    if (opt_.matmul == LowerOptions::Matmul::Generic) {
+      mma_note_[stmt] = "MP_CUDA_LOWER_MATMUL=generic";
+      return;
+    }
+    MmaPlan plan;
+    std::string why = mma_refusal(*m, plan);
+    if (why.empty())
+      mma_[stmt] = plan;
+    else
+      mma_note_[stmt] = why;
+  }
 
   void define(const ir::Value& v, int stmt) {
     if (!v) return;
@@ -1257,6 +1362,8 @@ class Gen {
       src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
     }
     for (auto& note : ring_notes_) src_ << "// " << note << ".\n";
+    if (mma_note_.count(stmt))
+      src_ << "// the MatMul takes the element loops, not the tile layer's wgmma pipeline: " << mma_note_.at(stmt) << ".\n";
     if (k.scratch_floats > 0 && !k.fold)
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
@@ -1429,6 +1536,130 @@ class Gen {
     }
     ind_ = "";
     src_ << "}\n";
+    out_.kernels.push_back(k);
+  }
+
+  // The kernel of a statement that plan_mma matched: a load / compute / finish struct on the tile
+  // layer's pipeline template (tile/pipeline.cuh), as the hand-written GEMM is (kernels/gemm_sm90.cu),
+  // with the shapes, tiles and loop order taken from the IR. The entry is extern "C" with the common
+  // parameters and one tensor map per tensor after them (KernelLaunch::maps, encoded by the run time).
+  void mma_kernel(int stmt) {
+    const MmaPlan& p = mma_.at(stmt);
+    const ir::NodeRef& top = p_.body[size_t(stmt)];
+    KernelLaunch k;
+    k.entry = "mp_" + p_.name + "_s" + std::to_string(stmt);
+    for (auto& c : k.entry)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    k.statement = top->where();
+    const int64_t tiles_m = p.outer->trip(), tiles_n = p.inner->trip(), k_iters = (p.K + 63) / 64;
+    const int consumers = int(p.MM / 64);
+    k.distributed = true;
+    k.trip = tiles_m * tiles_n;
+    k.threads = (consumers + 1) * 128;
+    // The ring as deep as shared memory allows beside the finish's output buffers (two 64 x 64 bf16
+    // chunks per consumer), at most 16 stages: the layout pc::traits computes, checked by a static_assert
+    // in the unit. The IR's BUFFER depth is the dataflow accelerator's; here it is what fits.
+    const int64_t stage_bytes = (p.MM + p.NN) * 64 * 2;
+    const int64_t finish_bytes = (int64_t(consumers) * 2 * 64 * 64 * 2 + 1023) / 1024 * 1024;
+    const int64_t budget = std::min<int64_t>(opt_.smem_bytes, 227 * 1024);
+    const int64_t stages = std::min<int64_t>(16, (budget - 1024 - finish_bytes - 16 * 16) / stage_bytes);
+    MP_INTERNAL_CHECK(stages >= 2, "cuda lowering: ", stage_bytes, "-byte matmul stages do not fit ", budget,
+                      " bytes of shared memory twice");
+    k.smem_bytes = stage_bytes * stages + finish_bytes + 2 * stages * 8 + 1024;
+    const int ta = tensor_index_.at(p.la->src->id), tb = tensor_index_.at(p.lb->src->id),
+              tc = tensor_index_.at(p.st->dst->id);
+    k.maps = {{ta, p.M, p.K, int(p.MM), 64}, {tb, p.K, p.N, 64, 64}, {tc, p.M, p.N, 64, 64}};
+    const std::string ns = "mp_s" + std::to_string(stmt);
+    const std::string iv = p.outer->var->name, jv = p.inner->var->name;
+    src_ << "\n// ---------------------------------------------------------------------------------------------\n";
+    src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
+    src_ << "// path: the tile layer's pipeline (tile/pipeline.cuh). " << p.mm->where() << " of the [" << p.MM << ", "
+         << p.K << "] tile of " << p.la->src->name << " (" << p.la->where() << ") and the [" << p.K << ", " << p.NN
+         << "] tile of " << p.lb->src->name << " (" << p.lb->where() << ")\n"
+         << "// becomes a K loop of " << k_iters << " steps of 64: one producer thread issues the TMA loads of an "
+         << p.MM << " x 64 tile of " << p.la->src->name << " and a 64 x " << p.NN << " tile of " << p.lb->src->name
+         << "\n// into a " << stages << "-stage shared-memory ring on mbarriers; " << consumers
+         << " consumer warpgroup(s) of 64 rows run wgmma m64n" << p.NN << "k16 (bf16 x bf16 -> fp32)\n"
+         << "// from the 128-byte-swizzled stages into fp32 registers; the finish (" << p.st->where()
+         << ") rounds to bf16 and stores 64 x 64 chunks of " << p.st->dst->name
+         << "\n// through shared memory with TMA. Work items: the " << tiles_m << " x " << tiles_n << " iterations of ("
+         << iv << ", " << jv << "), " << iv << " outer, strided over persistent blocks (one per SM).\n"
+         << "// Partial tiles: TMA reads what lies past the tensors' ends as zeros and drops the stores past C's.\n";
+    src_ << "namespace " << ns << " {\n"
+         << "using namespace mp::tile;\n"
+         << "struct K {\n"
+         << "  static constexpr int BM = " << p.MM << ", BN = " << p.NN << ", BK = 64, consumers = " << consumers
+         << ", stages = " << stages << ";\n"
+         << "  static constexpr int producer_registers = 40, consumer_registers = 232;\n"
+         << "  static constexpr int tiles_n = " << tiles_n << ", work = " << tiles_m * tiles_n
+         << ", k_iters = " << k_iters << ";\n"
+         << "  using a_tile = st_bf<BM, BK>;  // " << p.la->src->name << "[" << iv << " * BM + r, it * BK + c]\n"
+         << "  using b_tile = st_bf<BK, BN>;  // " << p.lb->src->name << "[it * BK + r, " << jv << " * BN + c], read MN-major\n"
+         << "  using c_tile = st_bf<64, 64>;  // an output chunk\n"
+         << "  struct stage {\n    a_tile a;\n    b_tile b;\n  };\n"
+         << "  struct finish_smem {\n    c_tile c[consumers][2];  // two per consumer: a chunk's store overlaps the next one's writes\n  };\n"
+         << "  struct globals {\n"
+         << "    const CUtensorMap *a, *b, *c;  // the kernel's __grid_constant__ parameters\n"
+         << "    bool skip_mma;  // never true (see the entry): a run-time test around the wgmma\n"
+         << "  };\n"
+         << "  struct state {\n    rt_fl<16, BN> acc;\n    bool skip_mma;\n  };\n"
+         << "  struct item {\n    int row, col;  // of the tile's first element of C\n  };\n"
+         << "  __host__ __device__ static int work_count(const globals&) { return work; }\n"
+         << "  __device__ static item item_of(const globals&, int w) { return {(w / tiles_n) * BM, (w % tiles_n) * BN}; }\n"
+         << "  __device__ static int iters(const item&) { return k_iters; }\n"
+         << "  __device__ static void begin(state& st, const globals& g) { st.skip_mma = g.skip_mma; }\n"
+         << "  __device__ static void prefetch(const globals& g) {\n"
+         << "    tma::prefetch_map(g.a);\n    tma::prefetch_map(g.b);\n    tma::prefetch_map(g.c);\n  }\n"
+         << "  __device__ static void load(stage& s, const globals& g, const item& w, int it, semaphore& full) {\n"
+         << "    expect_bytes(full, tma::bytes<a_tile>() + tma::bytes<b_tile>());\n"
+         << "    tma::load_async(s.a, g.a, full, w.row, it * BK);\n"
+         << "    tma::load_async(s.b, g.b, full, it * BK, w.col);\n"
+         << "  }\n"
+         << "  __device__ static void compute(state& st, stage& s, const globals&, const item&, int it, int consumer) {\n"
+         << "    if (st.skip_mma) return;\n"
+         << "    warpgroup::fence_accumulator(st.acc);\n"
+         << "    warpgroup::mma_fence();\n"
+         << "    warpgroup::mma_AB(st.acc, s.a.template subtile_rows<64>(consumer), s.b, it > 0);\n"
+         << "    warpgroup::mma_commit_group();\n"
+         << "    warpgroup::fence_accumulator(st.acc);\n"
+         << "  }\n"
+         << "  // Each consumer stores its 64 rows as BN / 64 chunks taking turns in its two buffers.\n"
+         << "  __device__ static void finish(state& st, finish_smem& fs, const globals& g, const item& w, int consumer) {\n"
+         << "    warpgroup::fence_accumulator(st.acc);\n"
+         << "    const bool leader = warpgroup::thread_in_group() == 0;\n"
+         << "    const int row = w.row + consumer * 64;\n"
+         << "#pragma unroll\n"
+         << "    for (int j = 0; j < BN / 64; ++j) {\n"
+         << "      c_tile& buf = fs.c[consumer][j % 2];\n"
+         << "      if (leader) tma::wait_read<1>();  // the store that last read this buffer is done with it\n"
+         << "      named_barrier_sync(1 + consumer, warpgroup_threads);\n"
+         << "      warpgroup::write_chunk<bf16>(buf, [&](int jb, int f) {\n"
+         << "        const __nv_bfloat162 b = __float22bfloat162_rn(st.acc.tiles[0][j * 4 + jb][f]);\n"
+         << "        return *reinterpret_cast<const uint32_t*>(&b);\n"
+         << "      });\n"
+         << "      fence_async_shared();  // the chunk's writes visible to the TMA engine\n"
+         << "      named_barrier_sync(1 + consumer, warpgroup_threads);\n"
+         << "      if (leader) {\n"
+         << "        tma::store_async(g.c, buf, row, w.col + j * 64);\n"
+         << "        tma::commit_group();\n"
+         << "      }\n"
+         << "    }\n"
+         << "  }\n"
+         << "};\n"
+         << "static_assert(mp::tile::pc::traits<K>::shared_bytes == " << k.smem_bytes
+         << ", \"the lowering's shared-memory size of the ring differs from the pipeline template's\");\n"
+         << "static_assert(mp::tile::pc::traits<K>::threads == " << k.threads << ");\n"
+         << "}  // namespace " << ns << "\n";
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
+         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
+            "int* mp_err, const __grid_constant__ CUtensorMap mp_map_a, const __grid_constant__ CUtensorMap mp_map_b, "
+            "const __grid_constant__ CUtensorMap mp_map_c) {\n"
+         << "  (void)mp_t; (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block;\n"
+         << "  // mp_err is never null: the test keeps ptxas from serializing the wgmma (its warning C7514), which it\n"
+         << "  // does for a ring kernel whose wgmma are not under a run-time condition (docs/development.md).\n"
+         << "  const " << ns << "::K::globals g{&mp_map_a, &mp_map_b, &mp_map_c, mp_err == nullptr};\n"
+         << "  mp::tile::pc::run_block<" << ns << "::K>(g);\n"
+         << "}\n";
     out_.kernels.push_back(k);
   }
 
@@ -2062,6 +2293,13 @@ void set_copy_option(LowerOptions& o, const std::string& value) {
   o.copy = value == "bulk" ? LowerOptions::Copy::Bulk : LowerOptions::Copy::Cp;
 }
 
+void set_matmul_option(LowerOptions& o, const std::string& value) {
+  MP_USER_CHECK(value == "wgmma" || value == "generic", "MP_CUDA_LOWER_MATMUL='", value,
+                "' is not wgmma or generic (how a tiled bf16 matmul lowers: the tile layer's pipeline, or "
+                "element loops)");
+  o.matmul = value == "wgmma" ? LowerOptions::Matmul::Wgmma : LowerOptions::Matmul::Generic;
+}
+
 LowerOptions options_from_env(LowerOptions base) {
   if (const char* r = std::getenv("MP_CUDA_LOWER_RING"); r && *r) set_ring_option(base, r);
   if (const char* t = std::getenv("MP_CUDA_LOWER_THREADS"); t && *t) {
@@ -2083,6 +2321,7 @@ LowerOptions options_from_env(LowerOptions base) {
     base.one_barrier_ring = v == "1";
   }
   if (const char* c = std::getenv("MP_CUDA_LOWER_COPY"); c && *c) set_copy_option(base, c);
+  if (const char* m = std::getenv("MP_CUDA_LOWER_MATMUL"); m && *m) set_matmul_option(base, m);
   return base;
 }
 

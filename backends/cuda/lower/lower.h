@@ -48,17 +48,37 @@ struct LowerOptions {
   //         completing on the slot's mbarrier; the readers wait on that mbarrier's phase.
   enum class Copy { Cp, Bulk };
   Copy copy = Copy::Bulk;
+  // A statement that is a tiled bf16 matmul (the slide-51 loop nest: an [MM, K] tile of A, a [K, NN]
+  // tile of B, their MatMul stored as the [MM, NN] tile of C) and fits the tile layer (MM 64 or 128, NN
+  // 64, 128 or 256, K and N multiples of 8):
+  //   Wgmma:   lowered onto the tile layer's pipeline template: a TMA producer, wgmma consumer
+  //            warpgroups, a TMA-store finish (docs/cuda-lowering.md, "MatMul on wgmma").
+  //   Generic: the element loops, as every other statement.
+  // Speed only: both compute the product with fp32 accumulation, in a different order.
+  enum class Matmul { Wgmma, Generic };
+  Matmul matmul = Matmul::Wgmma;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
 // MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]>,
-// MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring) and
-// MP_CUDA_LOWER_COPY=cp|bulk (copy). A value that is neither is a user error naming the variable.
+// MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring), MP_CUDA_LOWER_COPY=cp|bulk
+// (copy) and MP_CUDA_LOWER_MATMUL=wgmma|generic (matmul). A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
 void set_ring_option(LowerOptions& o, const std::string& value);
 // One value of MP_CUDA_LOWER_COPY applied to `o` (the parser of options_from_env).
 void set_copy_option(LowerOptions& o, const std::string& value);
+// One value of MP_CUDA_LOWER_MATMUL applied to `o` (the parser of options_from_env).
+void set_matmul_option(LowerOptions& o, const std::string& value);
+
+// A TMA tensor map the run time encodes for a kernel and passes after the common parameters (in this
+// order, as `const __grid_constant__ CUtensorMap`): the 2-D bf16 tensor `tensor` (an index into
+// Lowered::tensors, row-major, rows x cols), boxes of box_rows x box_cols elements, 128-byte swizzle.
+struct TensorMapSpec {
+  int tensor = 0;
+  int64_t rows = 0, cols = 0;
+  int box_rows = 0, box_cols = 0;
+};
 
 // One kernel of the launch sequence: top-level statement `statement` of the program.
 struct KernelLaunch {
@@ -70,6 +90,8 @@ struct KernelLaunch {
   int64_t trip = 1;            // iterations to spread (distributed), else 1
   int64_t smem_bytes = 0;      // dynamic shared memory per block
   int64_t scratch_floats = 0;  // global scratch per block (values that did not fit in shared memory)
+  int threads = 0;             // threads per block; 0: Lowered::threads
+  std::vector<TensorMapSpec> maps;  // tensor maps after the common parameters (the wgmma matmul)
 };
 
 // How a run-time error raised by the device code maps back to the IR (mp_fail codes in the source).
@@ -82,6 +104,9 @@ struct Lowered {
   int64_t global_floats = 0;            // values that live between statements (mp_gv)
   int64_t global_meta = 0;              // their run-time extents and origins (mp_gm), in int64s
   int threads = 512;
+  // Whether the source includes the tile layer's headers (then NVRTC and nvcc need the repository root
+  // on the include path; the run time passes it).
+  bool uses_tile_layer = false;
 };
 
 // The device storage type of a tensor: f32 and f16 as float (f16 values rounded to 10 mantissa bits as

@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "backends/cuda/lower/runtime.h"
 
@@ -30,7 +32,7 @@ namespace {
   X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuEventCreate) X(cuEventDestroy) X(cuEventElapsedTime)   \
   X(cuEventRecord) X(cuFuncSetAttribute) X(cuGetErrorString) X(cuInit) X(cuLaunchKernel) X(cuMemAlloc)      \
   X(cuMemFree) X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuMemsetD8) X(cuModuleGetFunction) X(cuModuleLoadData)    \
-  X(cuModuleUnload) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuModuleUnload) X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuTensorMapEncodeTiled)
 // clang-format on
 struct Driver {
   bool ok = false;
@@ -134,6 +136,54 @@ const Device& usable() {
 
 const char* kNvrtcOptions[] = {"--gpu-architecture=sm_90a", "-std=c++17"};
 
+// A unit that includes the tile layer's headers (Lowered::uses_tile_layer; the generator emits the line).
+bool uses_tile_layer(const std::string& src) { return src.find("#include \"tile/") != std::string::npos; }
+
+// The repository root whose tile/ headers such a unit includes: $MP_SOURCE_ROOT, else the source tree
+// this binary was built from.
+std::string tile_root() {
+  const char* env = std::getenv("MP_SOURCE_ROOT");
+  std::string root = env && *env ? env : MP_SOURCE_DIR;
+  MP_USER_CHECK(std::filesystem::exists(std::filesystem::path(root) / "tile" / "pipeline.cuh"),
+                "cuda: the lowered matmul includes the tile layer's headers, which are not under '", root,
+                "' (set MP_SOURCE_ROOT to a metapipe source tree, or MP_CUDA_LOWER_MATMUL=generic)");
+  return root;
+}
+
+// What such a unit adds to kNvrtcOptions: C++20 (the tile layer's concepts and template lambdas),
+// unannotated constexpr helpers as device functions, and the include path. NVRTC has no C++ standard
+// library, so the three standard headers the tile layer includes are given to it as libcu++'s
+// equivalents (tile_headers below).
+std::vector<std::string> tile_options() {
+  std::string cuda = MP_CUDA_INCLUDE_DIR;
+  if (auto semi = cuda.find(';'); semi != std::string::npos) cuda.resize(semi);
+  return {"-std=c++20", "-default-device", "-I" + tile_root(), "-I" + cuda, "-I" + cuda + "/cccl"};
+}
+const char* kStdShim =
+    "#pragma once\n#include <cuda/std/cstdint>\n#include <cuda/std/type_traits>\n#include <cuda/std/utility>\n"
+    "namespace std { using namespace ::cuda::std; }\n";
+const char* kStdShimNames[] = {"cstdint", "type_traits", "utility"};
+
+// The contents of the tile layer's headers, for the cache key of a unit that includes them (a changed
+// header must not reuse a binary compiled from the old one).
+std::string tile_headers_text() {
+  std::string all;
+  std::vector<std::filesystem::path> files;
+  for (const char* dir : {"tile", "tile/detail"}) {
+    std::error_code ec;
+    for (auto& e : std::filesystem::directory_iterator(std::filesystem::path(tile_root()) / dir, ec))
+      if (e.is_regular_file()) files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  for (auto& f : files) {
+    std::ifstream in(f, std::ios::binary);
+    std::ostringstream os;
+    os << in.rdbuf();
+    all += f.filename().string() + "\n" + os.str();
+  }
+  return all;
+}
+
 std::string nvrtc_version() {
   int ma = 0, mi = 0;
   nvrtcVersion(&ma, &mi);
@@ -144,10 +194,16 @@ std::string nvrtc_version() {
 
 std::string compile_sm90a(const std::string& src) {
   nvrtcProgram prog;
-  MP_INTERNAL_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "metapipe_lowered.cu", 0, nullptr, nullptr) ==
-                        NVRTC_SUCCESS,
+  const bool tile = uses_tile_layer(src);
+  const char* shims[] = {kStdShim, kStdShim, kStdShim};
+  MP_INTERNAL_CHECK(nvrtcCreateProgram(&prog, src.c_str(), "metapipe_lowered.cu", tile ? 3 : 0, tile ? shims : nullptr,
+                                       tile ? kStdShimNames : nullptr) == NVRTC_SUCCESS,
                     "nvrtcCreateProgram failed");
-  nvrtcResult r = nvrtcCompileProgram(prog, int(std::size(kNvrtcOptions)), kNvrtcOptions);
+  std::vector<std::string> extra = tile ? tile_options() : std::vector<std::string>{};
+  std::vector<const char*> opts(std::begin(kNvrtcOptions), std::end(kNvrtcOptions));
+  if (tile) opts.erase(opts.begin() + 1);  // -std=c++17: the tile options give c++20
+  for (auto& o : extra) opts.push_back(o.c_str());
+  nvrtcResult r = nvrtcCompileProgram(prog, int(opts.size()), opts.data());
   if (r != NVRTC_SUCCESS) {
     size_t n = 0;
     nvrtcGetProgramLogSize(prog, &n);
@@ -170,6 +226,10 @@ namespace {
 std::string cubin_for(const std::string& src, const std::string& dir, RunReport& rep) {
   std::string key = src + "\n// nvrtc " + nvrtc_version();
   for (const char* o : kNvrtcOptions) key += std::string(" ") + o;
+  if (uses_tile_layer(src)) {
+    for (auto& o : tile_options()) key += " " + o;
+    key += "\n" + tile_headers_text();
+  }
   std::filesystem::path file = std::filesystem::path(dir) / (source_hash(key) + ".cubin");
   rep.cache_file = file.string();
   {
@@ -249,6 +309,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     *opt.log << "cuda: device " << d.name << " (" << d.sms << " SMs, " << d.smem_optin / 1024
              << " KiB shared memory per block)\ncuda: NVRTC cache " << dir << ": " << rep.cache_file << " ("
              << (rep.cache_hit ? "hit" : "compiled in " + std::to_string(int(rep.compile_ms)) + " ms") << ")\n";
+  if (opt.log && low.uses_tile_layer) *opt.log << "cuda: the tile layer's headers from " << tile_root() << "/tile\n";
 
   DeviceBuffers db;
   check(drv().cuModuleLoadData(&db.mod, bin.data()), "cuModuleLoadData");
@@ -271,9 +332,32 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
   CUdeviceptr d_err = db.alloc(16);
   check(drv().cuMemsetD8(d_err, 0, 16), "cuMemsetD8");
 
+  // The kernels' tensor maps (KernelLaunch::maps): 2-D bf16 tensors as the tile layer's 4-D maps
+  // (tile/tma_host.h: depth and batch 1), 128-byte swizzle, boxes of one 64-column chunk.
+  std::vector<std::vector<CUtensorMap>> maps;
+  for (auto& k : low.kernels) {
+    maps.emplace_back();
+    for (auto& m : k.maps) {
+      MP_INTERNAL_CHECK(m.tensor >= 0 && size_t(m.tensor) < tptr.size(), "cuda: tensor map of tensor ", m.tensor);
+      CUtensorMap map{};
+      cuuint64_t dims[4] = {cuuint64_t(m.cols), cuuint64_t(m.rows), 1, 1};
+      cuuint64_t strides[3] = {cuuint64_t(m.cols) * 2, cuuint64_t(m.rows * m.cols) * 2, cuuint64_t(m.rows * m.cols) * 2};
+      cuuint32_t box[4] = {cuuint32_t(m.box_cols), cuuint32_t(m.box_rows), 1, 1};
+      cuuint32_t estride[4] = {1, 1, 1, 1};
+      CUresult r = drv().cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
+                                                reinterpret_cast<void*>(tptr[size_t(m.tensor)]), dims, strides, box,
+                                                estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+      MP_USER_CHECK(r == CUDA_SUCCESS, "cuda: cuTensorMapEncodeTiled failed (", cu_msg(r), ") for ",
+                    low.tensors[size_t(m.tensor)]->name, " (", m.rows, " x ", m.cols, ", boxes of ", m.box_rows, " x ",
+                    m.box_cols, ")");
+      maps.back().push_back(map);
+    }
+  }
   struct Prepared {
     CUfunction f;
     int grid;
+    int threads;
   };
   std::vector<Prepared> prep;
   int64_t scratch_floats = 0;
@@ -284,14 +368,15 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     check(drv().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.smem_bytes)),
           "cuFuncSetAttribute");
     int grid = 1;
+    const int threads = k.threads > 0 ? k.threads : low.threads;
     if (k.distributed) {
       int per_sm = 0;
-      check(drv().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, low.threads, size_t(k.smem_bytes)),
+      check(drv().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, size_t(k.smem_bytes)),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
       grid = int(std::min<int64_t>(k.trip, int64_t(std::max(per_sm, 1)) * d.sms));
     }
     scratch_floats = std::max(scratch_floats, k.scratch_floats * grid);
-    prep.push_back({f, grid});
+    prep.push_back({f, grid, threads});
   }
   CUdeviceptr d_scratch = db.alloc(size_t(scratch_floats) * 4);
   check(drv().cuMemsetD8(d_scratch, 0xff, std::max<size_t>(size_t(scratch_floats) * 4, 16)), "cuMemsetD8");
@@ -306,9 +391,10 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     for (size_t i = 0; i < low.kernels.size(); ++i) {
       auto& k = low.kernels[i];
       long long per_block = k.scratch_floats;
-      void* args[] = {&d_t, &d_gv, &d_gm, &d_scratch, &per_block, &d_err};
-      check(drv().cuLaunchKernel(prep[i].f, unsigned(prep[i].grid), 1, 1, unsigned(low.threads), 1, 1,
-                                 unsigned(k.smem_bytes), nullptr, args, nullptr),
+      std::vector<void*> args = {&d_t, &d_gv, &d_gm, &d_scratch, &per_block, &d_err};
+      for (auto& m : maps[i]) args.push_back(&m);
+      check(drv().cuLaunchKernel(prep[i].f, unsigned(prep[i].grid), 1, 1, unsigned(prep[i].threads), 1, 1,
+                                 unsigned(k.smem_bytes), nullptr, args.data(), nullptr),
             "cuLaunchKernel");
       if (per_kernel_events) check(drv().cuEventRecord(db.events[i + 1], nullptr), "cuEventRecord");
     }
@@ -323,7 +409,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
     rep.kernels.push_back({k.entry, k.statement, prep[i].grid, k.smem_bytes, ms});
     rep.ms += ms;
     if (opt.log)
-      *opt.log << "cuda: " << k.entry << " (" << k.statement << "): " << prep[i].grid << " x " << low.threads
+      *opt.log << "cuda: " << k.entry << " (" << k.statement << "): " << prep[i].grid << " x " << prep[i].threads
                << " threads, " << k.smem_bytes << " B shared, " << k.scratch_floats * 4 << " B scratch per block, "
                << ms << " ms\n";
   }
