@@ -155,8 +155,7 @@ std::string tile_root() {
 // library, so the three standard headers the tile layer includes are given to it as libcu++'s
 // equivalents (tile_headers below).
 std::vector<std::string> tile_options() {
-  std::string cuda = MP_CUDA_INCLUDE_DIR;
-  if (auto semi = cuda.find(';'); semi != std::string::npos) cuda.resize(semi);
+  const std::string cuda = MP_CUDA_INCLUDE_DIR;
   return {"-std=c++20", "-default-device", "-I" + tile_root(), "-I" + cuda, "-I" + cuda + "/cccl"};
 }
 const char* kStdShim =
