@@ -25,10 +25,13 @@
 namespace mp::cuda {
 namespace {
 
-// The driver functions used here, looked up once by name for this toolkit's ABI (CUDA_VERSION).
+// The driver functions used here, looked up once by name for this toolkit's ABI (CUDA_VERSION). Each must
+// keep the signature cuda.h declares under its plain name at that version: cuCtxSynchronize does not (at
+// 13000 the entry point is cuCtxSynchronize_v2, which takes a context; called as the plain one, it
+// crashed in the driver), so the default stream is synchronized instead, where every launch goes.
 // clang-format off
 #define MP_CU_FUNCTIONS(X) \
-  X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetCount)         \
+  X(cuCtxSetCurrent) X(cuStreamSynchronize) X(cuDeviceGet) X(cuDeviceGetAttribute) X(cuDeviceGetCount)         \
   X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuEventCreate) X(cuEventDestroy) X(cuEventElapsedTime)   \
   X(cuEventRecord) X(cuFuncSetAttribute) X(cuGetErrorString) X(cuInit) X(cuLaunchKernel) X(cuMemAlloc)      \
   X(cuMemFree) X(cuMemcpyDtoH) X(cuMemcpyHtoD) X(cuMemsetD8) X(cuModuleGetFunction) X(cuModuleLoadData)    \
@@ -400,7 +403,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
   };
   check(drv().cuEventRecord(db.events[0], nullptr), "cuEventRecord");
   launch_all(true);
-  check(drv().cuCtxSynchronize(), "running the lowered kernels");
+  check(drv().cuStreamSynchronize(nullptr), "running the lowered kernels");
   for (size_t i = 0; i < low.kernels.size(); ++i) {
     float ms = 0;
     check(drv().cuEventElapsedTime(&ms, db.events[i], db.events[i + 1]), "cuEventElapsedTime");
@@ -452,7 +455,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
       check(drv().cuEventRecord(db.events[0], nullptr), "cuEventRecord");
       for (int b = 0; b < kPassesPerSample; ++b) launch_all(false);
       check(drv().cuEventRecord(db.events[1], nullptr), "cuEventRecord");
-      check(drv().cuCtxSynchronize(), "timing the lowered kernels");
+      check(drv().cuStreamSynchronize(nullptr), "timing the lowered kernels");
       float ms = 0;
       check(drv().cuEventElapsedTime(&ms, db.events[0], db.events[1]), "cuEventElapsedTime");
       times.push_back(ms / kPassesPerSample);
