@@ -46,8 +46,8 @@ done
 # their loads go through the lowering's tile ring (cp.async; bulk copies with COPY=bulk), whose depth
 # grows as a tile shrinks (2 slots of 64 KiB, or 3-4 of 16-32 KiB and more blocks per SM); the unit's
 # comment says which path and depth.
-# Then dotproduct, tpchq6 and blackscholes at four times the size (0.5-1 GB a pass): the figures at both
-# sizes separate the per-pass fixed cost from the streaming rate.
+# Then dotproduct, tpchq6, blackscholes, softmax and outerproduct at four times the size (0.5-1 GB a
+# pass): the figures at both sizes separate the per-pass fixed cost from the streaming rate.
 cases=(
   "softmax|R=16384 C=1024 mask=1 row_tile=16|1"
   "dotproduct|N=16777216 TS=8192|1"
@@ -60,6 +60,8 @@ cases=(
   "dotproduct|N=67108864 TS=8192|1"
   "tpchq6|N=67108864 TS=4096|1"
   "blackscholes|N=33554432 TS=4096|1"
+  "softmax|R=65536 C=1024 mask=1 row_tile=16|1"
+  "outerproduct|M=16384 N=16384 TM=64 TN=256|1"
   "outerproduct|M=8192 N=8192 TM=64 TN=256|1"
   "matmul|M=1024 N=1024 K=1024 MM=64 NN=64|0"
   "matmul|M=1024 N=1024 K=1024 MM=64 NN=64 dtype=bf16|0"
