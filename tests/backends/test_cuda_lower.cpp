@@ -287,7 +287,8 @@ TEST(CudaLower, Bf16MatmulLowersOntoTheTilePipeline) {
   };
   for (const Want& w : {Want{{"M=300", "N=520", "K=200", "MM=128", "NN=256"}, 384, 4},
                         Want{{"M=256", "N=256", "K=128", "MM=64", "NN=64"}, 256, 13},
-                        Want{{"M=4096", "N=4096", "K=4096", "MM=128", "NN=128"}, 384, 6}}) {
+                        Want{{"M=4096", "N=4096", "K=4096", "MM=128", "NN=128"}, 384, 6},
+                        Want{{"M=64", "N=64", "K=8", "MM=64", "NN=64"}, 256, 13}}) {  // one tile: i, j folded
     std::vector<std::string> sets = w.sets;
     sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
     SCOPED_TRACE(sets[3] + " " + sets[4]);

@@ -73,7 +73,8 @@ TEST(SM90_CudaLower, Bf16Programs) {
 
 // The slide-51 matmul in bf16 through the tile layer's pipeline (TMA ring, wgmma consumers, TMA-store
 // finish): partial tiles in M, N and K (TMA's zero fill and clipped stores), one and two consumer
-// warpgroups, every wgmma width, and more tiles than SMs (a block's items wrap around the ring's phases).
+// warpgroups, every wgmma width, more tiles than SMs (a block's items wrap around the ring's phases), and
+// a single tile (loops of one iteration).
 TEST(SM90_CudaLower, MatmulOnWgmma) {
   MP_REQUIRE_GPU();
   uint64_t seed = fresh_seed() % 1000000;
@@ -81,7 +82,7 @@ TEST(SM90_CudaLower, MatmulOnWgmma) {
   const std::vector<std::vector<std::string>> cases = {
       {"M=300", "N=520", "K=200", "MM=128", "NN=256"}, {"M=1000", "N=264", "K=1032", "MM=64", "NN=128"},
       {"M=2048", "N=2048", "K=256", "MM=128", "NN=128"}, {"M=64", "N=64", "K=8", "MM=64", "NN=64"},
-      {"M=17", "N=8", "K=16", "MM=128", "NN=64"}};
+      {"M=70", "N=72", "K=24", "MM=64", "NN=64"}};
   for (auto sets : cases) {
     sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
     auto params = examples::resolve(spec, sets);

@@ -310,8 +310,11 @@ class Gen {
   std::map<int, MmaPlan> mma_;           // statement -> plan
   std::map<int, std::string> mma_note_;  // statement with a MatMul left to the element loops -> why
 
+  // coef * v (a loop of one iteration may have had its variable folded away: then the constant 0).
   static bool is_var_times(const ir::Affine& a, const ir::LoopVar& v, int64_t coef) {
-    return a.constant == 0 && a.terms.size() == 1 && a.terms[0].first->id == v->id && a.terms[0].second == coef;
+    if (a.constant != 0) return false;
+    if (a.terms.empty()) return v->trip == 1;
+    return a.terms.size() == 1 && a.terms[0].first->id == v->id && a.terms[0].second == coef;
   }
   static bool is_zero(const ir::Affine& a) { return a.constant == 0 && a.terms.empty(); }
 
