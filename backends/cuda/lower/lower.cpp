@@ -1316,13 +1316,19 @@ class Gen {
   }
 
   // ---- one kernel per top-level statement
-  void kernel(int stmt) {
-    const ir::NodeRef& top = p_.body[size_t(stmt)];
+  // The launch of statement `stmt`, named: its entry symbol and the statement's node.
+  KernelLaunch launch_of(int stmt) const {
     KernelLaunch k;
     k.entry = "mp_" + p_.name + "_s" + std::to_string(stmt);
     for (auto& c : k.entry)
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-    k.statement = top->where();
+    k.statement = p_.body[size_t(stmt)]->where();
+    return k;
+  }
+
+  void kernel(int stmt) {
+    const ir::NodeRef& top = p_.body[size_t(stmt)];
+    KernelLaunch k = launch_of(stmt);
     auto* mp = top->as<ir::MetaPipe>();
     k.fold = fold_stmts_.count(stmt) > 0;
     k.distributed = mp && (mp->carried.empty() || k.fold);
@@ -1549,11 +1555,7 @@ class Gen {
   void mma_kernel(int stmt) {
     const MmaPlan& p = mma_.at(stmt);
     const ir::NodeRef& top = p_.body[size_t(stmt)];
-    KernelLaunch k;
-    k.entry = "mp_" + p_.name + "_s" + std::to_string(stmt);
-    for (auto& c : k.entry)
-      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-    k.statement = top->where();
+    KernelLaunch k = launch_of(stmt);
     const int64_t tiles_m = p.outer->trip(), tiles_n = p.inner->trip(), k_iters = (p.K + 63) / 64;
     const int consumers = int(p.MM / 64);
     k.distributed = true;
