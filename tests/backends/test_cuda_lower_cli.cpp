@@ -70,6 +70,7 @@ TEST(CudaLowerCli, DemoRowsSayWhy) {
   } else {
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("softmax          cuda    skipped: no CUDA GPU"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("matmul-bf16      cuda    skipped: no CUDA GPU"), std::string::npos) << r.out;  // wgmma
   }
 }
 

@@ -1,6 +1,7 @@
 // `metapipe run`: run an example program on the CPU (reference interpreter and metapipelined executor)
 // on fresh random inputs, check it against its naive reference, print the check, timings and the
 // per-stage report. Also the demo rows of the example programs.
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 
@@ -252,6 +253,31 @@ std::vector<DemoRow> example_cuda_rows(const DemoContext& ctx) {
       rows.push_back({spec->name, "cuda", e.what(), "-", false});
     } catch (const std::exception& e) {
       rows.push_back({spec->name, "cuda", std::string("FAIL: ") + e.what(), "-", false});
+    }
+  }
+  // The slide-51 matmul in bf16 at a size where its lowering onto the tile layer's wgmma pipeline
+  // (docs/cuda-lowering.md, "MatMul on wgmma") shows its speed: timed over 20 batches of warm runs.
+  const examples::ProgramSpec* mm = nullptr;
+  for (auto* spec : examples::programs())
+    if (spec->name == "matmul") mm = spec;
+  if (mm) {
+    const int64_t n = ctx.quick ? 512 : 2048;
+    const std::string label = "matmul-bf16";  // the check column says the size and the path
+    if (!gpu) {
+      rows.push_back({label, "cuda", "skipped: no CUDA GPU", "-", true});
+    } else {
+      try {
+        const std::string d = std::to_string(n);
+        auto r = run_on_cuda(*mm,
+                             examples::resolve(*mm, {"dtype=bf16", "M=" + d, "N=" + d, "K=" + d, "MM=128", "NN=256"}),
+                             seed, nullptr, 20);
+        char measure[96];
+        std::snprintf(measure, sizeof measure, "%s, %.0f TFLOP/s", format_ms(r.check.ms).c_str(),
+                      2.0 * double(n) * double(n) * double(n) / (r.check.ms * 1e9));
+        rows.push_back({label, "cuda", std::to_string(n) + "^3 on wgmma: " + r.check.summary(), measure, r.check.ok});
+      } catch (const std::exception& e) {
+        rows.push_back({label, "cuda", std::string("FAIL: ") + e.what(), "-", false});
+      }
     }
   }
   return rows;
