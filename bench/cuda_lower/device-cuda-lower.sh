@@ -68,12 +68,13 @@ cases=(
   "matmul|M=4096 N=4096 K=4096 MM=128 NN=256 dtype=bf16|0"
   "matmul|M=4096 N=4096 K=4096 MM=128 NN=128 dtype=bf16|0"
   "gemm|M=512 N=512 K=512 MM=64 NN=64 KK=64|0"
+  "gemm|M=4096 N=4096 K=4096 MM=128 NN=256 KK=64 dtype=bf16|0"
   "flash_attention|S=2048 D=128 BR=64 BC=64|0"
   "gda|R=65536 C=32 TR=512|0"
   "kmeans|N=65536 PT=1024|0"
   "llama_decoder||0"
 )
-# The bf16 matmul rows take the lowering's wgmma path (the tile layer's pipeline); the 4096^3 ones are
+# The bf16 matmul and gemm rows take the lowering's wgmma path (the tile layer's pipeline); the 4096^3 ones are
 # compared at the end with the hand-written tile GEMM on the same shape (metapipe gemm, B stored K x N as
 # the program stores it), timed in batches of about the same length (2 ms) as --repeat's 10 passes.
 # The reference of the same run: a device-to-device copy's bandwidth (read + write of 2 GiB), measured
@@ -126,8 +127,8 @@ for v in "${vlist[@]}"; do
     [ -n "$copy" ] && share=$(awk -v bw="$bw" -v c="$copy" 'BEGIN { printf "%.0f", 100 * bw / c }')
   fi
   printf "%-16s %-44s %-22s %-6s %12s %12s %8s\n" "$prog" "${sets:-defaults}" "${v// /,}" "$ok" "${ms:--}" "$bw" "$share"
-  if [ "$prog" = matmul ] && [[ "$sets" == "M=4096 N=4096 K=4096 "*"dtype=bf16" ]] && [ -n "$ms" ]; then
-    mm4096+=("${sets#M=4096 N=4096 K=4096 }|$ms")
+  if [[ "$prog" =~ ^(matmul|gemm)$ ]] && [[ "$sets" == "M=4096 N=4096 K=4096 "*"dtype=bf16" ]] && [ -n "$ms" ]; then
+    mm4096+=("$prog ${sets#M=4096 N=4096 K=4096 }|$ms")
   fi
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
  done
@@ -140,7 +141,7 @@ if [ "${#mm4096[@]}" -gt 0 ]; then
   for r in "${mm4096[@]}"; do
     IFS='|' read -r tiles ms <<<"$r"
     [ -n "$hand" ] && awk -v t="$tiles" -v ms="$ms" -v h="$hand" \
-      'BEGIN { printf "lowered matmul 4096^3 %s: %.4f ms, %.0f TFLOP/s, %.3fx the hand-written tile GEMM\n", t, ms, 2 * 4096^3 / (ms * 1e9), h / ms }'
+      'BEGIN { printf "lowered 4096^3 %s: %.4f ms, %.0f TFLOP/s, %.3fx the hand-written tile GEMM\n", t, ms, 2 * 4096^3 / (ms * 1e9), h / ms }'
   done
 fi
 exit $status

@@ -12,10 +12,12 @@ ir::Program build_gemm(const Params& p) {
   int64_t M = p.i("M"), N = p.i("N"), K = p.i("K"), MM = p.i("MM"), NN = p.i("NN"), KK = p.i("KK");
   MP_USER_CHECK(M % MM == 0 && N % NN == 0 && K % KK == 0, "gemm: tiles MM=", MM, ", NN=", NN, ", KK=", KK,
                 " must divide M=", M, ", N=", N, ", K=", K);
+  DType dt = p.dtype();
+  MP_USER_CHECK(dt != DType::i32, "gemm: dtype must be f32, bf16 or f16, got i32");
   ProgramBuilder b("gemm");
-  auto A = b.input("A", {M, K});
-  auto B = b.input("B", {K, N});
-  auto C = b.output("C", {M, N});
+  auto A = b.input("A", {M, K}, dt);
+  auto B = b.input("B", {K, N}, dt);
+  auto C = b.output("C", {M, N}, dt);
   METAPIPE(M / MM, [&](Idx i) {
     METAPIPE(N / NN, [&](Idx j) {
       auto zero = FILL({MM, NN}, 0.0);
@@ -49,7 +51,8 @@ ProgramSpec gemm_spec() {
            {"K", "128", "inner dimension"},
            {"MM", "32", "tile along M"},
            {"NN", "32", "tile along N"},
-           {"KK", "32", "tile along K"}},
+           {"KK", "32", "tile along K"},
+           {"dtype", "f32", "f32 or bf16 (the C tile accumulates in f32 either way)"}},
           build_gemm,
           reference_gemm,
           nullptr};

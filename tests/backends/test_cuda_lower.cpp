@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
+#include <tuple>
 
 #include "backends/cpu/interpreter.h"
 #include "backends/cuda/lower/lower.h"
@@ -319,6 +321,53 @@ TEST(CudaLower, Bf16MatmulLowersOntoTheTilePipeline) {
     EXPECT_EQ(k.maps[2].rows, M);
     for (auto& m : k.maps) EXPECT_EQ(m.box_cols, 64);
   }
+}
+
+// The kernel struct of a unit with the comments dropped (the IR's names in them differ between programs).
+std::string pipeline_struct(const std::string& src) {
+  auto a = src.find("struct K {"), b = src.find("\n};\n", a);
+  if (a == std::string::npos || b == std::string::npos) return "";
+  std::string code, line;
+  std::istringstream in(src.substr(a, b - a));
+  while (std::getline(in, line)) {
+    auto c = line.find("//");
+    code += (c == std::string::npos ? line : line.substr(0, c)) + "\n";
+  }
+  return code;
+}
+
+// The gemm program's blocked form (the K loop carrying the C tile) lowers onto the same pipeline kernel
+// as the slide-51 matmul of the same shapes: the pipeline's K loop runs over all of K either way. The
+// matmul's kernel is the one checked on the GPU (SM90_CudaLower.MatmulOnWgmma, which runs gemm too).
+TEST(CudaLower, BlockedGemmLowersToTheMatmulsPipelineKernel) {
+  auto& gemm = examples::find_program("gemm");
+  auto& matmul = examples::find_program("matmul");
+  for (auto [mm, nn, kk] : {std::tuple{"128", "256", "64"}, std::tuple{"64", "64", "128"}, std::tuple{"128", "128", "32"}}) {
+    SCOPED_TRACE(std::string("MM=") + mm + " NN=" + nn + " KK=" + kk);
+    std::vector<std::string> shape = {"dtype=bf16", "M=512", "N=512", "K=512", std::string("MM=") + mm,
+                                      std::string("NN=") + nn};
+    auto gsets = shape;
+    gsets.push_back(std::string("KK=") + kk);
+    cuda::Lowered g = cuda::lower(compiled(gemm, examples::resolve(gemm, gsets)));
+    cuda::Lowered m = cuda::lower(compiled(matmul, examples::resolve(matmul, shape)));
+    ASSERT_TRUE(g.uses_tile_layer) << g.source.substr(0, 4000);
+    EXPECT_NE(g.source.find("(its carried tile: the accumulator, in registers)"), std::string::npos);
+    std::string gs = pipeline_struct(g.source), ms = pipeline_struct(m.source);
+    ASSERT_FALSE(gs.empty());
+    EXPECT_EQ(gs, ms);
+    ASSERT_EQ(g.kernels.size(), 1u);
+    EXPECT_EQ(g.kernels[0].smem_bytes, m.kernels[0].smem_bytes);
+    EXPECT_EQ(g.kernels[0].threads, m.kernels[0].threads);
+    EXPECT_EQ(g.kernels[0].trip, m.kernels[0].trip);
+    ASSERT_EQ(g.kernels[0].maps.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(g.kernels[0].maps[i].rows, m.kernels[0].maps[i].rows);
+      EXPECT_EQ(g.kernels[0].maps[i].cols, m.kernels[0].maps[i].cols);
+      EXPECT_EQ(g.kernels[0].maps[i].box_rows, m.kernels[0].maps[i].box_rows);
+    }
+  }
+  // The f32 gemm (its default) stays on the element loops.
+  EXPECT_FALSE(cuda::lower(compiled(gemm, examples::resolve(gemm, {}))).uses_tile_layer);
 }
 
 // What the tile pipeline cannot take stays on the element loops, the reason in the kernel's comment; the

@@ -34,6 +34,11 @@ TEST(CudaLowerNvrtc, MatmulOnTheTileLayerCompilesForSm90a) {
     std::string bin = cuda::compile_sm90a(low.source);
     EXPECT_EQ(bin.substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
   }
+  auto& gemm = examples::find_program("gemm");  // the blocked form
+  auto params = examples::resolve(gemm, {"dtype=bf16", "M=512", "N=512", "K=512", "MM=128", "NN=128", "KK=64"});
+  auto low = cuda::lower(passes::compile(examples::build(gemm, params), examples::compile_options(params)));
+  ASSERT_TRUE(low.uses_tile_layer);
+  EXPECT_EQ(cuda::compile_sm90a(low.source).substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
 }
 
 // The speed variants of the streaming programs (docs/cuda-lowering.md, "Speed") compile too: the ring

@@ -74,7 +74,7 @@ TEST(SM90_CudaLower, Bf16Programs) {
 // The slide-51 matmul in bf16 through the tile layer's pipeline (TMA ring, wgmma consumers, TMA-store
 // finish): partial tiles in M, N and K (TMA's zero fill and clipped stores), one and two consumer
 // warpgroups, every wgmma width, more tiles than SMs (a block's items wrap around the ring's phases), and
-// a single tile (loops of one iteration).
+// a single tile (loops of one iteration); and the gemm program's blocked form.
 TEST(SM90_CudaLower, MatmulOnWgmma) {
   MP_REQUIRE_GPU();
   uint64_t seed = fresh_seed() % 1000000;
@@ -89,6 +89,16 @@ TEST(SM90_CudaLower, MatmulOnWgmma) {
     std::string src = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
     ASSERT_NE(src.find("// path: the tile layer's pipeline"), std::string::npos) << sets[3] << " " << sets[4];
     check_program(spec, sets, seed++);
+  }
+  // The gemm program's blocked form (a K loop carrying the C tile) takes the same kernel.
+  auto& gemm = examples::find_program("gemm");
+  for (std::vector<std::string> sets : {std::vector<std::string>{"M=384", "N=512", "K=320", "MM=128", "NN=256", "KK=64"},
+                                        std::vector<std::string>{"M=256", "N=192", "K=96", "MM=64", "NN=64", "KK=32"}}) {
+    sets.push_back("dtype=bf16");
+    auto params = examples::resolve(gemm, sets);
+    std::string src = cuda::lower(passes::compile(examples::build(gemm, params), examples::compile_options(params))).source;
+    ASSERT_NE(src.find("// path: the tile layer's pipeline"), std::string::npos) << sets[3] << " " << sets[4];
+    check_program(gemm, sets, seed++);
   }
 }
 

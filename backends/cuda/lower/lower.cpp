@@ -300,8 +300,14 @@ class Gen {
   //                             STORE_TILE(C[MM*i, NN*j], c) } }
   // with A, B and C bf16. The whole K extent of the two tiles becomes the pipeline's K loop of 64-wide
   // steps through a shared-memory ring, so neither strip has to fit on chip.
+  // Or the blocked form (the gemm program): the K extent in a loop of its own whose carried tile sums
+  // the products, stored once after it:
+  //   METAPIPE i { METAPIPE j { acc = FILL 0; c = METAPIPE k carry(acc) { a = LOAD_TILE(A[MM*i, KK*k]);
+  //                b = LOAD_TILE(B[KK*k, NN*j]); acc + MAT_MUL(a, b) }; STORE_TILE(C[MM*i, NN*j], c) } }
+  // Both become the same kernel: the pipeline's K loop of 64-wide steps runs over all of K either way.
   struct MmaPlan {
     const ir::MetaPipe *outer = nullptr, *inner = nullptr;
+    const ir::MetaPipe* k_loop = nullptr;  // the blocked form's K loop, else null
     const ir::LoadTile *la = nullptr, *lb = nullptr;
     const ir::MatMul* mm = nullptr;
     const ir::StoreTile* st = nullptr;
@@ -319,28 +325,64 @@ class Gen {
   static bool is_zero(const ir::Affine& a) { return a.constant == 0 && a.terms.empty(); }
 
   // Why statement `stmt` does not take the wgmma path ("" when it does: the plan is in mma_).
+  // The blocked form's inner body (see MmaPlan): "" and p filled, or why not.
+  std::string mma_blocked_refusal(const std::vector<ir::NodeRef>& ib, MmaPlan& p) const {
+    if (ib.size() != 3 || !ib[0]->as<ir::Fill>() || !ib[1]->as<ir::MetaPipe>() || !ib[2]->as<ir::StoreTile>())
+      return "the inner loop is neither LoadTile, MatMul, [Buffer,] StoreTile nor Fill, a K loop, StoreTile";
+    const ir::Fill& fill = *ib[0]->as<ir::Fill>();
+    p.k_loop = ib[1]->as<ir::MetaPipe>();
+    p.st = ib[2]->as<ir::StoreTile>();
+    const ir::ExprNode& f0 = fill.f.node();
+    if (f0.op != ir::ExprOp::Const || f0.value != 0.0) return "the K loop's sum does not start at 0";
+    if (p.k_loop->carried.size() != 1) return "the K loop carries other than one sum";
+    const ir::Carried& c = p.k_loop->carried[0];
+    if (c.init->id != fill.out->id || !foldable(*p.k_loop) || fold_op(*p.k_loop, c) != ir::ExprOp::Add)
+      return "the K loop's carried value is not a running sum from the Fill";
+    auto kb = p.k_loop->body();
+    if (kb.size() != 4 || !kb[0]->as<ir::LoadTile>() || !kb[1]->as<ir::LoadTile>() || !kb[2]->as<ir::MatMul>() ||
+        !kb[3]->as<ir::Zip>())
+      return "the K loop is not LoadTile, LoadTile, MatMul, Zip";
+    p.la = kb[0]->as<ir::LoadTile>();
+    p.lb = kb[1]->as<ir::LoadTile>();
+    p.mm = kb[2]->as<ir::MatMul>();
+    const ir::Zip& z = *kb[3]->as<ir::Zip>();
+    if (z.out->id != c.next->id || z.ins[1]->id != p.mm->out->id) return "the K loop does not sum the products";
+    if (p.st->in->id != c.result->id) return "the StoreTile does not store the K loop's sum";
+    return "";
+  }
+
   std::string mma_refusal(const ir::MetaPipe& outer, MmaPlan& p) const {
     if (!outer.carried.empty()) return "the outer loop carries values";
     auto ob = outer.body();
-    if (ob.size() != 2 || !ob[0]->as<ir::LoadTile>() || !ob[1]->as<ir::MetaPipe>())
-      return "the outer loop is not a LoadTile and an inner loop";
     p.outer = &outer;
-    p.la = ob[0]->as<ir::LoadTile>();
-    p.inner = ob[1]->as<ir::MetaPipe>();
+    if (ob.size() == 2 && ob[0]->as<ir::LoadTile>() && ob[1]->as<ir::MetaPipe>()) {
+      p.la = ob[0]->as<ir::LoadTile>();
+      p.inner = ob[1]->as<ir::MetaPipe>();
+    } else if (ob.size() == 1 && ob[0]->as<ir::MetaPipe>()) {
+      p.inner = ob[0]->as<ir::MetaPipe>();
+    } else {
+      return "the outer loop is not [a LoadTile and] an inner loop";
+    }
     if (!p.inner->carried.empty()) return "the inner loop carries values";
     auto ib = p.inner->body();
     size_t n = ib.size();
-    if (n < 3 || n > 4 || !ib[0]->as<ir::LoadTile>() || !ib[1]->as<ir::MatMul>() || !ib[n - 1]->as<ir::StoreTile>() ||
-        (n == 4 && !ib[2]->as<ir::Buffer>()))
-      return "the inner loop is not LoadTile, MatMul, [Buffer,] StoreTile";
-    p.lb = ib[0]->as<ir::LoadTile>();
-    p.mm = ib[1]->as<ir::MatMul>();
-    p.st = ib[n - 1]->as<ir::StoreTile>();
-    const ir::Value c = n == 4 ? ib[2]->out : p.mm->out;
-    if (n == 4 && ib[2]->as<ir::Buffer>()->in->id != p.mm->out->id) return "the Buffer is not the MatMul's";
+    ir::Value c;
+    if (p.la) {
+      if (n < 3 || n > 4 || !ib[0]->as<ir::LoadTile>() || !ib[1]->as<ir::MatMul>() || !ib[n - 1]->as<ir::StoreTile>() ||
+          (n == 4 && !ib[2]->as<ir::Buffer>()))
+        return "the inner loop is not LoadTile, MatMul, [Buffer,] StoreTile";
+      p.lb = ib[0]->as<ir::LoadTile>();
+      p.mm = ib[1]->as<ir::MatMul>();
+      p.st = ib[n - 1]->as<ir::StoreTile>();
+      c = n == 4 ? ib[2]->out : p.mm->out;
+      if (n == 4 && ib[2]->as<ir::Buffer>()->in->id != p.mm->out->id) return "the Buffer is not the MatMul's";
+      if (p.st->in->id != c->id) return "the StoreTile does not store the product";
+    } else {
+      std::string why = mma_blocked_refusal(ib, p);
+      if (!why.empty()) return why;
+    }
     if (p.mm->a->id != p.la->out->id || p.mm->b->id != p.lb->out->id) return "the MatMul's operands are not the two tiles";
     if (p.mm->transpose_a || p.mm->transpose_b) return "a transposed MatMul operand";
-    if (p.st->in->id != c->id) return "the StoreTile does not store the product";
     const ir::Tensor &A = p.la->src, &B = p.lb->src, &C = p.st->dst;
     if (A->dtype != ir::DType::bf16 || B->dtype != ir::DType::bf16 || C->dtype != ir::DType::bf16)
       return "A, B and C are not all bf16 (wgmma here is bf16 x bf16 -> fp32)";
@@ -348,13 +390,17 @@ class Gen {
     p.M = A->shape[0], p.K = A->shape[1], p.N = B->shape[1];
     if (B->shape[0] != p.K || C->shape[0] != p.M || C->shape[1] != p.N) return "the tensors' shapes do not chain";
     p.MM = p.la->out->shape[0], p.NN = p.lb->out->shape[1];
-    if (p.la->out->shape[1] != p.K || p.lb->out->shape[0] != p.K)
-      return "the tiles do not span K (a K loop in the program is not lowered onto wgmma yet)";
+    // The K tiles: all of K in one tile, or the K loop's KK-wide tiles covering it once.
+    const int64_t KK = p.k_loop ? p.la->out->shape[1] : p.K;
+    if (p.la->out->shape[1] != KK || p.lb->out->shape[0] != KK || (p.k_loop && p.k_loop->trip() * KK != p.K))
+      return p.k_loop ? "the K loop's tiles do not cover K once" : "the tiles do not span K";
+    auto k_offset = [&](const ir::Affine& a) { return p.k_loop ? is_var_times(a, p.k_loop->var, KK) : is_zero(a); };
     if (p.st->in->shape != ir::Shape{p.MM, p.NN}) return "the stored tile is not [MM, NN]";
-    if (!is_var_times(p.la->offset[0], outer.var, p.MM) || !is_zero(p.la->offset[1]) || !is_zero(p.lb->offset[0]) ||
+    if (!is_var_times(p.la->offset[0], outer.var, p.MM) || !k_offset(p.la->offset[1]) || !k_offset(p.lb->offset[0]) ||
         !is_var_times(p.lb->offset[1], p.inner->var, p.NN) || !is_var_times(p.st->offset[0], outer.var, p.MM) ||
         !is_var_times(p.st->offset[1], p.inner->var, p.NN))
-      return "the tile offsets are not A[MM*i, 0], B[0, NN*j], C[MM*i, NN*j]";
+      return p.k_loop ? "the tile offsets are not A[MM*i, KK*k], B[KK*k, NN*j], C[MM*i, NN*j]"
+                      : "the tile offsets are not A[MM*i, 0], B[0, NN*j], C[MM*i, NN*j]";
     if (outer.trip() != (p.M + p.MM - 1) / p.MM || p.inner->trip() != (p.N + p.NN - 1) / p.NN)
       return "the loops do not cover C's tiles once";
     if (p.MM != 64 && p.MM != 128) return "MM=" + std::to_string(p.MM) + " (wgmma tiles take MM = 64 or 128)";
@@ -1578,10 +1624,15 @@ class Gen {
     const std::string iv = p.outer->var->name, jv = p.inner->var->name;
     src_ << "\n// ---------------------------------------------------------------------------------------------\n";
     src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
+    const int64_t KK = p.la->out->shape[1];
     src_ << "// path: the tile layer's pipeline (tile/pipeline.cuh). " << p.mm->where() << " of the [" << p.MM << ", "
-         << p.K << "] tile of " << p.la->src->name << " (" << p.la->where() << ") and the [" << p.K << ", " << p.NN
-         << "] tile of " << p.lb->src->name << " (" << p.lb->where() << ")\n"
-         << "// becomes a K loop of " << k_iters << " steps of 64: one producer thread issues the TMA loads of an "
+         << KK << "] tile" << (p.k_loop ? "s" : "") << " of " << p.la->src->name << " (" << p.la->where() << ") and the ["
+         << KK << ", " << p.NN << "] tile" << (p.k_loop ? "s" : "") << " of " << p.lb->src->name << " (" << p.lb->where()
+         << ")\n";
+    if (p.k_loop)
+      src_ << "// summed over the " << p.k_loop->trip() << " iterations of " << p.k_loop->where()
+           << " (its carried tile: the accumulator, in registers)\n";
+    src_ << "// becomes a K loop of " << k_iters << " steps of 64: one producer thread issues the TMA loads of an "
          << p.MM << " x 64 tile of " << p.la->src->name << " and a 64 x " << p.NN << " tile of " << p.lb->src->name
          << "\n// into a " << stages << "-stage shared-memory ring on mbarriers; " << consumers
          << " consumer warpgroup(s) of 64 rows run wgmma m64n" << p.NN << "k16 (bf16 x bf16 -> fp32)\n"
