@@ -1714,8 +1714,8 @@ class Gen {
             "int* mp_err, const __grid_constant__ CUtensorMap mp_map_a, const __grid_constant__ CUtensorMap mp_map_b, "
             "const __grid_constant__ CUtensorMap mp_map_c) {\n"
          << "  (void)mp_t; (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block;\n"
-         << "  // mp_err is never null: the test keeps ptxas from serializing the wgmma (its warning C7514), which it\n"
-         << "  // does for a ring kernel whose wgmma are not under a run-time condition (docs/development.md).\n"
+         << "  // mp_err is never null: the wgmma sit under a run-time test as in the GEMM, whose ring kernels ptxas\n"
+         << "  // serialized without one (warning C7514, docs/development.md).\n"
          << "  const " << ns << "::K::globals g{&mp_map_a, &mp_map_b, &mp_map_c, mp_err == nullptr};\n"
          << "  mp::tile::pc::run_block<" << ns << "::K>(g);\n"
          << "}\n";
