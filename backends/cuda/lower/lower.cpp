@@ -1632,8 +1632,8 @@ class Gen {
     if (p.k_loop)
       src_ << "// summed over the " << p.k_loop->trip() << " iterations of " << p.k_loop->where()
            << " (its carried tile: the accumulator, in registers)\n";
-    src_ << "// becomes a K loop of " << k_iters << " steps of 64: one producer thread issues the TMA loads of an "
-         << p.MM << " x 64 tile of " << p.la->src->name << " and a 64 x " << p.NN << " tile of " << p.lb->src->name
+    src_ << "// becomes a K loop of " << k_iters << " steps of 64: one producer thread issues the TMA loads of "
+         << (p.MM == 64 ? "a " : "an ") << p.MM << " x 64 tile of " << p.la->src->name << " and a 64 x " << p.NN << " tile of " << p.lb->src->name
          << "\n// into a " << stages << "-stage shared-memory ring on mbarriers; " << consumers
          << " consumer warpgroup(s) of 64 rows run wgmma m64n" << p.NN << "k16 (bf16 x bf16 -> fp32)\n"
          << "// from the 128-byte-swizzled stages into fp32 registers; the finish (" << p.st->where()
