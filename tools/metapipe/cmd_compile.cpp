@@ -54,9 +54,12 @@ MP_REGISTER_COMMAND("compile", "compile an example program and print its IR (aft
                     "the final IR with its stages, buffers and stage graph.\n\n"
                     "  --set NAME=VALUE   a program or compile parameter (repeatable)\n"
                     "  --emit cuda        print the CUDA C++ translation unit the program lowers to (one\n"
-                    "                     kernel per top-level statement; nvcc -arch=sm_90a compiles it),\n"
-                    "                     with the speed choices of the MP_CUDA_LOWER_* variables (metapipe\n"
-                    "                     run --help)\n"
+                    "                     kernel per top-level statement; nvcc -arch=sm_90a compiles it;\n"
+                    "                     a unit with a bf16 matmul on wgmma includes the tile layer:\n"
+                    "                     nvcc -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr\n"
+                    "                     -std=c++20 -I<repository root>, as its header comment says), with\n"
+                    "                     the speed choices of the MP_CUDA_LOWER_* variables (metapipe run\n"
+                    "                     --help)\n"
                     "  --dump-ir=WHEN     none (default: the final IR only), after-all, after-tile,\n"
                     "                     after-fuse, after-parallelize or after-metapipeline\n",
                     run_compile);
