@@ -257,10 +257,8 @@ std::vector<DemoRow> example_cuda_rows(const DemoContext& ctx) {
   }
   // The slide-51 matmul in bf16 at a size where its lowering onto the tile layer's wgmma pipeline
   // (docs/cuda-lowering.md, "MatMul on wgmma") shows its speed: timed over 20 batches of warm runs.
-  const examples::ProgramSpec* mm = nullptr;
-  for (auto* spec : examples::programs())
-    if (spec->name == "matmul") mm = spec;
-  if (mm) {
+  {
+    const examples::ProgramSpec* mm = &examples::find_program("matmul");
     const int64_t n = ctx.quick ? 512 : 2048;
     const std::string label = "matmul-bf16";  // the check column says the size and the path
     if (!gpu) {

@@ -324,7 +324,6 @@ class Gen {
   }
   static bool is_zero(const ir::Affine& a) { return a.constant == 0 && a.terms.empty(); }
 
-  // Why statement `stmt` does not take the wgmma path ("" when it does: the plan is in mma_).
   // The blocked form's inner body (see MmaPlan): "" and p filled, or why not.
   std::string mma_blocked_refusal(const std::vector<ir::NodeRef>& ib, MmaPlan& p) const {
     if (ib.size() != 3 || !ib[0]->as<ir::Fill>() || !ib[1]->as<ir::MetaPipe>() || !ib[2]->as<ir::StoreTile>())
@@ -351,6 +350,7 @@ class Gen {
     return "";
   }
 
+  // Why the statement `outer` does not take the wgmma path ("" when it does, with p filled).
   std::string mma_refusal(const ir::MetaPipe& outer, MmaPlan& p) const {
     if (!outer.carried.empty()) return "the outer loop carries values";
     auto ob = outer.body();

@@ -202,8 +202,9 @@ std::string compile_sm90a(const std::string& src) {
                                        tile ? kStdShimNames : nullptr) == NVRTC_SUCCESS,
                     "nvrtcCreateProgram failed");
   std::vector<std::string> extra = tile ? tile_options() : std::vector<std::string>{};
-  std::vector<const char*> opts(std::begin(kNvrtcOptions), std::end(kNvrtcOptions));
-  if (tile) opts.erase(opts.begin() + 1);  // -std=c++17: the tile options give c++20
+  std::vector<const char*> opts;
+  for (const char* o : kNvrtcOptions)
+    if (!tile || std::string(o) != "-std=c++17") opts.push_back(o);  // the tile options give -std=c++20
   for (auto& o : extra) opts.push_back(o.c_str());
   nvrtcResult r = nvrtcCompileProgram(prog, int(opts.size()), opts.data());
   if (r != NVRTC_SUCCESS) {
