@@ -28,7 +28,7 @@ __device__ inline void increase_registers() {
 template <int N>
 struct wgmma_ss_bf16 {
   static_assert(N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
-                "wgmma_ss_bf16: this build provides N = 16, 32, 64, 128, 256 (see tile/detail/gen_wgmma.py ss)");
+                "wgmma_ss_bf16: this build provides N = 16, 32, 64, 80, 128, 256 (see tile/detail/gen_wgmma.py ss)");
 };
 #include "tile/detail/wgmma_bf16.inl"
 // The same with A from registers (RS form): each warp gives its 16 rows of the 64 x 16 A slice as four
@@ -38,7 +38,7 @@ template <int N>
 struct wgmma_rs_bf16 {
   static_assert(
       N == 16 || N == 32 || N == 64 || N == 128 || N == 256,
-      "wgmma_rs_bf16: this build provides N = 16, 32, 64, 128, 256 (see tile/detail/gen_wgmma.py rs)");
+      "wgmma_rs_bf16: this build provides N = 16, 32, 64, 80, 128, 256 (see tile/detail/gen_wgmma.py rs)");
 };
 #include "tile/detail/wgmma_rs_bf16.inl"
 

@@ -8,7 +8,7 @@
 #          python3 tile/detail/gen_wgmma.py rs > tile/detail/wgmma_rs_bf16.inl
 import sys
 
-NS = [16, 32, 64, 128, 256]
+NS = [16, 32, 64, 80, 128, 256]
 if len(sys.argv) != 2 or sys.argv[1] not in ("ss", "rs"):
     sys.exit("usage: gen_wgmma.py ss|rs (A from shared memory, or from registers)")
 rs = sys.argv[1] == "rs"
