@@ -62,6 +62,11 @@ enum class OpKind : int32_t {
   add,           // out += in0 (the residual)
   silu_mul,      // out = silu(in0) * in1
   argmax,        // the greedy token of the LM head's partials, stored as the position's prediction
+  // Fused modes: starts loading the first `rows` rows of a later GEMV's weight (`weight`) into L2, a
+  // task per `per_task` rows (one thread's bulk-copy prefetches; no inputs, no outputs, nothing waits on
+  // it). Placed beside a step that reads little from HBM (the attention), so that the HBM loads the next
+  // step's weights meanwhile (LlamaGpuOptions::l2_ahead_bytes).
+  l2_prefetch,
 };
 const char* to_string(OpKind k);
 
@@ -159,6 +164,10 @@ const char* to_string(RopePlace r);  // "attention", "separate"
 // its input, or last_task, where the attention task that finishes a head last merges that head's.
 // user_error when the context does not fit the model's.
 //
+// l2_ahead_bytes > 0 (fused modes): an l2_prefetch operation beside each attention, covering the O
+// projection's first rows up to that many bytes at 2 bytes a value, with the attention's producers as its
+// own (it starts when the attention can), one more operation per layer.
+//
 // A GEMV's rows are cut into column slices (GpuOp::slices) when it has too few rows to give every warp
 // of every worker several: `slices` 0 chooses (the fewest that give 4 per warp, at most 8, cols a
 // multiple of 32 x slices), > 0 fixes it where the columns allow (else 1).
@@ -173,7 +182,7 @@ const char* to_string(RopePlace r);  // "attention", "separate"
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
                              GemvSplit split = GemvSplit::balanced, Combine combine = Combine::last_task,
                              int slices = 0, int tp_rank = 0, int tp_size = 0,
-                             RopePlace rope = RopePlace::attention);
+                             RopePlace rope = RopePlace::attention, int64_t l2_ahead_bytes = 0);
 // Column slices of a GEMV of rows x cols over `workers` blocks of 8 warps (see build_schedule).
 int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want = 0);
 // The per-task cost the balanced split charges on top of a task's rows, in warp items.
@@ -235,6 +244,9 @@ struct LlamaGpuOptions {
   Combine combine = Combine::last_task;  // fused modes: where the split-KV partials are merged
   RopePlace rope = RopePlace::attention;  // fused modes: where RoPE and the KV append run
   int gemv_slices = 0;  // column slices per GEMV row: 0 chosen per matrix (build_schedule), or 1, 2, 4, 8
+  // Fused modes: the O projection's weight prefetched into L2 during the attention, at most this many
+  // bytes of bf16 rows (an l2_prefetch operation; 0: none).
+  int64_t l2_ahead_bytes = 0;
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.
   bool trace = false;
@@ -253,7 +265,7 @@ struct LlamaGpuOptions {
 
 // Applies a comma-separated list of tuning switches to `o` (the CLI's --gpu-tune):
 //   min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1,
-//   stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8
+//   stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8, l2-ahead-kib=N
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
 // "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);

@@ -866,6 +866,27 @@ __device__ void task_argmax(const Params& p, const GpuOp& op, float* smem) {
   if (threadIdx.x == 0) p.pred[p.pos] = int32_t(0xffffffffu - uint32_t(s[0] & 0xffffffffu));
 }
 
+// Starts loading rows [r0, r1) of `w` into L2, at most `max_bytes` of them (< 0: all): the bulk-copy
+// engine's prefetch, 64 KiB at a time, issued by the calling thread; a hint that changes no value.
+__device__ void prefetch_rows_l2(const DevWeight& w, int r0, int r1, int64_t max_bytes) {
+  const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
+  const uint8_t* base = w.q + r0 * row_bytes;
+  int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
+  if (max_bytes >= 0) bytes = min(bytes, max_bytes & ~int64_t(15));
+  constexpr int64_t kPiece = 1 << 16;
+  for (int64_t off = 0; off < bytes; off += kPiece) {
+    const uint32_t n = uint32_t(min(kPiece, bytes - off));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
+  }
+}
+
+// l2_prefetch: rows [t x per_task, + per_task) of the first op.rows rows of op.weight, by thread 0.
+__device__ void task_l2_prefetch(const TaskMeta& m, int t) {
+  if (threadIdx.x != 0) return;
+  const int r0 = t * m.op.per_task;
+  prefetch_rows_l2(m.w, r0, min(m.op.rows, r0 + m.op.per_task), -1);
+}
+
 template <bool Wide>
 __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m, float* smem) {
   const GpuOp& op = m.op;
@@ -901,6 +922,9 @@ __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m
     case OpKind::argmax:
       task_argmax(p, op, smem);
       break;
+    case OpKind::l2_prefetch:
+      task_l2_prefetch(m, task.index);
+      break;
   }
 }
 
@@ -915,17 +939,8 @@ __device__ void prefetch_weights(const Params& p, const TaskMeta& m, int t) {
   if (threadIdx.x != 0) return;  // before any read of m: thread 0 has just written it, unpublished
   const GpuOp& op = m.op;
   if (op.kind != OpKind::gemv || p.prefetch_bytes == 0) return;
-  const DevWeight& w = m.w;
-  const int64_t row_bytes = w.format == kBF16 ? int64_t(w.cols) * 2 : w.format == kQ8_0 ? w.cols : w.cols / 2;
-  const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
-  const uint8_t* base = w.q + r0 * row_bytes;
-  int64_t bytes = (r1 - r0) * row_bytes;  // rows are 16-byte multiples (the shapes check)
-  if (p.prefetch_bytes > 0) bytes = min(bytes, p.prefetch_bytes & ~int64_t(15));
-  constexpr int64_t kPiece = 1 << 16;
-  for (int64_t off = 0; off < bytes; off += kPiece) {
-    const uint32_t n = uint32_t(min(kPiece, bytes - off));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(base + off), "r"(n) : "memory");
-  }
+  const int r0 = t * op.per_task;
+  prefetch_rows_l2(m.w, r0, min(op.rows, r0 + op.per_task), p.prefetch_bytes);
 }
 
 // Waits until every producer of `op` has finished its tasks for this position. Acquire loads by one

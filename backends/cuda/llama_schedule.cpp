@@ -50,7 +50,8 @@ E pick(const std::string& value, std::initializer_list<std::pair<const char*, E>
 void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
-      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8";
+      "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8, "
+      "l2-ahead-kib=N";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -89,6 +90,8 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
     } else if (key == "slices") {
       if (value != "auto" && value != "1" && value != "2" && value != "4" && value != "8") bad();
       o.gemv_slices = value == "auto" ? 0 : int(number());
+    } else if (key == "l2-ahead-kib") {
+      o.l2_ahead_bytes = number() * 1024;
     } else if (key == "fetch-ahead") {
       if (value != "0" && value != "1") bad();
       o.fetch_ahead = value == "1";
@@ -130,6 +133,8 @@ const char* to_string(OpKind k) {
       return "silu_mul";
     case OpKind::argmax:
       return "argmax";
+    case OpKind::l2_prefetch:
+      return "l2_prefetch";
   }
   return "?";
 }
@@ -212,13 +217,14 @@ int gemv_slices(int64_t rows, int64_t cols, int64_t workers, int want) {
 
 LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t context, int64_t workers,
                              GemvSplit split, Combine combine, int slices, int tp_rank, int tp_size,
-                             RopePlace rope) {
+                             RopePlace rope, int64_t l2_ahead_bytes) {
   MP_USER_CHECK(slices == 0 || slices == 1 || slices == 2 || slices == 4 || slices == 8,
                 "GPU engine: ", slices, " column slices; 0 (chosen), 1, 2, 4 or 8");
   s.check();
   MP_USER_CHECK(context >= 1 && context <= s.context, "GPU engine: a KV cache of ", context,
                 " positions; it must be in [1, ", s.context, "] (the model's context length)");
   MP_USER_CHECK(workers >= 1 && workers <= (1 << 20), "GPU engine: ", workers, " workers must be >= 1");
+  MP_USER_CHECK(l2_ahead_bytes >= 0, "GPU engine: l2_ahead_bytes = ", l2_ahead_bytes, " must be >= 0");
   MP_USER_CHECK(
       tp_size >= 0 && tp_size <= 64 && (tp_size == 0 ? tp_rank == 0 : tp_rank >= 0 && tp_rank < tp_size),
       "GPU engine: tensor-parallel rank ", tp_rank, " of ", tp_size, " (ranks 0 .. size - 1, size <= 64)");
@@ -294,6 +300,9 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       case OpKind::rope_append:  // a task per KV head: its group's query pairs and its own key pairs
         o.per_task = int32_t(rows / s.kv_heads);
         break;
+      case OpKind::l2_prefetch:  // about 1 MiB of bf16 rows a task: 16 bulk prefetches of one thread
+        o.per_task = int32_t(std::clamp<int64_t>((int64_t(1) << 20) / (2 * cols), 1, rows));
+        break;
       default:
         o.per_task = int32_t(rows);
         break;  // one task
@@ -351,6 +360,12 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       } else {
         int32_t ra = op(OpKind::rope_append, l, -1, kQ, kK, kV, (qw + kvw) / 2, Dh, {q, k, v});
         at = op(OpKind::attention, l, -1, kQ, -1, kPartO, H, Dh, {ra});
+      }
+      if (l2_ahead_bytes > 0) {
+        const int64_t rows = std::min<int64_t>(d, std::max<int64_t>(1, l2_ahead_bytes / (2 * qw)));
+        const GpuOp& a = sc.ops[size_t(at)];
+        std::vector<int32_t> ad(sc.deps.begin() + a.dep_begin, sc.deps.begin() + a.dep_begin + a.dep_count);
+        op(OpKind::l2_prefetch, l, wo, -1, -1, -1, rows, qw, ad);
       }
       int32_t o = -1;
       if (combine == Combine::in_o_projection) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "backends/cuda/llama_gpu.h"
 #include "core/device.h"
@@ -222,24 +223,31 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("slices=auto", o);
   EXPECT_EQ(o.gemv_slices, 0);
   EXPECT_USER_ERROR(apply_tuning("slices=3", o), "--gpu-tune: 'slices=3' is not one of");
+  EXPECT_EQ(o.l2_ahead_bytes, 0);
+  apply_tuning("l2-ahead-kib=16384", o);
+  EXPECT_EQ(o.l2_ahead_bytes, int64_t(16) << 20);
+  EXPECT_USER_ERROR(apply_tuning("l2-ahead-kib=-1", o), "--gpu-tune: 'l2-ahead-kib=-1': expected a whole number");
   EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
 
 // The dependency graph is what keeps the megakernel correct: two operations that touch the same buffer
 // (one of them writing) must be ordered by a chain of dependencies, or they could run at once.
 TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
-  for (int variant = 0; variant < 8; ++variant) {
+  for (int variant = 0; variant < 9; ++variant) {
     // per-op; megakernel with the combine as its own operation, in the O projection, in the last task;
-    // each with RoPE in the attention (variants 0-3) and as an operation of its own (4-7)
-    const int v = variant % 4;
+    // each with RoPE in the attention (variants 0-3) and as an operation of its own (4-7); 8: the
+    // megakernel's defaults with the O projection prefetched into L2 during the attention
+    const int v = variant == 8 ? 3 : variant % 4;
+    const int64_t ahead = variant == 8 ? 1 << 20 : 0;
     const Launch m = v == 0 ? Launch::per_op : Launch::megakernel;
     const Combine cm = v == 2 ? Combine::in_o_projection : v == 3 ? Combine::last_task : Combine::separate;
-    const RopePlace rp = variant < 4 ? RopePlace::attention : RopePlace::separate;
-    SCOPED_TRACE(std::string(to_string(m)) + " combine=" + to_string(cm) + " rope=" + to_string(rp));
-    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, cm, 0, 0, 0, rp);
+    const RopePlace rp = variant < 4 || variant == 8 ? RopePlace::attention : RopePlace::separate;
+    SCOPED_TRACE(std::string(to_string(m)) + " combine=" + to_string(cm) + " rope=" + to_string(rp) +
+                 " l2 ahead " + std::to_string(ahead));
+    auto sc = build_schedule(shapes("toy"), m, 64, 132, GemvSplit::balanced, cm, 0, 0, 0, rp, ahead);
     const size_t n = sc.ops.size();
     ASSERT_LE(n, 64u);
-    const size_t fused_per_layer = (v >= 2 ? 8 : 9) + (rp == RopePlace::separate ? 1 : 0);
+    const size_t fused_per_layer = (v >= 2 ? 8 : 9) + (rp == RopePlace::separate ? 1 : 0) + (ahead ? 1 : 0);
     EXPECT_EQ(n, m == Launch::per_op ? 1 + 16 * 2 + 3u : 1 + fused_per_layer * 2 + 2u);
     std::vector<std::bitset<64>> anc(n);
     for (size_t i = 0; i < n; ++i) {
@@ -294,6 +302,8 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
         case OpKind::argmax:
           r = {kArgmax};
           break;
+        case OpKind::l2_prefetch:  // reads a weight, which nothing writes
+          break;
       }
     };
     int conflicts = 0;
@@ -313,6 +323,47 @@ TEST(LlamaGpuSchedule, DependenciesOrderEveryConflictingAccess) {
       }
     EXPECT_GT(conflicts, 40);  // buffers are reused by every layer
   }
+}
+
+// l2_ahead_bytes: one l2_prefetch per layer in the fused modes, of the O projection's weight, right
+// before it in the queue, waiting on what the attention waits on; bounded by the bytes at 2 per value.
+TEST(LlamaGpuSchedule, L2AheadPrefetchesTheOProjection) {
+  for (auto [name, ahead, rows] : {std::tuple{"llama3.1-8b", int64_t(16) << 20, 2048}, {"smollm2-135m", int64_t(16) << 20, 576},
+                                   {"llama3.1-8b", int64_t(1), 1}}) {
+    SCOPED_TRACE(std::string(name) + " " + std::to_string(ahead));
+    auto s = shapes(name);
+    auto sc = build_schedule(s, Launch::megakernel, 1024, 396, GemvSplit::balanced, Combine::last_task, 0, 0, 0,
+                             RopePlace::attention, ahead);
+    int found = 0;
+    for (size_t i = 0; i < sc.ops.size(); ++i) {
+      const GpuOp& o = sc.ops[i];
+      if (o.kind != OpKind::l2_prefetch) continue;
+      ++found;
+      ASSERT_GE(i, 1u);
+      ASSERT_LT(i + 1, sc.ops.size());
+      const GpuOp& at = sc.ops[i - 1];
+      const GpuOp& proj = sc.ops[i + 1];
+      EXPECT_EQ(at.kind, OpKind::attention);
+      EXPECT_EQ(proj.kind, OpKind::gemv);
+      EXPECT_EQ(o.weight, proj.weight);
+      EXPECT_EQ(sc.weights[size_t(o.weight)].name, "blk." + std::to_string(o.layer) + ".attn_output.weight");
+      EXPECT_EQ(o.rows, rows);
+      EXPECT_EQ(o.tasks, (rows + o.per_task - 1) / o.per_task);
+      EXPECT_LE(int64_t(o.per_task) * 2 * o.cols, int64_t(1) << 20);
+      ASSERT_EQ(o.dep_count, at.dep_count);
+      for (int j = 0; j < o.dep_count; ++j)
+        EXPECT_EQ(sc.deps[size_t(o.dep_begin + j)], sc.deps[size_t(at.dep_begin + j)]);
+    }
+    EXPECT_EQ(found, s.layers);
+    for (Launch m : {Launch::per_op, Launch::megakernel}) {  // none per-op, none when 0
+      auto none = build_schedule(s, m, 1024, 396, GemvSplit::balanced, Combine::last_task, 0, 0, 0, RopePlace::attention,
+                                 m == Launch::per_op ? ahead : 0);
+      for (auto& o : none.ops) EXPECT_NE(o.kind, OpKind::l2_prefetch);
+    }
+  }
+  EXPECT_USER_ERROR(build_schedule(shapes("toy"), Launch::megakernel, 64, 132, GemvSplit::balanced, Combine::last_task,
+                                   0, 0, 0, RopePlace::attention, -5),
+                    "l2_ahead_bytes = -5 must be >= 0");
 }
 
 TEST(LlamaGpuSchedule, BadInput) {
@@ -523,8 +574,8 @@ TEST(LlamaGpuTp, ShardsTileEveryTensor) {
           }
         // The column slices of the odd shapes miss the Q8_0 blocks and become f32.
         const bool split_cols = sl.cols != f.cols;
-        if (split_cols && s.name == "odd") EXPECT_EQ(m.type, quant::QType::F32) << name;
-        if (!split_cols) EXPECT_EQ(m.type, f.type) << name;
+        if (split_cols && s.name == "odd") { EXPECT_EQ(m.type, quant::QType::F32) << name; }
+        if (!split_cols) { EXPECT_EQ(m.type, f.type) << name; }
       }
     }
     for (auto& [name, cov] : covered) {

@@ -185,6 +185,18 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
     EXPECT_LE(max_diff(r.first_logits, runs[2].first_logits), 1e-4 * max_abs(runs[2].first_logits));
     EXPECT_EQ(r.tokens, runs[2].tokens);
   }
+  // The O projection prefetched into L2 during the attention (an l2_prefetch operation per layer, a
+  // hint): the fused modes' values bit for bit as without it.
+  for (Launch m : {Launch::per_layer, Launch::megakernel}) {
+    SCOPED_TRACE(std::string(to_string(m)) + ", l2-ahead-kib=64");
+    LlamaGpuOptions o;
+    o.launch = m, o.context = ctx;
+    apply_tuning("l2-ahead-kib=64", o);
+    auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+    Decode r = run_gpu(*g, prompt, n);
+    EXPECT_EQ(r.first_logits, runs[2].first_logits);
+    EXPECT_EQ(r.tokens, runs[2].tokens);
+  }
   // The GPU's tokens fed back to the CPU reference, position by position: the predictions agree wherever
   // the CPU's top-2 margin is clear of the tolerance.
   int agree = 0;
