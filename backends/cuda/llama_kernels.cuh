@@ -158,6 +158,15 @@ __device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane,
   return acc;
 }
 
+// Piece c (8 bf16 values) of a row dotted with x[8c, 8c + 8).
+__device__ __forceinline__ float dot_piece_bf16(const uint4& q, const float* __restrict__ x, int c) {
+  const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
+  const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
+  float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
+  s += bf16_lo(q.z) * b.x + bf16_hi(q.z) * b.y + bf16_lo(q.w) * b.z + bf16_hi(q.w) * b.w;
+  return s;
+}
+
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum. With
 // slices > 1, only the columns of slice `slice` of `slices` equal parts (cols a multiple of 32 x slices,
 // so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector.
@@ -168,13 +177,8 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
   const int cols = w.cols / slices, c0 = slice * cols;  // this slice's columns: [c0, c0 + cols)
   x += c0;
   if (w.format == kBF16) {
-    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane, [&](const uint4& q, int c) {
-      const float4 a = *reinterpret_cast<const float4*>(x + c * 8);
-      const float4 b = *reinterpret_cast<const float4*>(x + c * 8 + 4);
-      float s = bf16_lo(q.x) * a.x + bf16_hi(q.x) * a.y + bf16_lo(q.y) * a.z + bf16_hi(q.y) * a.w;
-      s += bf16_lo(q.z) * b.x + bf16_hi(q.z) * b.y + bf16_lo(q.w) * b.z + bf16_hi(q.w) * b.w;
-      return s;
-    });
+    acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane,
+                             [&](const uint4& q, int c) { return dot_piece_bf16(q, x, c); });
   } else if (w.format == kQ8_0) {
     const __half* sc = reinterpret_cast<const __half*>(w.s) + (r * int64_t(w.cols) + c0) / 32;
     acc = dot_pieces<kLoads>(w.q + r * int64_t(w.cols) + c0, cols / 16, lane, [&](const uint4& q, int c) {
@@ -210,6 +214,35 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
     });
   }
   return warp_sum(acc);
+}
+
+// Rows ra and rb of a bf16 W dotted with x by one warp, for a column slice of at most 128 pieces of 16
+// bytes (4 per lane): the 8 loads of both rows go out before any arithmetic, twice the bytes in flight
+// of one row with 4 loads, where a longer row would have given dot_pieces<8> the same. Each row's sum
+// is the one dot_row computes (the same pieces, added in the same order), so the values do not change.
+__device__ __forceinline__ float2 dot_row_pair_bf16(const DevWeight& w, int64_t ra, int64_t rb,
+                                                    const float* __restrict__ x, int lane, int slice,
+                                                    int slices) {
+  const int cols = w.cols / slices, c0 = slice * cols, n = cols / 8;
+  x += c0;
+  const uint8_t* row[2] = {w.q + (ra * int64_t(w.cols) + c0) * 2, w.q + (rb * int64_t(w.cols) + c0) * 2};
+  uint4 q[2][4];
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = lane + 32 * u;
+      q[k][u] = c < n ? ld_weight(row[k] + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+    }
+  float acc[2] = {0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int c = lane + 32 * u;
+      if (c < n) acc[k] += dot_piece_bf16(q[k][u], x, c);
+    }
+  return make_float2(warp_sum(acc[0]), warp_sum(acc[1]));
 }
 
 // Logit v of row r as a key whose unsigned order is (v, then the smaller row first).
@@ -469,10 +502,23 @@ __device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_hea
     // every run).
     const int S = op.slices, lanes = kWarps / S, slice = warp % S;
     float* part = xs + (op.cols + 3) / 4 * 4;
-    for (int r = r0 + warp / S; r < r1; r += lanes) {
-      const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
-                                           : dot_row<4>(w, r, xs, lane, slice, S);
-      if (lane == 0) part[(r - r0) * S + slice] = v;
+    if (Wide && p.loads == 8 && w.format == kBF16 && op.cols / S <= 8 * 128) {
+      // Slices of at most 4 pieces per lane: two rows at a time fill the 8 loads (dot_row_pair_bf16);
+      // an odd last row is paired with itself and the copy dropped.
+      for (int r = r0 + warp / S; r < r1; r += 2 * lanes) {
+        const int rb = r + lanes < r1 ? r + lanes : r;
+        const float2 v = dot_row_pair_bf16(w, r, rb, xs, lane, slice, S);
+        if (lane == 0) {
+          part[(r - r0) * S + slice] = v.x;
+          if (rb != r) part[(rb - r0) * S + slice] = v.y;
+        }
+      }
+    } else {
+      for (int r = r0 + warp / S; r < r1; r += lanes) {
+        const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
+                                             : dot_row<4>(w, r, xs, lane, slice, S);
+        if (lane == 0) part[(r - r0) * S + slice] = v;
+      }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < r1 - r0; i += kThreads) {

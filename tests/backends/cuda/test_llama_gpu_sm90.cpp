@@ -329,6 +329,35 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
   }
 }
 
+// loads=8 in the 3-block kernel: bf16 column slices of at most 4 pieces per lane run two rows at a time
+// (dot_row_pair_bf16), longer ones 8 loads of one row; every row's sum is the one loads=4 adds, piece
+// for piece, so the logits are bit for bit the same. SmolLM2-135M's shapes with bf16 weights: rows of
+// 576 columns (72 pieces) and the down projection's 1,536 (whole or in 2 slices), in both fused modes and
+// per-op, with column slices chosen and with whole rows.
+TEST(SM90_LlamaGpu, PairedRowsEqualOneRowAtATime) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
+  test::Watchdog wd(300, "GPU Llama test");
+  auto c = models::LlamaConfig::preset("smollm2-135m");
+  const int64_t ctx = 48;
+  auto runner = random_runner(c, ctx, 29, quant::QType::Q8_0);
+  const std::vector<int32_t> prompt = {3, 170, 4000, 12, 9};
+  for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel})
+    for (const char* slices : {"slices=auto", "slices=1", "slices=2"}) {
+      SCOPED_TRACE(std::string(to_string(m)) + " " + slices);
+      auto run = [&](const char* loads) {
+        LlamaGpuOptions o;
+        o.launch = m, o.context = ctx, o.weights = GpuWeights::bf16;
+        apply_tuning(std::string("min-blocks=3,") + loads + "," + slices, o);
+        auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+        return run_gpu(*g, prompt, 8);
+      };
+      const Decode one = run("loads=4"), two = run("loads=8");
+      ASSERT_TRUE(all_finite(one.first_logits));
+      EXPECT_EQ(two.first_logits, one.first_logits);
+      EXPECT_EQ(two.tokens, one.tokens);
+    }
+}
+
 // The three places of the split-KV combine compute the same merge (combine_element) of the same
 // partials, and RoPE with the KV append in the attention tasks the same rotation (rope_pair) and bf16
 // rows as the rope_append operation: the same logits and tokens in both fused modes.
