@@ -115,6 +115,15 @@ inline double __shfl_down_sync(unsigned, double v, int d) {
   b->warps[w]->arrive_and_wait();
   return r;
 }
+inline double __shfl_xor_sync(unsigned, double v, int d) {
+  auto* b = mp_host::block;
+  unsigned t = mp_host::tid.x, w = t >> 5;
+  b->exchange[t] = v;
+  b->warps[w]->arrive_and_wait();
+  double r = b->exchange[t ^ unsigned(d)];
+  b->warps[w]->arrive_and_wait();
+  return r;
+}
 
 // cp.async on the host: a thread's copies gather into its open group; a committed group lands at the
 // latest when a wait allows fewer groups in flight, and every other group lands at once at its commit, so
