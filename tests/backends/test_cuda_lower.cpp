@@ -764,7 +764,7 @@ TEST(CudaLower, RowsInRegisters) {
   const std::string& src = low.source;
   EXPECT_NE(src.find("// path: rows in registers: each warp takes whole rows of the tiles (16 x 1024), 32 registers"),
             std::string::npos);
-  EXPECT_NE(src.find("q_ = *(const float4*)(g_ + c_);"), std::string::npos);
+  EXPECT_NE(src.find("    q_ = *(const float4*)(g_ + c_);\n"), std::string::npos) << "no check: 1024 columns, 8 chunks a lane";
   EXPECT_NE(src.find("*(float4*)(g_ + c_) = q_;"), std::string::npos);
   EXPECT_NE(src.find("__shfl_xor_sync(0xffffffffu, acc_, d_)"), std::string::npos);
   EXPECT_NE(src.find("for (int t_ = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t_ < 16384;"),

@@ -1478,7 +1478,10 @@ class Gen {
         line("  for (int k_ = 0; k_ < " + std::to_string(row_K_) + "; ++k_) {");
         line("    const int c_ = 4 * (lane_ + 32 * k_);");
         line("    float4 q_;");
-        line("    if (c_ < " + C + ") q_ = *(const float4*)(g_ + c_); else q_.x = q_.y = q_.z = q_.w = 0.0f;");
+        if (row_C_ % 128 == 0)  // every chunk of every lane within the row
+          line("    q_ = *(const float4*)(g_ + c_);");
+        else
+          line("    if (c_ < " + C + ") q_ = *(const float4*)(g_ + c_); else q_.x = q_.y = q_.z = q_.w = 0.0f;");
         line("    " + r + "[4 * k_] = q_.x; " + r + "[4 * k_ + 1] = q_.y; " + r + "[4 * k_ + 2] = q_.z; " + r +
              "[4 * k_ + 3] = q_.w;");
         line("  }");
