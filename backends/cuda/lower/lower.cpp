@@ -1735,12 +1735,12 @@ class Gen {
       } else {
         line("float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
              ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")");
-        line("(void)" + v(id) + ";");
       }
       std::string m = meta_type_;
       for (size_t a = 0; a < val->shape.size(); ++a)
         m += std::string(a ? "," : "") + " " + e(id, a) + " = 0, " + o(id, a) + " = 0";
       if (!val->shape.empty()) line(m + ";");
+      if (!(row_mode_ && row_values_.count(id))) line("(void)" + v(id) + ";");
       // A value from an earlier statement: its run-time extents and origin come from mp_gm.
       if (toplevel_.count(id) && stmt_of_.at(id) < stmt) {
         int64_t mo = global_meta_.at(id);
