@@ -55,6 +55,7 @@ struct Variant {
   std::string copy = "";  // "bulk" / "cp": how the ring is filled ("": the default, bulk copies)
   std::string rows = "";   // "tile": MP_CUDA_LOWER_ROWS=tile ("": the default, rows in registers)
   std::string store = "";  // "scalar": MP_CUDA_LOWER_STORE=scalar ("": the default, 16-byte stores)
+  std::string prefetch = "";  // "off": MP_CUDA_LOWER_PREFETCH=off ("": the default, inner tiles prefetched)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -114,6 +115,12 @@ inline const std::vector<Variant>& variants() {
       {"outerproduct_vec_odd_rows", "outerproduct", {"M=40", "N=70", "TM=16", "TN=32", "mask=1"}, "", 0, true},
       {"outerproduct_store_scalar", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, true, 0, "",
        "", "scalar"},
+      // The inner loop's B tile prefetched into registers (the default) at offsets that are not 16-byte
+      // aligned (TN=30: the element loads) and a masked last tile of 10, on 32 threads (a tile of 30 is
+      // 8 threads' share), and not prefetched (MP_CUDA_LOWER_PREFETCH=off).
+      {"outerproduct_prefetch_odd", "outerproduct", {"M=40", "N=70", "TM=16", "TN=30", "mask=1"}, "", 32, true},
+      {"outerproduct_prefetch_off", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, true, 0, "",
+       "", "", "off"},
       {"softmax_store_scalar", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, true, 0, "", "tile",
        "scalar"},
   };

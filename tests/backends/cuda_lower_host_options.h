@@ -23,6 +23,7 @@ cuda::LowerOptions host_options(const V& v) {
   if (!v.copy.empty()) cuda::set_copy_option(o, v.copy);
   if (v.rows == "tile") o.warp_rows = false;
   if (v.store == "scalar") o.vector_stores = false;
+  if (v.prefetch == "off") o.prefetch = false;
   return o;
 }
 

@@ -606,6 +606,17 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   }
   unsetenv("MP_CUDA_LOWER_ROWS");
   unsetenv("MP_CUDA_LOWER_STORE");
+  setenv("MP_CUDA_LOWER_PREFETCH", "off", 1);
+  EXPECT_FALSE(cuda::options_from_env().prefetch);
+  setenv("MP_CUDA_LOWER_PREFETCH", "no", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_PREFETCH=no";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_PREFETCH='no' is not on or off"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_CUDA_LOWER_PREFETCH");
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
   EXPECT_THROW((void)cuda::options_from_env(), user_error);
   unsetenv("MP_CUDA_LOWER_RING");
@@ -619,6 +630,7 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_EQ(env.copy, cuda::LowerOptions::Copy::Bulk);
   EXPECT_TRUE(env.warp_rows);
   EXPECT_TRUE(env.vector_stores);
+  EXPECT_TRUE(env.prefetch);
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
@@ -824,6 +836,34 @@ TEST(CudaLower, FusedStoresAre16Bytes) {
     if (v.name == "outerproduct_vec_odd_rows" || v.name == "outerproduct_store_scalar")
       for (int grid : {1, 2})
         check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+}
+
+TEST(CudaLower, InnerLoopTilesArePrefetched) {
+  // outerproduct's inner loop loads a [1, TN] tile of B per iteration: by default each thread loads its
+  // four elements of the next iteration's tile into registers after this iteration's copy, and writes
+  // them into the tile at the top of the next (MP_CUDA_LOWER_PREFETCH=off: every iteration loads its own
+  // tile first). Tiles of more than four elements per thread are not prefetched.
+  const std::vector<std::string> big = {"M=8192", "N=8192", "TM=64", "TN=256"};
+  std::string src = unit_of("outerproduct", big);
+  EXPECT_NE(src.find("the next iteration's tiles are loaded into registers while this one computes: LoadTile #10 (B)"),
+            std::string::npos);
+  EXPECT_NE(src.find("'s tile, in flight during this one"), std::string::npos);
+  EXPECT_NE(src.find("the tile the previous iteration prefetched into registers"), std::string::npos);
+  cuda::LowerOptions off;
+  off.prefetch = false;
+  EXPECT_EQ(unit_of("outerproduct", big, off).find("prefetched"), std::string::npos);
+  cuda::LowerOptions t32;
+  t32.threads = 32;  // 128 elements at most: a tile of 256 is not prefetched
+  EXPECT_EQ(unit_of("outerproduct", big, t32).find("prefetched"), std::string::npos);
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto& v : cuda_test::variants())
+    if (v.name == "outerproduct_prefetch_odd" || v.name == "outerproduct_prefetch_off") {
+      SCOPED_TRACE(v.name);
+      EXPECT_EQ(unit_of(v.program, v.sets, cuda_test::host_options(v)).find("prefetched into registers") !=
+                    std::string::npos,
+                v.prefetch != "off");
+      for (int grid : {1, 2}) check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+    }
 }
 
 TEST(CudaLower, BadThreadCountIsAUserError) {

@@ -59,7 +59,7 @@ TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
   // (softmax's tile path with the rings; its rows in registers are the default, compiled above and by
   // `deep`; `plain` has 4-byte stores)
   bulk.warp_rows = bulk_deep.warp_rows = plain.warp_rows = false;
-  plain.vector_stores = false;
+  plain.vector_stores = plain.prefetch = false;
   const std::vector<std::pair<const cuda::LowerOptions*, const char*>> variants = {
       {&plain, " (ring off, 256 threads, no fusion)"},
       {&deep, " (deepest ring)"},

@@ -2138,15 +2138,97 @@ class Gen {
     }
   }
 
+  // The LoadTiles of an inner loop's first stage whose next tile is prefetched into registers
+  // (LowerOptions::prefetch): one contiguous run of a float-stored tensor, its inner axes full, at most
+  // four elements per thread. LoadTile id -> its loop.
+  std::map<int, const ir::MetaPipe*> prefetch_;
+  bool prefetchable(const ir::LoadTile& l) const {
+    const auto& t = l.src;
+    if (std::string(dev_type(t->dtype)) != "float" || ir::num_elements(l.out->shape) > 4 * int64_t(opt_.threads))
+      return false;
+    int lead = -1;
+    for (size_t a = 0; a < t->shape.size(); ++a)
+      if (l.out->shape[a] > 1) {
+        lead = int(a);
+        break;
+      }
+    if (lead < 0) return false;
+    for (size_t a = size_t(lead + 1); a < t->shape.size(); ++a)
+      if (l.out->shape[a] != t->shape[a] || !l.offset[a].is_const() || l.offset[a].constant != 0) return false;
+    return true;
+  }
   void metapipe(const ir::MetaPipe& m) {
     std::string i = "i" + std::to_string(m.var->id);
     for (auto& c : m.carried) copy_value(c.arg, c.init);
+    std::vector<const ir::LoadTile*> pf;
+    if (opt_.prefetch && m.trip() >= 2 && !m.stages.empty())
+      for (auto& op : m.stages[0].ops)
+        if (auto* l = op->as<ir::LoadTile>(); l && prefetchable(*l)) pf.push_back(l);
+    if (!pf.empty()) {
+      line("{  // the next iteration's tiles are loaded into registers while this one computes: " +
+           [&] {
+             std::string names;
+             for (auto* l : pf) names += (names.empty() ? "" : ", ") + l->where() + " (" + l->src->name + ")";
+             return names;
+           }());
+      ind_ += "  ";
+      for (auto* l : pf) {
+        const std::string q = std::to_string(l->out->id);
+        line("float4 pf" + q + "_; int pfn" + q + "_ = 0;  // this thread's four elements of the prefetched tile, and its length");
+        line("pf" + q + "_.x = pf" + q + "_.y = pf" + q + "_.z = pf" + q + "_.w = 0.0f;");
+        prefetch_[l->id] = &m;
+      }
+    }
     line("for (long long " + i + " = 0; " + i + " < " + ll(m.trip()) + "; ++" + i + ") {");
     ind_ += "  ";
     loop_body(m);
     ind_.resize(ind_.size() - 2);
     line("}");
+    if (!pf.empty()) {
+      for (auto* l : pf) prefetch_.erase(l->id);
+      ind_.resize(ind_.size() - 2);
+      line("}");
+    }
     for (auto& c : m.carried) copy_meta(c.result, c.arg);
+  }
+  // A prefetched LoadTile (prefetch_): iteration 0 copies its tile as the direct path does; a later one
+  // writes the registers that the previous iteration filled (the barrier that ended it keeps the tile
+  // from being rewritten while read). Then the loads of the next iteration's tile into registers, which
+  // stay in flight while this iteration computes and stores; then the stage's barrier.
+  void load_prefetched(const ir::LoadTile& l, const ir::MetaPipe& m, const std::function<void()>& copy) {
+    const std::string i = "i" + std::to_string(m.var->id), q = std::to_string(l.out->id);
+    const std::string pfv = "pf" + q + "_", pfn = "pfn" + q + "_", d = v(l.out->id);
+    line("if (" + i + " == 0) {");
+    ind_ += "  ";
+    bool keep = skip_barrier_;
+    skip_barrier_ = true;
+    copy();
+    skip_barrier_ = keep;
+    ind_.resize(ind_.size() - 2);
+    line("} else {  // the tile the previous iteration prefetched into registers");
+    line("  const int f_ = 4 * (int)threadIdx.x;");
+    line("  if (f_ < " + pfn + ") " + d + "[f_] = " + pfv + ".x;");
+    line("  if (f_ + 1 < " + pfn + ") " + d + "[f_ + 1] = " + pfv + ".y;");
+    line("  if (f_ + 2 < " + pfn + ") " + d + "[f_ + 2] = " + pfv + ".z;");
+    line("  if (f_ + 3 < " + pfn + ") " + d + "[f_ + 3] = " + pfv + ".w;");
+    line("}");
+    const RingSpan sp = ring_span(l, m, "(" + i + " + 1)");
+    line("if (" + i + " + 1 < " + ll(m.trip()) + ") {  // prefetch: iteration " + i + " + 1's tile, in flight during this one");
+    line("  const long long s_ = " + sp.lead_offset + ", g0_ = " + sp.g0 + ";");
+    line("  " + pfn + " = s_ >= 0" + sp.ok + " ? (int)mp_clip(" + ll(l.src->shape[size_t(sp.lead)]) + " - s_, " +
+         ll(l.out->shape[size_t(sp.lead)]) + ") * " + std::to_string(sp.inner) + " : 0;");
+    line("  const float* g_ = " + T(l.src) + " + g0_;");
+    line("  const int f_ = 4 * (int)threadIdx.x;");
+    line("  if ((g0_ & 3) == 0 && f_ + 4 <= " + pfn + ") {");
+    line("    " + pfv + " = *(const float4*)(g_ + f_);");
+    line("  } else {");
+    line("    " + pfv + ".x = f_ < " + pfn + " ? g_[f_] : 0.0f;");
+    line("    " + pfv + ".y = f_ + 1 < " + pfn + " ? g_[f_ + 1] : 0.0f;");
+    line("    " + pfv + ".z = f_ + 2 < " + pfn + " ? g_[f_ + 2] : 0.0f;");
+    line("    " + pfv + ".w = f_ + 3 < " + pfn + " ? g_[f_ + 3] : 0.0f;");
+    line("  }");
+    line("}");
+    barrier();
   }
 
   void node(const ir::Node& n) {
@@ -2334,14 +2416,20 @@ class Gen {
       if (stage_has_direct_) barrier();  // for a direct copy before it in the stage (none of its own)
       return;
     }
-    tile_copy(l.out, t, start, ext, false, [&] {
-      std::string g;
-      for (size_t a = 0; a < r; ++a)
-        g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
-             (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-      if (g.empty()) g = "0";
-      line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
-    });
+    auto copy = [&] {
+      tile_copy(l.out, t, start, ext, false, [&] {
+        std::string g;
+        for (size_t a = 0; a < r; ++a)
+          g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
+               (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+        if (g.empty()) g = "0";
+        line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
+      });
+    };
+    if (auto it = prefetch_.find(l.id); it != prefetch_.end())
+      load_prefetched(l, *it->second, copy);
+    else
+      copy();
   }
 
   // A StoreTile's bounds checks (inside a block the caller opened): its start s<a>_ and clipped extent
@@ -2771,6 +2859,12 @@ LowerOptions options_from_env(LowerOptions base) {
     MP_USER_CHECK(v == "vec" || v == "scalar", "MP_CUDA_LOWER_STORE='", v,
                   "' is not vec or scalar (a fused StoreTile's stores: 16 bytes of four elements, or 4 bytes)");
     base.vector_stores = v == "vec";
+  }
+  if (const char* pf = std::getenv("MP_CUDA_LOWER_PREFETCH"); pf && *pf) {
+    std::string v = pf;
+    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_PREFETCH='", v,
+                  "' is not on or off (an inner loop's small tiles of the next iteration loaded into registers)");
+    base.prefetch = v == "on";
   }
   if (const char* rw = std::getenv("MP_CUDA_LOWER_ROWS"); rw && *rw) {
     std::string v = rw;
