@@ -825,6 +825,7 @@ TEST(CudaLower, FusedStoresAre16Bytes) {
     std::string src = unit_of(name, {}, tile);
     EXPECT_NE(src.find("'s elements, computed here four at a time and stored to "), std::string::npos);
     EXPECT_NE(src.find("if (x1b_ + 4 <= c1_ && (g_ & 3) == 0) {"), std::string::npos);
+    EXPECT_NE(src.find("mp_st4(T"), std::string::npos) << "the 16-byte store in PTX";
     src = unit_of(name, {}, scalar);
     EXPECT_EQ(src.find("four at a time"), std::string::npos);
     EXPECT_NE(src.find("'s elements, computed here and stored to "), std::string::npos);

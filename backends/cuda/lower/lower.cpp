@@ -133,6 +133,13 @@ __device__ __forceinline__ bool mp_bar_try_wait(mp_u64* b, unsigned parity) {
 __device__ __forceinline__ void mp_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// One 16-byte store of four floats to global memory (p 16-byte aligned). In PTX, so that the compiler
+// neither splits it into four 4-byte stores nor merges it with the element-wise fallback beside it (a
+// float4 assignment was both in outerproduct's fused store: four st.f32 in the PTX).
+__device__ __forceinline__ void mp_st4(float* p, float a, float b, float c, float d) {
+  asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; st.global.v4.f32 [g], {%1, %2, %3, %4}; }"
+               ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
 #endif
 // Until the phase of the given parity of mbarrier *b has completed.
 __device__ __forceinline__ void mp_bar_wait(mp_u64* b, unsigned parity) {
@@ -1409,9 +1416,10 @@ class Gen {
         case ir::NodeKind::Map:
         case ir::NodeKind::Zip: {
           if (n->out->shape != tile && n->out->shape != rowv) return n->where() + " is neither [rows, C] nor [rows, 1]";
-          for (auto& x : n->operands())
+          for (auto& x : n->operands()) {
             if (x->shape != tile && x->shape != rowv) return n->where() + " has an operand of another shape";
-            else if (n->out->shape == rowv && x->shape == tile) return n->where() + " narrows a tile";
+            if (n->out->shape == rowv && x->shape == tile) return n->where() + " narrows a tile";
+          }
           if (uses_index(elementwise_f(*n))) return n->where() + " uses the element index";
           break;
         }
@@ -1575,6 +1583,8 @@ class Gen {
       line("    for (int k_ = 0; k_ < " + std::to_string(row_K_) + "; ++k_) {");
       line("      const int c_ = 4 * (lane_ + 32 * k_);");
       line("      if (c_ + 4 <= " + ext[1] + ") {");
+      // (a float4 assignment, not mp_st4: the PTX store's ordering cost softmax's 1024-column rows a
+      // 4-byte spill at 64 registers; this way ptxas keeps them without one)
       line("        float4 q_;");
       line("        q_.x = " + r + "[4 * k_]; q_.y = " + r + "[4 * k_ + 1]; q_.z = " + r + "[4 * k_ + 2]; q_.w = " + r +
            "[4 * k_ + 3];");
@@ -2574,9 +2584,7 @@ class Gen {
            (tst[a] == 1 ? "" : " * " + ll(tst[a]));
     line("    const long long g_ = " + g + ";");
     line("    if (" + last + "b_ + 4 <= " + ext[r - 1] + " && (g_ & 3) == 0) {");
-    line("      float4 q_;");
-    line("      q_.x = w_[0]; q_.y = w_[1]; q_.z = w_[2]; q_.w = w_[3];");
-    line("      *(float4*)(" + T(t) + " + g_) = q_;");
+    line("      mp_st4(" + T(t) + " + g_, w_[0], w_[1], w_[2], w_[3]);");
     line("    } else {");
     line("      for (int u_ = 0; u_ < 4 && " + last + "b_ + u_ < " + ext[r - 1] + "; ++u_) " + T(t) + "[g_ + u_] = w_[u_];");
     line("    }");
