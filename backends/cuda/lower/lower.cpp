@@ -1886,6 +1886,8 @@ class Gen {
     ind_ = "";
     src_ << "}\n";
     out_.kernels.push_back(k);
+    row_mode_ = false;  // the next statement decides for itself
+    row_values_.clear();
   }
 
   // The kernel of a statement that plan_mma matched: a load / compute / finish struct on the tile
