@@ -53,6 +53,9 @@ struct Variant {
   bool fuse = true;
   int barriers = 0;  // 2: two barriers per iteration of a deep ring (LowerOptions::one_barrier_ring off)
   std::string copy = "";  // "bulk" / "cp": how the ring is filled ("": the default, bulk copies)
+  std::string rows = "";   // "tile": MP_CUDA_LOWER_ROWS=tile ("": the default, rows in registers)
+  std::string store = "";  // "scalar": MP_CUDA_LOWER_STORE=scalar ("": the default, 16-byte stores)
+  std::string prefetch = "";  // "off": MP_CUDA_LOWER_PREFETCH=off ("": the default, inner tiles prefetched)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -82,10 +85,10 @@ inline const std::vector<Variant>& variants() {
       {"tpchq6_bulk", "tpchq6", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
       {"blackscholes_bulk", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 0, "bulk"},
       {"blackscholes_bulk_2barriers", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 2, "bulk"},
-      {"softmax_bulk", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk"},
+      {"softmax_bulk", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk", "tile"},
       {"outerproduct_bulk", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
-      {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true},
-      {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true},
+      {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true, 0, "", "tile"},
+      {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true, 0, "", "tile"},
       // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).
       {"dotproduct_fuse_off", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
       {"tpchq6_fuse_off", "tpchq6", {"N=1001", "TS=64", "mask=1"}, "", 0, false},
@@ -96,8 +99,30 @@ inline const std::vector<Variant>& variants() {
        0,
        false},
       {"blackscholes_fuse_off", "blackscholes", {"N=1001", "TS=128", "mask=1"}, "", 0, false},
-      {"softmax_fuse_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, false},
+      {"softmax_fuse_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, false, 0, "", "tile"},
       {"outerproduct_fuse_off", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, false},
+      // Rows in registers (MP_CUDA_LOWER_ROWS=warp, the default) at row lengths that are not multiples
+      // of a warp's span (a lane's last chunk cut: 200 = 128 + 72 columns in 16-byte chunks, 130 one
+      // element a chunk: not a multiple of 4), tiles of fewer rows than a block has warps and more, bf16
+      // (4-byte loads of its 16 bits), and the tile path beside them (MP_CUDA_LOWER_ROWS=tile, 16-byte
+      // stores of the fused quotient).
+      {"softmax_rows_vec", "softmax", {"R=37", "C=200", "row_tile=3", "mask=1"}, "", 0, true},
+      {"softmax_rows_odd", "softmax", {"R=40", "C=130", "row_tile=16", "mask=1"}, "", 96, true},
+      {"softmax_rows_bf16", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1", "dtype=bf16"}, "", 0, true},
+      {"softmax_rows_tile", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, true, 0, "", "tile"},
+      // The fused StoreTile's 16-byte stores: a tensor whose rows are not 16-byte aligned (N=70: the
+      // element fallback on most rows), and 4-byte stores (MP_CUDA_LOWER_STORE=scalar).
+      {"outerproduct_vec_odd_rows", "outerproduct", {"M=40", "N=70", "TM=16", "TN=32", "mask=1"}, "", 0, true},
+      {"outerproduct_store_scalar", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, true, 0, "",
+       "", "scalar"},
+      // The inner loop's B tile prefetched into registers (the default) at offsets that are not 16-byte
+      // aligned (TN=30: the element loads) and a masked last tile of 10, on 32 threads (a tile of 30 is
+      // 8 threads' share), and not prefetched (MP_CUDA_LOWER_PREFETCH=off).
+      {"outerproduct_prefetch_odd", "outerproduct", {"M=40", "N=70", "TM=16", "TN=30", "mask=1"}, "", 32, true},
+      {"outerproduct_prefetch_off", "outerproduct", {"M=40", "N=72", "TM=16", "TN=32", "mask=1"}, "", 0, true, 0, "",
+       "", "", "off"},
+      {"softmax_store_scalar", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 0, true, 0, "", "tile",
+       "scalar"},
   };
   return v;
 }

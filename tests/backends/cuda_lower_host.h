@@ -115,6 +115,15 @@ inline double __shfl_down_sync(unsigned, double v, int d) {
   b->warps[w]->arrive_and_wait();
   return r;
 }
+inline double __shfl_xor_sync(unsigned, double v, int d) {
+  auto* b = mp_host::block;
+  unsigned t = mp_host::tid.x, w = t >> 5;
+  b->exchange[t] = v;
+  b->warps[w]->arrive_and_wait();
+  double r = b->exchange[t ^ unsigned(d)];
+  b->warps[w]->arrive_and_wait();
+  return r;
+}
 
 // cp.async on the host: a thread's copies gather into its open group; a committed group lands at the
 // latest when a wait allows fewer groups in flight, and every other group lands at once at its commit, so
@@ -252,12 +261,21 @@ inline bool mp_bar_try_wait(unsigned long long* b, unsigned parity) {
   return false;
 }
 
+// The 16-byte global store of the prelude: a misaligned address is an error (run returns 97).
+namespace mp_host {
+inline std::atomic<bool> bad_store{false};
+}  // namespace mp_host
+inline void mp_st4(float* p, float a, float b, float c, float d) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) mp_host::bad_store = true;
+  p[0] = a, p[1] = b, p[2] = c, p[3] = d;
+}
+
 namespace mp_host {
 
 // The launch sequence of runtime_cuda.cpp on the host: the same tensor table, values between statements,
 // scratch and error word; `max_grid` bounds the persistent blocks (a GPU would use its SM count).
 // Returns the device error word (0: none; 99: a thread ended with cp.async copies not waited for; 98: a
-// bulk copy or mbarrier misused, see above).
+// bulk copy or mbarrier misused, see above; 97: a 16-byte store misaligned).
 inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory& mem, int max_grid) {
   std::vector<std::vector<unsigned char>> tensors;
   std::vector<void*> table;
@@ -301,6 +319,7 @@ inline int run(const Program& prog, const mp::cuda::Lowered& low, mp::ir::Memory
   stuck = false;
   if (leftover_copies.exchange(false)) return 99;
   if (bad_bulk.exchange(false)) return 98;
+  if (bad_store.exchange(false)) return 97;
   for (size_t i = 0; i < low.tensors.size(); ++i)
     if (low.tensors[i]->role != mp::ir::TensorRole::Input)
       mp::cuda::from_device_bytes(tensors[i], mem.at(low.tensors[i]->name));

@@ -21,6 +21,9 @@ cuda::LowerOptions host_options(const V& v) {
   o.fuse_elementwise = v.fuse;
   if (v.barriers == 2) o.one_barrier_ring = false;
   if (!v.copy.empty()) cuda::set_copy_option(o, v.copy);
+  if (v.rows == "tile") o.warp_rows = false;
+  if (v.store == "scalar") o.vector_stores = false;
+  if (v.prefetch == "off") o.prefetch = false;
   return o;
 }
 

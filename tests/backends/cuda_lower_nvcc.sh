@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CI check of the CUDA lowering: `metapipe compile P --emit cuda` for every program of `metapipe list`,
 # and for the streaming programs also with the tile ring of cp.async (MP_CUDA_LOWER_COPY=cp) and of bulk copies (at the
-# default depth, and the deepest ring with two barriers per iteration), then one nvcc call compiling all
-# the units for sm_90a with the repository root on the include path.
+# default depth, and the deepest ring with two barriers per iteration), softmax on its tile path
+# (MP_CUDA_LOWER_ROWS=tile; by default its rows are in registers), and the previous code of all of them
+# (also MP_CUDA_LOWER_STORE=scalar: 4-byte fused stores, MP_CUDA_LOWER_PREFETCH=off), then one nvcc call
+# compiling all the units for sm_90a with the repository root on the include path.
 # usage: cuda_lower_nvcc.sh METAPIPE NVCC REPO_ROOT
 set -euo pipefail
 metapipe=$1 nvcc=$2 root=$3
@@ -17,12 +19,16 @@ for p in $programs; do
   units+=("$p.cu")
 done
 for p in dotproduct tpchq6 blackscholes softmax outerproduct; do
-  MP_CUDA_LOWER_COPY=cp "$metapipe" compile "$p" --emit cuda > "$work/${p}_cp.cu"
+  MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_COPY=cp "$metapipe" compile "$p" --emit cuda > "$work/${p}_cp.cu"
   grep -q '// path: tile ring (cp.async)' "$work/${p}_cp.cu" || { echo "${p}_cp.cu: no tile ring of cp.async" >&2; exit 1; }
   units+=("${p}_cp.cu")
-  MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_RING=4096 MP_CUDA_LOWER_BARRIERS=2 "$metapipe" compile "$p" --emit cuda \
-    > "$work/${p}_bulk_deep.cu"
-  for u in "$p" "${p}_bulk_deep"; do
+  MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_RING=4096 MP_CUDA_LOWER_BARRIERS=2 "$metapipe" compile \
+    "$p" --emit cuda > "$work/${p}_bulk_deep.cu"
+  MP_CUDA_LOWER_ROWS=tile "$metapipe" compile "$p" --emit cuda > "$work/${p}_tile.cu"
+  MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_STORE=scalar MP_CUDA_LOWER_PREFETCH=off "$metapipe" compile "$p" --emit cuda \
+    > "$work/${p}_scalar.cu"
+  units+=("${p}_tile.cu" "${p}_scalar.cu")
+  for u in "${p}_tile" "${p}_bulk_deep"; do
     grep -q '// path: tile ring (bulk copies (TMA))' "$work/$u.cu" || { echo "$u.cu: no tile ring of bulk copies" >&2; exit 1; }
   done
   units+=("${p}_bulk_deep.cu")
@@ -45,4 +51,5 @@ if grep -q C7514 nvcc.log; then echo "a lowered unit's wgmma are serialized (ptx
 for u in "${units[@]}"; do
   [ -s "${u%.cu}.o" ] || { echo "nvcc produced no object for ${u%.cu}" >&2; exit 1; }
 done
+grep -q '// path: rows in registers' "$work/softmax.cu" || { echo "softmax.cu: not rows in registers" >&2; exit 1; }
 echo "compiled ${#units[@]} lowered units for sm_90a: $programs, and the streaming ones with bulk copies"

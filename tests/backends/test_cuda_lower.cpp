@@ -157,9 +157,12 @@ TEST(CudaLower, TileCopiesTakeTheVectorPathWhereContiguous) {
 TEST(CudaLower, ElementwiseResultsReuseADeadOperandsStorage) {
   // softmax: exp(x) over the loaded tile, then x / sum over exp's: one [rows, C] tile in shared memory,
   // not three (the host tests run every program with these aliases against the interpreter).
+  // (on the tile path, MP_CUDA_LOWER_ROWS=tile; rows in registers store no value at all)
   auto& spec = examples::find_program("softmax");
   auto params = examples::resolve(spec, {});
-  cuda::Lowered low = cuda::lower(compiled(spec, params));
+  cuda::LowerOptions tile;
+  tile.warp_rows = false;
+  cuda::Lowered low = cuda::lower(compiled(spec, params), tile);
   ASSERT_EQ(low.kernels.size(), 1u);
   size_t n = 0;
   for (size_t at = 0; (at = low.source.find("written over its dead operand", at)) != std::string::npos; ++at) ++n;
@@ -173,11 +176,13 @@ TEST(CudaLower, StreamingLoopsTakeTheTileRing) {
   // The streaming programs' loads have addresses known from the loop index, 16-byte aligned: a ring of
   // slots, the copies of later iterations issued before this one computes; here filled by cp.async
   // (MP_CUDA_LOWER_COPY=cp; the bulk copies are the default, StreamingLoopsTakeTheBulkCopyRing). Tiles
-  // whose offsets are not always aligned take the direct copy, and the unit says why.
+  // whose offsets are not always aligned take the direct copy, and the unit says why. (softmax on its
+  // tile path, MP_CUDA_LOWER_ROWS=tile: by default its rows are in registers, RowsInRegisters.)
   auto lowered = [](const std::string& name, const std::vector<std::string>& sets) {
     auto& spec = examples::find_program(name);
     cuda::LowerOptions o;
     cuda::set_copy_option(o, "cp");
+    o.warp_rows = false;
     return cuda::lower(compiled(spec, examples::resolve(spec, sets)), o).source;
   };
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
@@ -459,18 +464,21 @@ int ring_slots(const std::string& src) {
 TEST(CudaLower, RingDepthFollowsTheSpeedOptions) {
   // softmax's rows of 1,024 at 16 rows a tile (64 KiB): two slots would leave one block of 512 threads
   // per SM instead of two, over a body of several passes: auto keeps the direct path and says why.
+  // (the tile path, MP_CUDA_LOWER_ROWS=tile: by default softmax's rows are in registers, no ring)
   const std::vector<std::string> rows16 = {"R=16384", "C=1024", "row_tile=16", "mask=1"};
-  std::string src = unit_of("softmax", rows16);
+  cuda::LowerOptions tile;
+  tile.warp_rows = false;
+  std::string src = unit_of("softmax", rows16, tile);
   EXPECT_EQ(ring_slots(src), 0);
   EXPECT_NE(src.find("no tile ring: 2 slots would leave 1 block(s) per SM instead of the direct path's 2"),
             std::string::npos);
-  cuda::LowerOptions per_sm;
+  cuda::LowerOptions per_sm = tile;
   cuda::set_ring_option(per_sm, "128");
   src = unit_of("softmax", rows16, per_sm);
   EXPECT_EQ(ring_slots(src), 3)
       << "128 KiB per SM at one block: two 64 KiB tiles in flight beyond the one computed on";
   EXPECT_NE(src.find("(asked: 128)"), std::string::npos);
-  cuda::LowerOptions off;
+  cuda::LowerOptions off = tile;
   cuda::set_ring_option(off, "off");
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax"}) {
     SCOPED_TRACE(name);
@@ -575,6 +583,40 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
   unsetenv("MP_CUDA_LOWER_COPY");
+  setenv("MP_CUDA_LOWER_ROWS", "tile", 1);
+  setenv("MP_CUDA_LOWER_STORE", "scalar", 1);
+  env = cuda::options_from_env();
+  EXPECT_FALSE(env.warp_rows);
+  EXPECT_FALSE(env.vector_stores);
+  setenv("MP_CUDA_LOWER_ROWS", "warp", 1);
+  setenv("MP_CUDA_LOWER_STORE", "vec", 1);
+  env = cuda::options_from_env();
+  EXPECT_TRUE(env.warp_rows);
+  EXPECT_TRUE(env.vector_stores);
+  for (auto [name, bad, why] : {std::tuple{"MP_CUDA_LOWER_ROWS", "on", "MP_CUDA_LOWER_ROWS='on' is not warp or tile"},
+                                std::tuple{"MP_CUDA_LOWER_STORE", "16", "MP_CUDA_LOWER_STORE='16' is not vec or scalar"}}) {
+    setenv(name, bad, 1);
+    try {
+      (void)cuda::options_from_env();
+      ADD_FAILURE() << "accepted " << name << "=" << bad;
+    } catch (const user_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+    unsetenv(name);
+  }
+  unsetenv("MP_CUDA_LOWER_ROWS");
+  unsetenv("MP_CUDA_LOWER_STORE");
+  setenv("MP_CUDA_LOWER_PREFETCH", "off", 1);
+  EXPECT_FALSE(cuda::options_from_env().prefetch);
+  setenv("MP_CUDA_LOWER_PREFETCH", "no", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_PREFETCH=no";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_PREFETCH='no' is not on or off"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_CUDA_LOWER_PREFETCH");
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
   EXPECT_THROW((void)cuda::options_from_env(), user_error);
   unsetenv("MP_CUDA_LOWER_RING");
@@ -586,19 +628,24 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_TRUE(env.fuse_elementwise);
   EXPECT_TRUE(env.one_barrier_ring);
   EXPECT_EQ(env.copy, cuda::LowerOptions::Copy::Bulk);
+  EXPECT_TRUE(env.warp_rows);
+  EXPECT_TRUE(env.vector_stores);
+  EXPECT_TRUE(env.prefetch);
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
   // MP_CUDA_LOWER_COPY=bulk: the same rings at the same depths, each slot filled by one thread's bulk
   // copies (one per tile) that complete on the slot's mbarrier, every thread waiting for its phase; the
   // masked tails as plain loads; no cp.async in the loop.
-  cuda::LowerOptions bulk, cpo;
+  // (softmax on its tile path, MP_CUDA_LOWER_ROWS=tile)
+  cuda::LowerOptions bulk, cpo, tile;
   cuda::set_copy_option(bulk, "bulk");
   cuda::set_copy_option(cpo, "cp");
+  bulk.warp_rows = cpo.warp_rows = tile.warp_rows = false;
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
     SCOPED_TRACE(name);
     const std::string cp = unit_of(name, {}, cpo), src = unit_of(name, {}, bulk);
-    EXPECT_EQ(unit_of(name, {}), src) << "bulk copies are the default";
+    EXPECT_EQ(unit_of(name, {}, tile), src) << "bulk copies are the default";
     EXPECT_NE(src.find("// path: tile ring (bulk copies (TMA)), "), std::string::npos);
     EXPECT_EQ(src.find("// path: tile ring (cp.async)"), std::string::npos);
     EXPECT_EQ(ring_slots(src), ring_slots(cp)) << "the depth does not depend on how the slots are filled";
@@ -697,11 +744,14 @@ TEST(CudaLower, ElementwiseChainsFuse) {
   EXPECT_NE(unit_of("flash_attention", sets_of("flash_attention")).find("// no barrier here: Zip #"),
             std::string::npos);
   // The last Map / Zip of a stage goes straight to the StoreTile that starts the next (blackscholes'
-  // price, softmax's quotient, outerproduct's product); with fusion off it is stored in shared memory.
+  // price, softmax's quotient on its tile path, outerproduct's product); with fusion off it is stored in
+  // shared memory.
+  cuda::LowerOptions tile;
+  tile.warp_rows = nofuse.warp_rows = false;
   for (const char* name : {"blackscholes", "softmax", "outerproduct"}) {
     SCOPED_TRACE(name);
-    EXPECT_NE(unit_of(name, {}).find("'s elements, computed here and stored to "), std::string::npos);
-    EXPECT_EQ(unit_of(name, {}, nofuse).find("computed here and stored"), std::string::npos);
+    EXPECT_NE(unit_of(name, {}, tile).find("'s elements, computed here "), std::string::npos);
+    EXPECT_EQ(unit_of(name, {}, nofuse).find("computed here "), std::string::npos);
   }
   EXPECT_EQ(unit_of("flash_attention", sets_of("flash_attention"), nofuse).find("// no barrier here"),
             std::string::npos);
@@ -711,6 +761,110 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     if (v.name == "tpchq6_ring_deep")
       for (int grid : {1, 2})
         check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+}
+
+TEST(CudaLower, RowsInRegisters) {
+  // softmax's loop body works row by row: by default (MP_CUDA_LOWER_ROWS=warp) each warp takes whole
+  // rows, its registers hold them (float4 loads where C is a multiple of 4), the row sum is a warp
+  // shuffle tree, the quotient goes from the registers to Y; no shared memory for the values and no
+  // block barrier. MP_CUDA_LOWER_ROWS=tile is the tile path. The host variants (softmax_rows_*) run it
+  // against the interpreter; here over 1, 2 and 3 blocks.
+  const std::vector<std::string> rows16 = {"R=16384", "C=1024", "row_tile=16", "mask=1"};
+  auto& spec = examples::find_program("softmax");
+  cuda::Lowered low = cuda::lower(compiled(spec, examples::resolve(spec, rows16)));
+  ASSERT_EQ(low.kernels.size(), 1u);
+  const std::string& src = low.source;
+  EXPECT_NE(src.find("// path: rows in registers: each warp takes whole rows of the tiles (16 x 1024), 32 registers"),
+            std::string::npos);
+  EXPECT_NE(src.find("    q_ = *(const float4*)(g_ + c_);\n"), std::string::npos) << "no check: 1024 columns, 8 chunks a lane";
+  EXPECT_NE(src.find("*(float4*)(g_ + c_) = q_;"), std::string::npos);
+  EXPECT_NE(src.find("__shfl_xor_sync(0xffffffffu, acc_, d_)"), std::string::npos);
+  EXPECT_NE(src.find("for (int t_ = (int)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t_ < 16384;"),
+            std::string::npos);
+  const std::string kernel = src.substr(src.find("extern \"C\" __global__"));
+  EXPECT_EQ(kernel.find("__syncthreads"), std::string::npos) << "no block barrier in the row-wise kernel";
+  EXPECT_EQ(kernel.find("mp_smem + "), std::string::npos) << "no value in shared memory";
+  EXPECT_LT(low.kernels[0].smem_bytes, 1024);
+  EXPECT_NE(src.find("__launch_bounds__(512, 2)"), std::string::npos);
+  // One element a chunk where C is not a multiple of 4; the tile path where switched off or where a row
+  // would take more than 32 registers a lane.
+  EXPECT_NE(unit_of("softmax", {"R=40", "C=130", "row_tile=16", "mask=1"}).find("4-byte loads and stores"),
+            std::string::npos);
+  cuda::LowerOptions tile;
+  tile.warp_rows = false;
+  EXPECT_EQ(unit_of("softmax", rows16, tile).find("path: rows in registers"), std::string::npos);
+  std::string wide = unit_of("softmax", {"R=64", "C=2048", "row_tile=4", "mask=1"});
+  EXPECT_EQ(wide.find("path: rows in registers"), std::string::npos);
+  EXPECT_NE(wide.find("not rows in registers: C=2048 (more than 32 registers per lane a row"), std::string::npos);
+  // Loops that are not row-wise say why (dotproduct's fold is not considered; blackscholes has no Reduce).
+  EXPECT_NE(unit_of("blackscholes", {}).find("not rows in registers: "), std::string::npos);
+  uint64_t seed = fresh_seed() % 1000000;
+  for (int grid : {1, 2, 3}) check_on_host("softmax", "softmax", sets_of("softmax"), grid, seed);
+  // The host variants of softmax take it unless they ask for the tile path.
+  int rows = 0;
+  for (auto& v : cuda_test::variants()) {
+    if (v.program != "softmax") continue;
+    const bool on = unit_of(v.program, v.sets, cuda_test::host_options(v)).find("path: rows in registers") !=
+                    std::string::npos;
+    EXPECT_EQ(on, v.rows != "tile") << v.name;
+    rows += on ? 1 : 0;
+  }
+  EXPECT_GE(rows, 4);
+}
+
+TEST(CudaLower, FusedStoresAre16Bytes) {
+  // A Map / Zip computed in its StoreTile into an f32 tensor: four consecutive elements a thread, one
+  // float4 store where they are within the extents and aligned, else element by element
+  // (MP_CUDA_LOWER_STORE=scalar: one element a thread, 4-byte stores). blackscholes' price keeps one
+  // element a thread (its element function is too large to compute four at once in registers).
+  cuda::LowerOptions tile, scalar;
+  tile.warp_rows = scalar.warp_rows = false;
+  scalar.vector_stores = false;
+  for (const char* name : {"softmax", "outerproduct"}) {
+    SCOPED_TRACE(name);
+    std::string src = unit_of(name, {}, tile);
+    EXPECT_NE(src.find("'s elements, computed here four at a time and stored to "), std::string::npos);
+    EXPECT_NE(src.find("if (x1b_ + 4 <= c1_ && (g_ & 3) == 0) {"), std::string::npos);
+    EXPECT_NE(src.find("mp_st4(T"), std::string::npos) << "the 16-byte store in PTX";
+    src = unit_of(name, {}, scalar);
+    EXPECT_EQ(src.find("four at a time"), std::string::npos);
+    EXPECT_NE(src.find("'s elements, computed here and stored to "), std::string::npos);
+  }
+  EXPECT_EQ(unit_of("blackscholes", {}).find("four at a time"), std::string::npos);
+  EXPECT_NE(unit_of("blackscholes", {}).find("'s elements, computed here and stored to price"), std::string::npos);
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto& v : cuda_test::variants())
+    if (v.name == "outerproduct_vec_odd_rows" || v.name == "outerproduct_store_scalar")
+      for (int grid : {1, 2})
+        check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+}
+
+TEST(CudaLower, InnerLoopTilesArePrefetched) {
+  // outerproduct's inner loop loads a [1, TN] tile of B per iteration: by default each thread loads its
+  // four elements of the next iteration's tile into registers after this iteration's copy, and writes
+  // them into the tile at the top of the next (MP_CUDA_LOWER_PREFETCH=off: every iteration loads its own
+  // tile first). Tiles of more than four elements per thread are not prefetched.
+  const std::vector<std::string> big = {"M=8192", "N=8192", "TM=64", "TN=256"};
+  std::string src = unit_of("outerproduct", big);
+  EXPECT_NE(src.find("the next iteration's tiles are loaded into registers while this one computes: LoadTile #10 (B)"),
+            std::string::npos);
+  EXPECT_NE(src.find("'s tile, in flight during this one"), std::string::npos);
+  EXPECT_NE(src.find("the tile the previous iteration prefetched into registers"), std::string::npos);
+  cuda::LowerOptions off;
+  off.prefetch = false;
+  EXPECT_EQ(unit_of("outerproduct", big, off).find("prefetched"), std::string::npos);
+  cuda::LowerOptions t32;
+  t32.threads = 32;  // 128 elements at most: a tile of 256 is not prefetched
+  EXPECT_EQ(unit_of("outerproduct", big, t32).find("prefetched"), std::string::npos);
+  uint64_t seed = fresh_seed() % 1000000;
+  for (auto& v : cuda_test::variants())
+    if (v.name == "outerproduct_prefetch_odd" || v.name == "outerproduct_prefetch_off") {
+      SCOPED_TRACE(v.name);
+      EXPECT_EQ(unit_of(v.program, v.sets, cuda_test::host_options(v)).find("prefetched into registers") !=
+                    std::string::npos,
+                v.prefetch != "off");
+      for (int grid : {1, 2}) check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+    }
 }
 
 TEST(CudaLower, BadThreadCountIsAUserError) {

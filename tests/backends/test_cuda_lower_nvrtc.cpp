@@ -56,6 +56,10 @@ TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
   cuda::set_copy_option(bulk_deep, "bulk");
   cuda::set_ring_option(bulk_deep, "4096");
   bulk_deep.one_barrier_ring = false;
+  // (softmax's tile path with the rings; its rows in registers are the default, compiled above and by
+  // `deep`; `plain` has 4-byte stores)
+  bulk.warp_rows = bulk_deep.warp_rows = plain.warp_rows = false;
+  plain.vector_stores = plain.prefetch = false;
   const std::vector<std::pair<const cuda::LowerOptions*, const char*>> variants = {
       {&plain, " (ring off, 256 threads, no fusion)"},
       {&deep, " (deepest ring)"},

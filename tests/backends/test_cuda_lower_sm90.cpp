@@ -121,8 +121,10 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
   MP_REQUIRE_GPU();
   uint64_t seed = fresh_seed() % 1000000;
   const auto cases = ring_cases();
-  // Filled by cp.async here (MP_CUDA_LOWER_COPY=cp); the default bulk copies are the test below.
+  // Filled by cp.async here (MP_CUDA_LOWER_COPY=cp); the default bulk copies are the test below. softmax
+  // on its tile path (MP_CUDA_LOWER_ROWS=tile; by default its rows are in registers, no ring).
   setenv("MP_CUDA_LOWER_COPY", "cp", 1);
+  setenv("MP_CUDA_LOWER_ROWS", "tile", 1);
   for (auto& [name, sets] : cases) {
     auto& spec = examples::find_program(name);
     auto params = examples::resolve(spec, sets);
@@ -132,6 +134,7 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheTileRing) {
     EXPECT_NE(src.find("// path: tile ring (cp.async)"), std::string::npos) << name;
     check_program(spec, sets, seed++);
   }
+  unsetenv("MP_CUDA_LOWER_ROWS");
   unsetenv("MP_CUDA_LOWER_COPY");
 }
 
@@ -144,6 +147,7 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheBulkCopyRing) {
   auto cases = ring_cases();
   cases.push_back({"dotproduct", {"N=1048573", "TS=256", "mask=1"}});
   setenv("MP_CUDA_LOWER_COPY", "bulk", 1);
+  setenv("MP_CUDA_LOWER_ROWS", "tile", 1);  // softmax on its tile path
   for (const char* barriers : {"1", "2"}) {
     setenv("MP_CUDA_LOWER_BARRIERS", barriers, 1);
     SCOPED_TRACE(std::string("MP_CUDA_LOWER_COPY=bulk MP_CUDA_LOWER_BARRIERS=") + barriers);
@@ -158,13 +162,15 @@ TEST(SM90_CudaLower, StreamingProgramsThroughTheBulkCopyRing) {
     }
   }
   unsetenv("MP_CUDA_LOWER_BARRIERS");
+  unsetenv("MP_CUDA_LOWER_ROWS");
   unsetenv("MP_CUDA_LOWER_COPY");
 }
 
 TEST(SM90_CudaLower, SpeedVariantsComputeTheSameResults) {
   // The run time's MP_CUDA_LOWER_* variants (docs/cuda-lowering.md, "Speed") on the streaming programs,
-  // masked tails included: the direct path with 256 threads and nothing fused, the deepest rings, and
-  // 256 threads with the default ring and fusion.
+  // masked tails included: the direct path with 256 threads and nothing fused, the deepest rings, 256
+  // threads with the default ring and fusion, and softmax's tile path (not rows in registers) with 4-byte
+  // and with 16-byte fused stores.
   MP_REQUIRE_GPU();
   uint64_t seed = fresh_seed() % 1000000;
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
@@ -178,6 +184,8 @@ TEST(SM90_CudaLower, SpeedVariantsComputeTheSameResults) {
       {{"MP_CUDA_LOWER_RING", "off"}, {"MP_CUDA_LOWER_THREADS", "256"}, {"MP_CUDA_LOWER_FUSE", "off"}},
       {{"MP_CUDA_LOWER_RING", "4096"}},
       {{"MP_CUDA_LOWER_THREADS", "256"}},
+      {{"MP_CUDA_LOWER_ROWS", "tile"}, {"MP_CUDA_LOWER_STORE", "scalar"}},
+      {{"MP_CUDA_LOWER_ROWS", "tile"}},
   };
   for (auto& v : variants) {
     std::string label;

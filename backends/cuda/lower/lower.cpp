@@ -133,6 +133,13 @@ __device__ __forceinline__ bool mp_bar_try_wait(mp_u64* b, unsigned parity) {
 __device__ __forceinline__ void mp_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// One 16-byte store of four floats to global memory (p 16-byte aligned). In PTX, so that the compiler
+// neither splits it into four 4-byte stores nor merges it with the element-wise fallback beside it (a
+// float4 assignment was both in outerproduct's fused store: four st.f32 in the PTX).
+__device__ __forceinline__ void mp_st4(float* p, float a, float b, float c, float d) {
+  asm volatile("{ .reg .u64 g; cvta.to.global.u64 g, %0; st.global.v4.f32 [g], {%1, %2, %3, %4}; }"
+               ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
 #endif
 // Until the phase of the given parity of mbarrier *b has completed.
 __device__ __forceinline__ void mp_bar_wait(mp_u64* b, unsigned parity) {
@@ -1003,6 +1010,7 @@ class Gen {
       if (stmt_of_.count(id) == 0 || stmt_of_.at(id) != stmt) continue;
       int r = groups_.find(id);
       if (global_slot_.count(r) || slot_.count(r)) continue;
+      if (row_mode_ && row_values_.count(id)) continue;  // in registers
       slot_[r] = {};
       roots.push_back(r);
     }
@@ -1361,6 +1369,272 @@ class Gen {
     }
   }
 
+  // ---- a row-wise loop body in registers (LowerOptions::warp_rows)
+  // A top-level loop spread over blocks, without carried values, whose body works row by row on
+  // [TR, C] tiles: LoadTiles of [TR, C] tiles that are whole rows of [R, C] tensors, Map / Zip nodes
+  // whose values are [TR, C] tiles or [TR, 1] row values (operands defined in the body), Reduces of a
+  // [TR, C] value along its rows to [TR, 1] (Add, Mul, Max, Min), Buffers and StoreTiles of [TR, C]
+  // values as whole rows (softmax: exp, the row sum, the quotient). The loop's rows (iteration i, row y
+  // of its tile) are spread over all the warps of the grid; a warp holds its row of every [TR, C] value
+  // in registers (C / 32 per lane: four consecutive elements per chunk, float4 loads and stores, where
+  // the tensors are float-stored and C is a multiple of 4; else one element per chunk), reduces it
+  // with shuffles (fp64, as the Reduce node accumulates) and stores its rows from the registers: no
+  // shared memory, no block barrier. Extents, origins and bounds checks as on the tile path; a warp
+  // loads rows within its LoadTiles' run-time extents and stores rows within its StoreTiles' clipped ones.
+  bool row_mode_ = false;
+  int64_t row_TR_ = 0, row_C_ = 0;
+  int row_W_ = 1, row_K_ = 0;  // elements per chunk, chunks per lane
+  std::set<int> row_values_;   // the body's values (registers, no storage)
+  std::map<int, std::string> row_name_;  // value id -> its register array / scalar
+  std::string row_refusal_;              // why a loop without carried values is not row-wise
+
+  std::string row_refusal(const ir::MetaPipe& m) {
+    if (!m.carried.empty()) return "the loop carries values";
+    std::vector<const ir::Node*> ops;
+    for (auto& st : m.stages)
+      for (auto& op : st.ops) ops.push_back(op.get());
+    if (ops.empty() || ops[0]->kind != ir::NodeKind::LoadTile) return "the body does not start with a LoadTile";
+    const ir::Shape tile = ops[0]->out->shape;
+    if (tile.size() != 2 || tile[1] < 2) return "its first tile is not [rows, C]";
+    const int64_t TR = tile[0], C = tile[1];
+    const ir::Shape rowv = {TR, 1};
+    std::set<int> defined;
+    bool has_reduce = false, vec = C % 4 == 0;
+    auto whole_rows = [&](const ir::Tensor& t, const std::vector<ir::Affine>& off) {
+      return t->shape.size() == 2 && t->shape[1] == C && off.size() == 2 && off[1].is_const() && off[1].constant == 0;
+    };
+    for (auto* n : ops) {
+      for (auto& x : n->operands())
+        if (!defined.count(x->id)) return n->where() + " reads a value from outside the body";
+      switch (n->kind) {
+        case ir::NodeKind::LoadTile: {
+          auto& l = n->cast<ir::LoadTile>();
+          if (l.out->shape != tile || !whole_rows(l.src, l.offset)) return l.where() + " is not whole rows of its tensor";
+          if (std::string(dev_type(l.src->dtype)) != "float") vec = false;
+          break;
+        }
+        case ir::NodeKind::Map:
+        case ir::NodeKind::Zip: {
+          if (n->out->shape != tile && n->out->shape != rowv) return n->where() + " is neither [rows, C] nor [rows, 1]";
+          for (auto& x : n->operands()) {
+            if (x->shape != tile && x->shape != rowv) return n->where() + " has an operand of another shape";
+            if (n->out->shape == rowv && x->shape == tile) return n->where() + " narrows a tile";
+          }
+          if (uses_index(elementwise_f(*n))) return n->where() + " uses the element index";
+          break;
+        }
+        case ir::NodeKind::Reduce: {
+          auto& rd = n->cast<ir::Reduce>();
+          if (rd.axis != 1 || rd.in->shape != tile || rd.out->shape != rowv) return rd.where() + " is not along the rows";
+          if (rd.combiner == ir::Combiner::Custom) return rd.where() + " has a custom combiner";
+          if (rd.pre && uses_index(*rd.pre)) return rd.where() + " uses the element index";
+          has_reduce = true;
+          break;
+        }
+        case ir::NodeKind::Buffer:
+          break;
+        case ir::NodeKind::StoreTile: {
+          auto& st = n->cast<ir::StoreTile>();
+          if (st.in->shape != tile || !whole_rows(st.dst, st.offset)) return st.where() + " is not whole rows of its tensor";
+          if (st.dst->dtype != ir::DType::f32) vec = false;
+          break;
+        }
+        default:
+          return n->where() + " is not a LoadTile, Map, Zip, Reduce, Buffer or StoreTile";
+      }
+      if (n->out) {
+        if (toplevel_.count(n->out->id) || pinned_.count(n->out->id)) return n->where() + "'s value is read elsewhere";
+        defined.insert(n->out->id);
+      }
+    }
+    if (!has_reduce) return "no Reduce along the rows";
+    const int W = vec ? 4 : 1;
+    const int64_t K = (C + 32 * W - 1) / (32 * W);
+    if (K * W > 32) return "C=" + std::to_string(C) + " (more than 32 registers per lane a row, C <= 1024)";
+    row_TR_ = TR, row_C_ = C, row_W_ = W, row_K_ = int(K);
+    row_values_ = defined;
+    return "";
+  }
+
+  // Column of register j_ (an expression or a constant) of this lane's row chunk.
+  std::string row_col(const std::string& j) const {
+    if (row_W_ == 1) return "(lane_ + 32 * (" + j + "))";
+    return "(4 * (lane_ + 32 * ((" + j + ") >> 2)) + ((" + j + ") & 3))";
+  }
+  // The guard of register j_ where C is not a multiple of the lane's span (else none).
+  std::string row_guard(const std::string& j) const {
+    if (row_C_ % (32 * row_W_) == 0) return "";
+    return row_col(j) + " < " + std::to_string(row_C_);
+  }
+  std::string row_of(const ir::Value& x) const { return row_name_.at(x->id); }
+  bool row_tile(const ir::Value& x) const { return x->shape[1] == row_C_; }
+
+  void row_node(const ir::Node& n) {
+    line("// " + n.where() + ": " + one_line(ir::print(n)));
+    const int KW = row_K_ * row_W_;
+    const std::string kw = std::to_string(KW), C = std::to_string(row_C_);
+    if (auto* l = n.as<ir::LoadTile>()) {
+      load_meta(*l, "lane_ == 0");
+      std::string r = "r" + std::to_string(l->out->id) + "_";
+      row_name_[l->out->id] = r;
+      line("float " + r + "[" + kw + "];");
+      line("if (y_ < " + e(l->out, 0) + ") {");
+      line("  const " + std::string(dev_type(l->src->dtype)) + "* g_ = " + T(l->src) + " + (long long)(" + o(l->out, 0) +
+           " + y_) * " + ll(row_C_) + ";");
+      line("#pragma unroll");
+      if (row_W_ == 4) {
+        line("  for (int k_ = 0; k_ < " + std::to_string(row_K_) + "; ++k_) {");
+        line("    const int c_ = 4 * (lane_ + 32 * k_);");
+        line("    float4 q_;");
+        if (row_C_ % 128 == 0)  // every chunk of every lane within the row
+          line("    q_ = *(const float4*)(g_ + c_);");
+        else
+          line("    if (c_ < " + C + ") q_ = *(const float4*)(g_ + c_); else q_.x = q_.y = q_.z = q_.w = 0.0f;");
+        line("    " + r + "[4 * k_] = q_.x; " + r + "[4 * k_ + 1] = q_.y; " + r + "[4 * k_ + 2] = q_.z; " + r +
+             "[4 * k_ + 3] = q_.w;");
+        line("  }");
+      } else {
+        line("  for (int j_ = 0; j_ < " + kw + "; ++j_) " + r + "[j_] = " + row_col("j_") + " < " + C + " ? mp_ld(g_, " +
+             row_col("j_") + ") : 0.0f;");
+      }
+      line("} else {");
+      line("#pragma unroll");
+      line("  for (int j_ = 0; j_ < " + kw + "; ++j_) " + r + "[j_] = 0.0f;");
+      line("}");
+      return;
+    }
+    if (is_elementwise(n)) {
+      auto ins = elementwise_ins(n);
+      elementwise_meta(n, ins);
+      std::string r = "r" + std::to_string(n.out->id) + "_";
+      row_name_[n.out->id] = r;
+      const bool tile = row_tile(n.out);
+      if (tile) {
+        line("float " + r + "[" + kw + "];");
+        line("#pragma unroll");
+        line("for (int j_ = 0; j_ < " + kw + "; ++j_) {");
+      } else {
+        line("float " + r + ";");
+        line("{");
+      }
+      std::vector<std::string> args;
+      for (size_t i = 0; i < ins.size(); ++i) {
+        std::string a = "a" + std::to_string(i) + "_";
+        line("  const float " + a + " = " + row_of(ins[i]) + (row_tile(ins[i]) ? "[j_]" : "") + ";");
+        args.push_back(a);
+      }
+      std::string val = expr(elementwise_f(n), args, std::vector<bool>(args.size(), false), "g_", 2, n, "  ");
+      line("  " + r + (tile ? "[j_]" : "") + " = mp_round(" + val + ", " + std::to_string(dt_code(n.out->dtype)) + ");");
+      line("}");
+      return;
+    }
+    if (auto* rd = n.as<ir::Reduce>()) {
+      line(e(rd->out, 0) + " = " + e(rd->in, 0) + "; " + o(rd->out, 0) + " = " + o(rd->in, 0) + ";");
+      line(e(rd->out, 1) + " = 1LL; " + o(rd->out, 1) + " = 0LL;");
+      auto comb = [&](const std::string& acc, const std::string& x) -> std::string {
+        switch (rd->combiner) {
+          case ir::Combiner::Add:
+            return acc + " + " + x;
+          case ir::Combiner::Mul:
+            return acc + " * " + x;
+          case ir::Combiner::Max:
+            return "mp_max(" + acc + ", " + x + ")";
+          default:
+            return "mp_min(" + acc + ", " + x + ")";
+        }
+      };
+      std::string r = "r" + std::to_string(rd->out->id) + "_";
+      row_name_[rd->out->id] = r;
+      line("float " + r + ";");
+      line("{  // this lane's columns within the extent, then the warp's lanes (shuffles)");
+      line("  double acc_ = " + num(rd->identity) + ";");
+      line("#pragma unroll");
+      line("  for (int j_ = 0; j_ < " + kw + "; ++j_) {");
+      std::string guard = row_guard("j_");
+      line("    if (" + (guard.empty() ? std::string("") : guard + " && ") + row_col("j_") + " < " + e(rd->in, 1) + ") {");
+      line("      const float xin_ = " + row_of(rd->in) + "[j_];");
+      if (rd->pre)
+        line("      const double x_ = " + expr(*rd->pre, {"xin_"}, {false}, "g_", 2, *rd, "      ", true) + ";");
+      else
+        line("      const double x_ = xin_;");
+      line("      acc_ = " + comb("acc_", "x_") + ";");
+      line("    }");
+      line("  }");
+      line("  for (int d_ = 16; d_ > 0; d_ >>= 1) acc_ = " + comb("acc_", "__shfl_xor_sync(0xffffffffu, acc_, d_)") + ";");
+      line("  " + r + " = (float)acc_;");
+      line("}");
+      return;
+    }
+    if (auto* b = n.as<ir::Buffer>()) {
+      copy_meta(b->out, b->in);
+      row_name_[b->out->id] = row_of(b->in);
+      return;
+    }
+    auto& st = n.cast<ir::StoreTile>();
+    line("{");
+    std::vector<std::string> start, ext;
+    store_meta(st, start, ext, "lane_ == 0");
+    const std::string r = row_of(st.in);
+    line("  if (y_ < " + ext[0] + ") {");
+    line("    " + std::string(dev_type(st.dst->dtype)) + "* g_ = " + T(st.dst) + " + (" + start[0] + " + y_) * " +
+         ll(row_C_) + ";");
+    line("#pragma unroll");
+    if (row_W_ == 4) {
+      line("    for (int k_ = 0; k_ < " + std::to_string(row_K_) + "; ++k_) {");
+      line("      const int c_ = 4 * (lane_ + 32 * k_);");
+      line("      if (c_ + 4 <= " + ext[1] + ") {");
+      // (a float4 assignment, not mp_st4: the PTX store's ordering cost softmax's 1024-column rows a
+      // 4-byte spill at 64 registers; this way ptxas keeps them without one)
+      line("        float4 q_;");
+      line("        q_.x = " + r + "[4 * k_]; q_.y = " + r + "[4 * k_ + 1]; q_.z = " + r + "[4 * k_ + 2]; q_.w = " + r +
+           "[4 * k_ + 3];");
+      line("        *(float4*)(g_ + c_) = q_;");
+      line("      } else {");
+      line("        for (int u_ = 0; u_ < 4 && c_ + u_ < " + ext[1] + "; ++u_) mp_st(g_, c_ + u_, " + r + "[4 * k_ + u_], " +
+           std::to_string(dt_code(st.dst->dtype)) + ");");
+      line("      }");
+      line("    }");
+    } else {
+      line("    for (int j_ = 0; j_ < " + kw + "; ++j_)");
+      line("      if (" + row_col("j_") + " < " + ext[1] + ") mp_st(g_, " + row_col("j_") + ", " + r + "[j_], " +
+           std::to_string(dt_code(st.dst->dtype)) + ");");
+    }
+    line("  }");
+    line("}");
+  }
+
+  // The loop of a row-wise statement: task t_ is row y_ of iteration i's tile, the tasks strided over
+  // every warp of the grid (a tile of fewer rows than a block has warps still keeps every warp busy).
+  void row_loop(const ir::MetaPipe& m) {
+    const std::string i = "i" + std::to_string(m.var->id);
+    const int64_t tasks = m.trip() * row_TR_;
+    line("// " + m.where() + ": the rows of its iterations' tiles over the warps of the grid");
+    line("{");
+    ind_ += "  ";
+    line("const int lane_ = threadIdx.x & 31;");
+    // The task index in 32 bits where it fits (a margin for the grid's warps beyond the last task): one
+    // register fewer across the body keeps softmax's 1024-column rows at 64 registers without a spill.
+    const bool narrow = tasks < (int64_t(1) << 31) - (int64_t(1) << 24);
+    const std::string ty = narrow ? "int" : "long long";
+    const std::string n = narrow ? std::to_string(tasks) : ll(tasks);
+    const std::string tr = narrow ? std::to_string(row_TR_) : ll(row_TR_);
+    line("const " + ty + " warps_ = (" + ty + ")gridDim.x * (blockDim.x >> 5);");
+    line("for (" + ty + " t_ = (" + ty + ")blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); t_ < " + n +
+         "; t_ += warps_) {");
+    ind_ += "  ";
+    line("const " + ty + " " + i + " = t_ / " + tr + ";");
+    line("const int y_ = (int)(t_ % " + tr + ");  // the row of iteration " + i + "'s tile");
+    row_name_.clear();
+    for (auto& st : m.stages) {
+      line("// stage " + st.name);
+      for (auto& op : st.ops) row_node(*op);
+    }
+    ind_.resize(ind_.size() - 2);
+    line("}");
+    ind_.resize(ind_.size() - 2);
+    line("}");
+  }
+
   // ---- one kernel per top-level statement
   // The launch of statement `stmt`, named: its entry symbol and the statement's node.
   KernelLaunch launch_of(int stmt) const {
@@ -1385,7 +1659,14 @@ class Gen {
     ring_notes_.clear();
     ring_depth_ = 0;
     ring_plan_.clear();
-    if (k.distributed) plan_ring(*mp);
+    row_mode_ = false;
+    row_values_.clear();
+    row_refusal_.clear();
+    if (k.distributed && !k.fold && opt_.warp_rows) {
+      row_refusal_ = row_refusal(*mp);
+      row_mode_ = row_refusal_.empty();
+    }
+    if (k.distributed && !row_mode_) plan_ring(*mp);
     if (!ring_tiles_.empty())
       choose_ring_depth(*mp, top, stmt, k);
     else
@@ -1403,7 +1684,12 @@ class Gen {
       src_ << "// loop-carried values: one block runs the iterations in order.\n";
     else
       src_ << "// one block.\n";
-    if (!ring_tiles_.empty()) {
+    if (row_mode_) {
+      src_ << "// path: rows in registers: each warp takes whole rows of the tiles (" << row_TR_ << " x " << row_C_
+           << "), " << row_K_ * row_W_ << " registers a lane per row\n// value, " << (row_W_ == 4 ? "16-byte" : "4-byte")
+           << " loads and stores, the reductions by warp shuffles; no shared memory, no block barrier\n"
+           << "// (MP_CUDA_LOWER_ROWS=tile: the tile path).\n";
+    } else if (!ring_tiles_.empty()) {
       src_ << "// path: tile ring (" << (bulk_ring() ? "bulk copies (TMA)" : "cp.async") << "), " << ring_depth_
            << " slots per tile:";
       for (auto* l : ring_tiles_) src_ << " " << l->src->name;
@@ -1416,6 +1702,8 @@ class Gen {
     } else if (k.distributed) {
       src_ << "// path: direct tile copies, loads then compute then store in every iteration.\n";
     }
+    if (k.distributed && !k.fold && opt_.warp_rows && !row_mode_)
+      src_ << "// not rows in registers: " << row_refusal_ << ".\n";
     for (auto& note : ring_notes_) src_ << "// " << note << ".\n";
     if (mma_note_.count(stmt))
       src_ << "// the MatMul takes the element loops, not the tile layer's wgmma pipeline: " << mma_note_.at(stmt) << ".\n";
@@ -1451,14 +1739,18 @@ class Gen {
     }
     for (int id : used) {
       auto& val = values_.at(id);
-      std::string decl = "float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
-                         ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")";
-      line(decl);
+      if (row_mode_ && row_values_.count(id)) {
+        line("// " + ir::value_name(val) + " " + ir::to_string(val->dtype) + ir::to_string(val->shape) +
+             ": a row of it in each warp's registers");
+      } else {
+        line("float* " + v(id) + " = " + storage(id) + ";  // " + ir::value_name(val) + " " +
+             ir::to_string(val->dtype) + ir::to_string(val->shape) + " (" + where_name(id) + ")");
+      }
       std::string m = meta_type_;
       for (size_t a = 0; a < val->shape.size(); ++a)
         m += std::string(a ? "," : "") + " " + e(id, a) + " = 0, " + o(id, a) + " = 0";
       if (!val->shape.empty()) line(m + ";");
-      line("(void)" + v(id) + ";");
+      if (!(row_mode_ && row_values_.count(id))) line("(void)" + v(id) + ";");
       // A value from an earlier statement: its run-time extents and origin come from mp_gm.
       if (toplevel_.count(id) && stmt_of_.at(id) < stmt) {
         int64_t mo = global_meta_.at(id);
@@ -1482,7 +1774,9 @@ class Gen {
       }
       line("}");
     };
-    if (k.distributed) {
+    if (row_mode_) {
+      row_loop(*mp);
+    } else if (k.distributed) {
       auto& m = *mp;
       std::string i = "i" + std::to_string(m.var->id);
       if (k.fold)
@@ -1592,6 +1886,8 @@ class Gen {
     ind_ = "";
     src_ << "}\n";
     out_.kernels.push_back(k);
+    row_mode_ = false;  // the next statement decides for itself
+    row_values_.clear();
   }
 
   // The kernel of a statement that plan_mma matched: a load / compute / finish struct on the tile
@@ -1854,15 +2150,97 @@ class Gen {
     }
   }
 
+  // The LoadTiles of an inner loop's first stage whose next tile is prefetched into registers
+  // (LowerOptions::prefetch): one contiguous run of a float-stored tensor, its inner axes full, at most
+  // four elements per thread. LoadTile id -> its loop.
+  std::map<int, const ir::MetaPipe*> prefetch_;
+  bool prefetchable(const ir::LoadTile& l) const {
+    const auto& t = l.src;
+    if (std::string(dev_type(t->dtype)) != "float" || ir::num_elements(l.out->shape) > 4 * int64_t(opt_.threads))
+      return false;
+    int lead = -1;
+    for (size_t a = 0; a < t->shape.size(); ++a)
+      if (l.out->shape[a] > 1) {
+        lead = int(a);
+        break;
+      }
+    if (lead < 0) return false;
+    for (size_t a = size_t(lead + 1); a < t->shape.size(); ++a)
+      if (l.out->shape[a] != t->shape[a] || !l.offset[a].is_const() || l.offset[a].constant != 0) return false;
+    return true;
+  }
   void metapipe(const ir::MetaPipe& m) {
     std::string i = "i" + std::to_string(m.var->id);
     for (auto& c : m.carried) copy_value(c.arg, c.init);
+    std::vector<const ir::LoadTile*> pf;
+    if (opt_.prefetch && m.trip() >= 2 && !m.stages.empty())
+      for (auto& op : m.stages[0].ops)
+        if (auto* l = op->as<ir::LoadTile>(); l && prefetchable(*l)) pf.push_back(l);
+    if (!pf.empty()) {
+      line("{  // the next iteration's tiles are loaded into registers while this one computes: " +
+           [&] {
+             std::string names;
+             for (auto* l : pf) names += (names.empty() ? "" : ", ") + l->where() + " (" + l->src->name + ")";
+             return names;
+           }());
+      ind_ += "  ";
+      for (auto* l : pf) {
+        const std::string q = std::to_string(l->out->id);
+        line("float4 pf" + q + "_; int pfn" + q + "_ = 0;  // this thread's four elements of the prefetched tile, and its length");
+        line("pf" + q + "_.x = pf" + q + "_.y = pf" + q + "_.z = pf" + q + "_.w = 0.0f;");
+        prefetch_[l->id] = &m;
+      }
+    }
     line("for (long long " + i + " = 0; " + i + " < " + ll(m.trip()) + "; ++" + i + ") {");
     ind_ += "  ";
     loop_body(m);
     ind_.resize(ind_.size() - 2);
     line("}");
+    if (!pf.empty()) {
+      for (auto* l : pf) prefetch_.erase(l->id);
+      ind_.resize(ind_.size() - 2);
+      line("}");
+    }
     for (auto& c : m.carried) copy_meta(c.result, c.arg);
+  }
+  // A prefetched LoadTile (prefetch_): iteration 0 copies its tile as the direct path does; a later one
+  // writes the registers that the previous iteration filled (the barrier that ended it keeps the tile
+  // from being rewritten while read). Then the loads of the next iteration's tile into registers, which
+  // stay in flight while this iteration computes and stores; then the stage's barrier.
+  void load_prefetched(const ir::LoadTile& l, const ir::MetaPipe& m, const std::function<void()>& copy) {
+    const std::string i = "i" + std::to_string(m.var->id), q = std::to_string(l.out->id);
+    const std::string pfv = "pf" + q + "_", pfn = "pfn" + q + "_", d = v(l.out->id);
+    line("if (" + i + " == 0) {");
+    ind_ += "  ";
+    bool keep = skip_barrier_;
+    skip_barrier_ = true;
+    copy();
+    skip_barrier_ = keep;
+    ind_.resize(ind_.size() - 2);
+    line("} else {  // the tile the previous iteration prefetched into registers");
+    line("  const int f_ = 4 * (int)threadIdx.x;");
+    line("  if (f_ < " + pfn + ") " + d + "[f_] = " + pfv + ".x;");
+    line("  if (f_ + 1 < " + pfn + ") " + d + "[f_ + 1] = " + pfv + ".y;");
+    line("  if (f_ + 2 < " + pfn + ") " + d + "[f_ + 2] = " + pfv + ".z;");
+    line("  if (f_ + 3 < " + pfn + ") " + d + "[f_ + 3] = " + pfv + ".w;");
+    line("}");
+    const RingSpan sp = ring_span(l, m, "(" + i + " + 1)");
+    line("if (" + i + " + 1 < " + ll(m.trip()) + ") {  // prefetch: iteration " + i + " + 1's tile, in flight during this one");
+    line("  const long long s_ = " + sp.lead_offset + ", g0_ = " + sp.g0 + ";");
+    line("  " + pfn + " = s_ >= 0" + sp.ok + " ? (int)mp_clip(" + ll(l.src->shape[size_t(sp.lead)]) + " - s_, " +
+         ll(l.out->shape[size_t(sp.lead)]) + ") * " + std::to_string(sp.inner) + " : 0;");
+    line("  const float* g_ = " + T(l.src) + " + g0_;");
+    line("  const int f_ = 4 * (int)threadIdx.x;");
+    line("  if ((g0_ & 3) == 0 && f_ + 4 <= " + pfn + ") {");
+    line("    " + pfv + " = *(const float4*)(g_ + f_);");
+    line("  } else {");
+    line("    " + pfv + ".x = f_ < " + pfn + " ? g_[f_] : 0.0f;");
+    line("    " + pfv + ".y = f_ + 1 < " + pfn + " ? g_[f_ + 1] : 0.0f;");
+    line("    " + pfv + ".z = f_ + 2 < " + pfn + " ? g_[f_ + 2] : 0.0f;");
+    line("    " + pfv + ".w = f_ + 3 < " + pfn + " ? g_[f_ + 3] : 0.0f;");
+    line("  }");
+    line("}");
+    barrier();
   }
 
   void node(const ir::Node& n) {
@@ -2018,20 +2396,29 @@ class Gen {
     barrier();
   }
 
-  void load(const ir::LoadTile& l) {
+  // A LoadTile's bounds checks and run-time extents and origins; `reporter` is the thread that reports a
+  // tile out of bounds.
+  void load_meta(const ir::LoadTile& l, const std::string& reporter = "threadIdx.x == 0") {
     const auto& t = l.src;
-    auto tst = strides(t->shape);
     size_t r = t->shape.size();
     MP_INTERNAL_CHECK(l.offset.size() == r && l.out->shape.size() == r, l.where(), ": offsets / rank differ");
-    std::vector<std::string> start, ext;
     for (size_t a = 0; a < r; ++a) {
       // The checks in 64 bits, before the origin is narrowed to the metadata type (an origin past the end
       // leaves an extent of 0, so nothing is read through it).
       line("{ const long long s_ = " + affine(l.offset[a]) + ", room_ = " + ll(t->shape[a]) + " - s_;");
       // Out of bounds as ir/eval.cpp defines it: past the end unmasked, or a masked tile with nothing left.
-      line("  if (s_ < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) +
-           ") { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(l.id) + ", " + std::to_string(a) + "); }");
+      line("  if (s_ < 0 || room_ < " + (l.masked ? "1LL" : ll(l.out->shape[a])) + ") { if (" + reporter +
+           ") mp_fail(mp_err, 2, " + std::to_string(l.id) + ", " + std::to_string(a) + "); }");
       line("  " + o(l.out, a) + " = s_; " + e(l.out, a) + " = s_ < 0 ? 0 : mp_clip(room_, " + ll(l.out->shape[a]) + "); }");
+    }
+  }
+  void load(const ir::LoadTile& l) {
+    const auto& t = l.src;
+    auto tst = strides(t->shape);
+    size_t r = t->shape.size();
+    load_meta(l);
+    std::vector<std::string> start, ext;
+    for (size_t a = 0; a < r; ++a) {
       start.push_back(o(l.out, a));
       ext.push_back(e(l.out, a));
     }
@@ -2041,16 +2428,38 @@ class Gen {
       if (stage_has_direct_) barrier();  // for a direct copy before it in the stage (none of its own)
       return;
     }
-    tile_copy(l.out, t, start, ext, false, [&] {
-      std::string g;
-      for (size_t a = 0; a < r; ++a)
-        g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
-             (tst[a] == 1 ? "" : " * " + ll(tst[a]));
-      if (g.empty()) g = "0";
-      line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
-    });
+    auto copy = [&] {
+      tile_copy(l.out, t, start, ext, false, [&] {
+        std::string g;
+        for (size_t a = 0; a < r; ++a)
+          g += std::string(a ? " + " : "") + "(" + o(l.out, a) + " + x" + std::to_string(a) + ")" +
+               (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+        if (g.empty()) g = "0";
+        line("    " + v(l.out->id) + "[" + at(l.out, xs(r)) + "] = mp_ld(" + T(t) + ", " + g + ");");
+      });
+    };
+    if (auto it = prefetch_.find(l.id); it != prefetch_.end())
+      load_prefetched(l, *it->second, copy);
+    else
+      copy();
   }
 
+  // A StoreTile's bounds checks (inside a block the caller opened): its start s<a>_ and clipped extent
+  // c<a>_ per axis, returned as names.
+  void store_meta(const ir::StoreTile& s, std::vector<std::string>& start, std::vector<std::string>& ext,
+                  const std::string& reporter = "threadIdx.x == 0") {
+    const auto& t = s.dst;
+    for (size_t a = 0; a < t->shape.size(); ++a) {
+      std::string st = "s" + std::to_string(a) + "_", ex = "c" + std::to_string(a) + "_";
+      line("  const long long " + st + " = " + affine(s.offset[a]) + ";");
+      line("  const long long " + ex + "w = " + e(s.in, a) + ", " + ex + "r = " + ll(t->shape[a]) + " - " + st + ";");
+      line("  if (" + st + " < 0 || (" + ex + "r < " + ex + "w && " + (s.masked ? ex + "r <= 0" : std::string("true")) +
+           ")) { if (" + reporter + ") mp_fail(mp_err, 2, " + std::to_string(s.id) + ", " + std::to_string(a) + "); }");
+      line("  const long long " + ex + " = " + st + " < 0 ? 0 : mp_clip(" + ex + "r, " + ex + "w);");
+      start.push_back(st);
+      ext.push_back(ex);
+    }
+  }
   void store(const ir::StoreTile& s) {
     const auto& t = s.dst;
     auto tst = strides(t->shape);
@@ -2058,16 +2467,7 @@ class Gen {
     MP_INTERNAL_CHECK(s.offset.size() == r && s.in->shape.size() == r, s.where(), ": offsets / rank differ");
     line("{");
     std::vector<std::string> start, ext;
-    for (size_t a = 0; a < r; ++a) {
-      std::string st = "s" + std::to_string(a) + "_", ex = "c" + std::to_string(a) + "_";
-      line("  const long long " + st + " = " + affine(s.offset[a]) + ";");
-      line("  const long long " + ex + "w = " + e(s.in, a) + ", " + ex + "r = " + ll(t->shape[a]) + " - " + st + ";");
-      line("  if (" + st + " < 0 || (" + ex + "r < " + ex + "w && " + (s.masked ? ex + "r <= 0" : std::string("true")) +
-           ")) { if (threadIdx.x == 0) mp_fail(mp_err, 2, " + std::to_string(s.id) + ", " + std::to_string(a) + "); }");
-      line("  const long long " + ex + " = " + st + " < 0 ? 0 : mp_clip(" + ex + "r, " + ex + "w);");
-      start.push_back(st);
-      ext.push_back(ex);
-    }
+    store_meta(s, start, ext);
     std::string saved = ind_;
     ind_ += "  ";
     bool keep = skip_barrier_;
@@ -2081,7 +2481,9 @@ class Gen {
     };
     const ir::Node* src = fused_src_ && fused_src_->out->id == s.in->id ? fused_src_ : nullptr;
     fused_src_ = nullptr;
-    if (src) {
+    if (src && vector_store(s, *src)) {
+      store_vector(s, *src, start, ext);
+    } else if (src) {
       // The fused Map / Zip's elements go from its operands to the tensor (4-byte stores, consecutive
       // threads on consecutive elements), rounded to its dtype as its stored value would be.
       line("// " + src->where() + "'s elements, computed here and stored to " + t->name);
@@ -2109,6 +2511,87 @@ class Gen {
     ind_ = saved;
     line("}");
     barrier();
+  }
+
+  // A fused Map / Zip stored four elements per thread (LowerOptions::vector_stores): into an f32 tensor,
+  // the stored tile's last axis a multiple of 4 long and contiguous in the tensor, an element function
+  // small enough that four of it at once stay in registers (blackscholes' price keeps one element per
+  // thread) and without Index / Random (their global index per element).
+  bool vector_store(const ir::StoreTile& s, const ir::Node& src) const {
+    if (!opt_.vector_stores || s.dst->dtype != ir::DType::f32) return false;
+    const auto& sh = s.in->shape;
+    if (sh.empty() || sh.back() < 4 || sh.back() % 4 != 0) return false;
+    std::set<const ir::ExprNode*> seen;
+    return expr_nodes(elementwise_f(src).node(), seen) <= 16 && !uses_index(elementwise_f(src));
+  }
+  // Thread q_ of the loop takes the four elements 4 q_ .. 4 q_ + 3 of the stored tile's last axis (the
+  // other axes as the element loop decomposes them): it computes the four (operands read from their
+  // storage as in the element loop; those past the run-time extents are computed and dropped), then
+  // stores them as one float4 where all four are within the clipped extents and the tensor offset is a
+  // multiple of four elements, else one by one within the extents. A warp's 16-byte stores cover 512
+  // consecutive bytes of a row.
+  void store_vector(const ir::StoreTile& s, const ir::Node& src, const std::vector<std::string>& start,
+                    const std::vector<std::string>& ext) {
+    const auto& t = s.dst;
+    const auto& x = s.in;
+    const size_t r = x->shape.size();
+    auto tst = strides(t->shape);
+    const int64_t L = x->shape[r - 1], chunks = ir::num_elements(x->shape) / 4;
+    MP_USER_CHECK(chunks < (int64_t(1) << 31), "cuda lowering: a tile of ", 4 * chunks,
+                  " elements is too large for one block; use a smaller tile");
+    int outer = -1;
+    for (size_t a = 0; a < r; ++a)
+      if (x->shape[a] > 1) {
+        outer = int(a);
+        break;
+      }
+    const std::string last = "x" + std::to_string(r - 1);
+    line("// " + src.where() + "'s elements, computed here four at a time and stored to " + t->name +
+         " as 16-byte stores");
+    line("{");
+    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(chunks) + "; f_ += blockDim.x) {");
+    line("    int r_ = f_;");
+    std::string skip;
+    for (int a = int(r) - 1; a >= 0; --a) {
+      std::string xa = "x" + std::to_string(a);
+      const int64_t n = a == int(r) - 1 ? L / 4 : x->shape[size_t(a)];
+      std::string val = a == outer ? "r_" : "r_ % " + std::to_string(n);
+      if (a == int(r) - 1) val = "4 * (" + val + ")";
+      if (x->shape[size_t(a)] == 1)
+        line("    const int " + xa + "b_ = 0;");
+      else
+        line("    const int " + xa + "b_ = " + val + ";" + (a == outer ? "" : " r_ /= " + std::to_string(n) + ";"));
+      skip += std::string(skip.empty() ? "" : " || ") + xa + "b_ >= " + ext[size_t(a)];
+    }
+    line("    (void)r_;");
+    line("    if (" + skip + ") continue;");
+    for (size_t a = 0; a + 1 < r; ++a) line("    const int x" + std::to_string(a) + " = x" + std::to_string(a) + "b_;");
+    line("    float w_[4];");
+    line("#pragma unroll");
+    line("    for (int u_ = 0; u_ < 4; ++u_) {");
+    line("      const int " + last + " = " + last + "b_ + u_;");
+    auto ins = elementwise_ins(src);
+    std::vector<std::string> args;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      std::string a = "a" + std::to_string(i) + "_";
+      line("      const float " + a + " = " + v(ins[i]->id) + "[" + at(ins[i], xs(r)) + "];");
+      args.push_back(a);
+    }
+    std::string val = expr(elementwise_f(src), args, std::vector<bool>(args.size(), false), "g_", r, src, "      ");
+    line("      w_[u_] = mp_round(" + val + ", " + std::to_string(dt_code(x->dtype)) + ");");
+    line("    }");
+    std::string g;
+    for (size_t a = 0; a < r; ++a)
+      g += std::string(a ? " + " : "") + "(" + start[a] + " + x" + std::to_string(a) + "b_)" +
+           (tst[a] == 1 ? "" : " * " + ll(tst[a]));
+    line("    const long long g_ = " + g + ";");
+    line("    if (" + last + "b_ + 4 <= " + ext[r - 1] + " && (g_ & 3) == 0) {");
+    line("      mp_st4(" + T(t) + " + g_, w_[0], w_[1], w_[2], w_[3]);");
+    line("    } else {");
+    line("      for (int u_ = 0; u_ < 4 && " + last + "b_ + u_ < " + ext[r - 1] + "; ++u_) " + T(t) + "[g_ + u_] = w_[u_];");
+    line("    }");
+    line("  }");
+    line("}");
   }
 
   // The associative combiners: G warps per output element (G a power of two, as many as the block has
@@ -2381,6 +2864,25 @@ LowerOptions options_from_env(LowerOptions base) {
   }
   if (const char* c = std::getenv("MP_CUDA_LOWER_COPY"); c && *c) set_copy_option(base, c);
   if (const char* m = std::getenv("MP_CUDA_LOWER_MATMUL"); m && *m) set_matmul_option(base, m);
+  if (const char* st = std::getenv("MP_CUDA_LOWER_STORE"); st && *st) {
+    std::string v = st;
+    MP_USER_CHECK(v == "vec" || v == "scalar", "MP_CUDA_LOWER_STORE='", v,
+                  "' is not vec or scalar (a fused StoreTile's stores: 16 bytes of four elements, or 4 bytes)");
+    base.vector_stores = v == "vec";
+  }
+  if (const char* pf = std::getenv("MP_CUDA_LOWER_PREFETCH"); pf && *pf) {
+    std::string v = pf;
+    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_PREFETCH='", v,
+                  "' is not on or off (an inner loop's small tiles of the next iteration loaded into registers)");
+    base.prefetch = v == "on";
+  }
+  if (const char* rw = std::getenv("MP_CUDA_LOWER_ROWS"); rw && *rw) {
+    std::string v = rw;
+    MP_USER_CHECK(v == "warp" || v == "tile", "MP_CUDA_LOWER_ROWS='", v,
+                  "' is not warp or tile (a row-wise loop body: rows in each warp's registers, or the tile path "
+                  "through shared memory)");
+    base.warp_rows = v == "warp";
+  }
   return base;
 }
 

@@ -57,12 +57,31 @@ struct LowerOptions {
   // Speed only: both compute the product with fp32 accumulation, in a different order.
   enum class Matmul { Wgmma, Generic };
   Matmul matmul = Matmul::Wgmma;
+  // A Map / Zip computed inside the StoreTile that reads it (fusion above), into an f32 tensor: each
+  // thread computes four consecutive elements of the stored tile's last axis and stores them as one
+  // 16-byte store where they are within the extents and 16-byte aligned (else element by element).
+  // Off: one element per thread and 4-byte stores, as before. Speed only.
+  bool vector_stores = true;
+  // A loop body that works row by row on [rows, C] tiles (a LoadTile, Map / Zip nodes over the tile and
+  // over row values [rows, 1], Reduces along the row, StoreTiles; softmax's): each warp takes whole rows
+  // of the tile, keeps a row of every tile-sized value in its registers (C / 32 per lane, C <= 1024),
+  // loads it from the tensor and reduces it with warp shuffles, with no shared memory and no block
+  // barrier in the body. Off: the tile path (shared memory, a block barrier between the nodes). Speed
+  // only, as the ring.
+  bool warp_rows = true;
+  // An inner loop (a METAPIPE inside the statement's loop) whose first stage loads small tiles (one
+  // contiguous run of a float-stored tensor, at most four elements per thread: outerproduct's B tile):
+  // each thread loads its share of the next iteration's tile into registers after this iteration's copy,
+  // so the loads are in flight while this iteration computes and stores, and writes them into the tile at
+  // the top of the next iteration. Off: every iteration loads its tile, then computes. Speed only.
+  bool prefetch = true;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
 // MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]>,
 // MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring), MP_CUDA_LOWER_COPY=cp|bulk
-// (copy) and MP_CUDA_LOWER_MATMUL=wgmma|generic (matmul). A value that is neither is a user error naming the variable.
+// (copy), MP_CUDA_LOWER_MATMUL=wgmma|generic (matmul), MP_CUDA_LOWER_STORE=vec|scalar (vector_stores) and
+// MP_CUDA_LOWER_ROWS=warp|tile (warp_rows), MP_CUDA_LOWER_PREFETCH=on|off (prefetch). A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
 void set_ring_option(LowerOptions& o, const std::string& value);
