@@ -217,9 +217,9 @@ class Engine final : public LlamaGpu {
                   " (lower --gpu-tune stream= or seg-kib=)");
     MP_USER_CHECK(o.min_blocks_per_sm >= 2 && o.min_blocks_per_sm <= 4, "GPU engine: min_blocks_per_sm ",
                   o.min_blocks_per_sm, ": the task kernel is built for 2, 3 or 4 blocks per SM");
-    MP_USER_CHECK(o.gemv_loads == 4 || o.gemv_loads == 8, "GPU engine: gemv_loads ", o.gemv_loads,
-                  " must be 4 or 8");
-    MP_USER_CHECK(o.gemv_loads == 4 || o.min_blocks_per_sm < 4, "--gpu-tune loads=8 needs the registers of ",
+    MP_USER_CHECK(o.gemv_loads == 0 || o.gemv_loads == 4 || o.gemv_loads == 8, "GPU engine: gemv_loads ",
+                  o.gemv_loads, " must be 4 or 8 (0: chosen by min_blocks_per_sm)");
+    MP_USER_CHECK(o.gemv_loads != 8 || o.min_blocks_per_sm < 4, "--gpu-tune loads=8 needs the registers of ",
                   "min-blocks=3 or 2 (the 4-block kernel has 64 per thread)");
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
                   " must be >= 0, or -1 for whole tasks");
@@ -613,7 +613,7 @@ class Engine final : public LlamaGpu {
     p_.stream_depth = opt_.stream_depth;
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);
     p_.ring_off = int32_t(ring_off_);
-    p_.loads = opt_.gemv_loads;
+    p_.loads = opt_.gemv_loads ? opt_.gemv_loads : opt_.min_blocks_per_sm == 2 ? 8 : 4;
   }
   void launch_group(size_t g, LlamaGpuStats& count) {
     const LaunchGroup& lg = sched_.groups[g];

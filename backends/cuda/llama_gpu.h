@@ -229,8 +229,10 @@ struct LlamaGpuOptions {
   int blocks_per_sm = 0;  // 0: as many as fit
   // Tuning switches (the defaults are meant to be the fast path; each alternative is the simpler
   // setting, kept for comparison, see docs/llama-gpu.md):
-  int min_blocks_per_sm = 4;  // the task kernel's register budget: 4 (64 registers), 3 (85) or 2 (128)
-  int gemv_loads = 4;         // register-load GEMV: 16-byte loads a lane issues before using them, 4 or 8
+  int min_blocks_per_sm = 2;  // the task kernel's register budget: 2 (128 registers), 3 (85) or 4 (64)
+  // register-load GEMV: 16-byte loads a lane issues before using them, 4 or 8; 0: 8 in the 2-block kernel
+  // (measured faster there, with the paired rows of short slices), 4 in the others
+  int gemv_loads = 0;
   int64_t prefetch_bytes = 32 << 10;  // L2 prefetch per GEMV task in the fused modes; 0 none, -1 all
   GemvSplit gemv_split = GemvSplit::balanced;
   // Fused modes: take the next task from the queue before running one. Off: a block busy with a task
@@ -267,7 +269,7 @@ struct LlamaGpuOptions {
 //   min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1,
 //   stream=0..8, seg-kib=1..16, combine=separate|fused|last, slices=auto|1|2|4|8, l2-ahead-kib=N
 // user_error naming the bad item and the accepted ones. Every switch at its alternative:
-// "min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1".
+// "min-blocks=4,loads=4,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1".
 void apply_tuning(const std::string& list, LlamaGpuOptions& o);
 
 // One task of a traced position, in nanoseconds of the GPU's global timer: when its block took it (per-op

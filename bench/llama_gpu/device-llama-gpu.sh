@@ -85,9 +85,9 @@ if [ $tp = 1 ]; then
 fi
 # The megakernel with single tuning switches changed, and with all of them at their alternatives
 # (docs/llama-gpu.md, "Speed"), to see which change moves the time.
-alternatives="min-blocks=2,loads=8,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1"
+alternatives="min-blocks=4,loads=4,prefetch-kib=all,split=two-per-worker,fetch-ahead=1,stream=4,combine=separate,slices=1"
 tune_list=("$alternatives" combine=separate combine=fused slices=1 fetch-ahead=1 min-blocks=3 min-blocks=3,loads=8
-           min-blocks=2,loads=8 stream=4 stream=2 min-blocks=2 prefetch-kib=0 prefetch-kib=all split=two-per-worker)
+           min-blocks=4,loads=4 stream=4 stream=2 min-blocks=2,loads=4 prefetch-kib=0 prefetch-kib=all split=two-per-worker)
 [ -n "$tunes" ] && IFS=';' read -r -a tune_list <<<"$tunes"
 [ $with_tune = 1 ] || tune_list=()
 shape_list="smollm2-135m llama3.1-8b"

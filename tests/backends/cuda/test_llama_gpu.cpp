@@ -178,7 +178,8 @@ TEST(LlamaGpuSchedule, GemvColumnSlices) {
 
 TEST(LlamaGpuOptions, Tuning) {
   LlamaGpuOptions o;
-  EXPECT_EQ(o.min_blocks_per_sm, 4);
+  EXPECT_EQ(o.min_blocks_per_sm, 2);
+  EXPECT_EQ(o.gemv_loads, 0);  // 8 in the 2-block kernel, 4 in the others
   EXPECT_EQ(o.prefetch_bytes, 32 << 10);
   apply_tuning("min-blocks=2,prefetch-kib=all,split=two-per-worker,fetch-ahead=0", o);
   EXPECT_EQ(o.min_blocks_per_sm, 2);
