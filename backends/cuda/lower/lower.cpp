@@ -2851,38 +2851,28 @@ LowerOptions options_from_env(LowerOptions base) {
         "' is not a multiple of 32 in [64, 1024] (threads per block, e.g. MP_CUDA_LOWER_THREADS=256)");
     base.threads = int(n);
   }
-  if (const char* f = std::getenv("MP_CUDA_LOWER_FUSE"); f && *f) {
-    std::string v = f;
-    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_FUSE='", v, "' is not on or off");
-    base.fuse_elementwise = v == "on";
-  }
-  if (const char* b = std::getenv("MP_CUDA_LOWER_BARRIERS"); b && *b) {
-    std::string v = b;
-    MP_USER_CHECK(v == "1" || v == "2", "MP_CUDA_LOWER_BARRIERS='", v,
-                  "' is not 1 or 2 (barriers per iteration of a ring of 3 or more slots)");
-    base.one_barrier_ring = v == "1";
-  }
+  // A switch of two values: unset (or empty) leaves `flag`, `yes` sets it, `no` clears it, anything else
+  // is a user error naming the variable, the two values and, where given, what the switch chooses.
+  auto two_way = [](const char* name, const char* yes, const char* no, const char* why, bool& flag) {
+    const char* e = std::getenv(name);
+    if (!e || !*e) return;
+    const std::string v = e;
+    MP_USER_CHECK(v == yes || v == no, name, "='", v, "' is not ", yes, " or ", no, *why ? " (" : "", why,
+                  *why ? ")" : "");
+    flag = v == yes;
+  };
+  two_way("MP_CUDA_LOWER_FUSE", "on", "off", "", base.fuse_elementwise);
+  two_way("MP_CUDA_LOWER_BARRIERS", "1", "2", "barriers per iteration of a ring of 3 or more slots",
+          base.one_barrier_ring);
   if (const char* c = std::getenv("MP_CUDA_LOWER_COPY"); c && *c) set_copy_option(base, c);
   if (const char* m = std::getenv("MP_CUDA_LOWER_MATMUL"); m && *m) set_matmul_option(base, m);
-  if (const char* st = std::getenv("MP_CUDA_LOWER_STORE"); st && *st) {
-    std::string v = st;
-    MP_USER_CHECK(v == "vec" || v == "scalar", "MP_CUDA_LOWER_STORE='", v,
-                  "' is not vec or scalar (a fused StoreTile's stores: 16 bytes of four elements, or 4 bytes)");
-    base.vector_stores = v == "vec";
-  }
-  if (const char* pf = std::getenv("MP_CUDA_LOWER_PREFETCH"); pf && *pf) {
-    std::string v = pf;
-    MP_USER_CHECK(v == "on" || v == "off", "MP_CUDA_LOWER_PREFETCH='", v,
-                  "' is not on or off (an inner loop's small tiles of the next iteration loaded into registers)");
-    base.prefetch = v == "on";
-  }
-  if (const char* rw = std::getenv("MP_CUDA_LOWER_ROWS"); rw && *rw) {
-    std::string v = rw;
-    MP_USER_CHECK(v == "warp" || v == "tile", "MP_CUDA_LOWER_ROWS='", v,
-                  "' is not warp or tile (a row-wise loop body: rows in each warp's registers, or the tile path "
-                  "through shared memory)");
-    base.warp_rows = v == "warp";
-  }
+  two_way("MP_CUDA_LOWER_STORE", "vec", "scalar",
+          "a fused StoreTile's stores: 16 bytes of four elements, or 4 bytes", base.vector_stores);
+  two_way("MP_CUDA_LOWER_PREFETCH", "on", "off",
+          "an inner loop's small tiles of the next iteration loaded into registers", base.prefetch);
+  two_way("MP_CUDA_LOWER_ROWS", "warp", "tile",
+          "a row-wise loop body: rows in each warp's registers, or the tile path through shared memory",
+          base.warp_rows);
   return base;
 }
 

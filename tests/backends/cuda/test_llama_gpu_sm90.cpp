@@ -297,6 +297,17 @@ TEST(SM90_LlamaGpu, Bf16WeightsAndContextLimit) {
   EXPECT_USER_ERROR(native->generate(1), "feed a prompt first");
 }
 
+// Decodes n tokens after `prompt` with the weights converted to bf16, in mode m with the --gpu-tune list
+// `tune`.
+Decode decode_bf16(const models::LlamaConfig& c, models::LlamaRunner& runner, Launch m, int64_t ctx,
+                   const std::string& tune, const std::vector<int32_t>& prompt, int n) {
+  LlamaGpuOptions o;
+  o.launch = m, o.context = ctx, o.weights = GpuWeights::bf16;
+  apply_tuning(tune, o);
+  auto g = LlamaGpu::create(shapes(c), runner.weights(), o);
+  return run_gpu(*g, prompt, n);
+}
+
 // bf16 GEMV rows streamed through the shared-memory ring (bulk copies) against the register loads, on
 // SmolLM2-135M's shapes (rows of 1,152 and 3,072 bytes) with weights converted to bf16, in each launch
 // mode: the 4 KiB segments hold a whole row; 1 KiB segments split rows into 2 or 3 with a partial last
@@ -311,13 +322,7 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
   const std::vector<int32_t> prompt = {1, 17, 400, 9000, 31, 5};
   for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel}) {
     SCOPED_TRACE(to_string(m));
-    auto run = [&](const char* tune) {
-      LlamaGpuOptions o;
-      o.launch = m, o.context = ctx, o.weights = GpuWeights::bf16;
-      apply_tuning(tune, o);
-      auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
-      return run_gpu(*g, prompt, 12);
-    };
+    auto run = [&](const char* tune) { return decode_bf16(c, *runner, m, ctx, tune, prompt, 12); };
     // The streamed GEMV reads whole rows: compared with the register loads of whole rows (slices=1).
     const Decode regs = run("stream=0,slices=1"), whole = run("stream=4,seg-kib=4"),
                  split = run("stream=3,seg-kib=1");
@@ -345,11 +350,7 @@ TEST(SM90_LlamaGpu, PairedRowsEqualOneRowAtATime) {
     for (const char* slices : {"slices=auto", "slices=1", "slices=2"}) {
       SCOPED_TRACE(std::string(to_string(m)) + " " + slices);
       auto run = [&](const char* loads) {
-        LlamaGpuOptions o;
-        o.launch = m, o.context = ctx, o.weights = GpuWeights::bf16;
-        apply_tuning(std::string("min-blocks=3,") + loads + "," + slices, o);
-        auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
-        return run_gpu(*g, prompt, 8);
+        return decode_bf16(c, *runner, m, ctx, std::string("min-blocks=3,") + loads + "," + slices, prompt, 8);
       };
       const Decode one = run("loads=4"), two = run("loads=8");
       ASSERT_TRUE(all_finite(one.first_logits));
