@@ -223,7 +223,6 @@ class Engine final : public LlamaGpu {
                   "min-blocks=3 or 2 (the 4-block kernel has 64 per thread)");
     MP_USER_CHECK(o.prefetch_bytes >= -1, "GPU engine: prefetch_bytes ", o.prefetch_bytes,
                   " must be >= 0, or -1 for whole tasks");
-    MP_USER_CHECK(o.l2_ahead_bytes >= 0, "GPU engine: l2_ahead_bytes ", o.l2_ahead_bytes, " must be >= 0");
     kernel_ = o.min_blocks_per_sm == 4 ? llama_tasks<4> : o.min_blocks_per_sm == 3 ? llama_tasks<3> : llama_tasks<2>;
     raise_smem_limit(kernel_, smem_);
     int per_sm = 0;
