@@ -48,7 +48,7 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
       if (p.trace && threadIdx.x == 0) s_time[0] = s_time[1] = dev::global_ns();
       dev::load_meta(p, task, s_meta);
       __syncthreads();
-      dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
+      dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem, [] {});
       dev::finish_task(p, task);
       if (p.trace && threadIdx.x == 0)
         p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
@@ -76,9 +76,10 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     dev::load_meta(p, task, s_meta);
     __syncthreads();  // published before any thread's read (the compiler may hoist reads above a branch)
     dev::prefetch_weights(p, s_meta, task.index);
-    dev::wait_for_producers(p, s_meta.op);
-    if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
-    dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem);
+    dev::run_task<(MinBlocks < 4)>(p, task, s_meta, smem, [&] {
+      dev::wait_for_producers(p, s_meta.op);
+      if (p.trace && threadIdx.x == 0) s_time[1] = dev::global_ns();
+    });
     dev::finish_task(p, task);
     if (p.trace && threadIdx.x == 0)
       p.trace[p.group_first_task + i] = TaskTime{s_time[0], s_time[1], dev::global_ns(), dev::sm_id()};
@@ -613,6 +614,8 @@ class Engine final : public LlamaGpu {
     p_.stream_seg = int32_t(opt_.stream_seg_bytes);
     p_.ring_off = int32_t(ring_off_);
     p_.loads = opt_.gemv_loads ? opt_.gemv_loads : opt_.min_blocks_per_sm == 2 ? 8 : 4;
+    p_.preload = opt_.gemv_preload ? 1 : 0;
+    p_.l2_evict_first = opt_.l2_evict_first ? 1 : 0;
   }
   void launch_group(size_t g, LlamaGpuStats& count) {
     const LaunchGroup& lg = sched_.groups[g];

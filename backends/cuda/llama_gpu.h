@@ -62,10 +62,11 @@ enum class OpKind : int32_t {
   add,           // out += in0 (the residual)
   silu_mul,      // out = silu(in0) * in1
   argmax,        // the greedy token of the LM head's partials, stored as the position's prediction
-  // Fused modes: starts loading the first `rows` rows of a later GEMV's weight (`weight`) into L2, a
-  // task per `per_task` rows (one thread's bulk-copy prefetches; no inputs, no outputs, nothing waits on
-  // it). Placed beside a step that reads little from HBM (the attention), so that the HBM loads the next
-  // step's weights meanwhile (LlamaGpuOptions::l2_ahead_bytes).
+  // Fused modes: starts loading rows of a later GEMV's weight (`weight`) into L2: of its first `rows`
+  // rows cut in blocks of `stride`, the first `take` rows of each block, `per_task` blocks a task (one
+  // thread's bulk-copy prefetches; no inputs, no outputs, nothing waits on it). Placed beside a step
+  // that reads little from HBM (the attention), so that the HBM loads later weights meanwhile
+  // (LlamaGpuOptions::l2_ahead_bytes: the O projection's first rows, in blocks of about 1 MiB).
   l2_prefetch,
 };
 const char* to_string(OpKind k);
@@ -101,6 +102,7 @@ struct GpuOp {
   // holds them) and one task per KV head appends them to the cache (the fused modes' default, no
   // rope_append step); 0 = q rotated and the cache appended by earlier operations.
   int32_t rope;
+  int32_t stride, take;  // l2_prefetch: rows per block, rows prefetched at the start of each block
 };
 
 struct GpuTask {
@@ -249,6 +251,12 @@ struct LlamaGpuOptions {
   // Fused modes: the O projection's weight prefetched into L2 during the attention, at most this many
   // bytes of bf16 rows (an l2_prefetch operation; 0: none).
   int64_t l2_ahead_bytes = 0;
+  // The GEMVs' weight loads with an L2 evict-first policy (read once per token, they then do not evict
+  // the KV cache, the activations or what a prefetch brought in); off: the loads' default policy.
+  bool l2_evict_first = true;
+  // bf16 GEMVs of the 2- and 3-block kernels issue the loads of their first rows before waiting for
+  // their producers.
+  bool gemv_preload = true;
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.
   bool trace = false;

@@ -59,6 +59,8 @@ struct Params {
   int32_t loads;                 // register-load GEMV: 16-byte loads in flight per lane, 4 or 8
   TaskTime* trace;               // per task of the schedule: its times in this position (null: not traced)
   unsigned long long* head_done;  // layers x H: attention tasks finished per head, over all positions
+  int32_t preload;                // 1: a bf16 GEMV issues its first weight loads before its wait
+  int32_t l2_evict_first;         // 1: the GEMVs' weight loads are L2 evict-first (weight_policy)
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -87,14 +89,26 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) { return blo
 __device__ __forceinline__ float block_max(float v, float* scratch) { return block_reduce<true>(v, scratch); }
 
 // Weights do not change while a kernel runs: read them through the non-coherent path, without
-// allocating in L1 (each byte is read once per token).
-__device__ __forceinline__ uint4 ld_weight(const void* p) {
+// allocating in L1 (each byte is read once per token), with the L2 eviction policy `pol`
+// (weight_policy).
+__device__ __forceinline__ uint4 ld_weight(const void* p, uint64_t pol) {
   uint4 v;
   // Not volatile: the loads of an unrolled loop may be issued together, ahead of the arithmetic.
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+      : "l"(p), "l"(pol));
   return v;
+}
+// The L2 policy of the GEMVs' weight loads (Params::l2_evict_first): evict-first, so that rows read once
+// per token do not push out what an l2_prefetch operation brought in ahead of its GEMV (nor the KV
+// cache); otherwise the loads' default, evict-normal.
+__device__ __forceinline__ uint64_t weight_policy(int evict_first) {
+  uint64_t pol;
+  if (evict_first)
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else
+    asm("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
 }
 __device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long* p) {
   unsigned long long v;
@@ -139,16 +153,22 @@ __device__ __forceinline__ float weight_at(const DevWeight& w, int64_t r, int64_
 // issued before any of their arithmetic, so each lane keeps Loads x 16 bytes in flight (a warp 2 KiB at
 // 4). Each lane adds its pieces in the same order whatever Loads is, so the sums do not depend on it. A
 // plain loop leaves it to the compiler whether the loads of an unrolled body go out together.
+// q: the round's registers; loaded: its first round is already there (load_round before the task's
+// wait for its producers, Params::preload), so only the later rounds are loaded here.
+template <int kLoads>
+__device__ __forceinline__ void load_round(const uint8_t* row, int n, int c0, uint64_t pol, uint4 (&q)[8]) {
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int c = c0 + 32 * u;
+    q[u] = c < n ? ld_weight(row + int64_t(c) * 16, pol) : make_uint4(0, 0, 0, 0);
+  }
+}
 template <int kLoads, class Dot>
-__device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot) {
+__device__ __forceinline__ float dot_pieces(const uint8_t* row, int n, int lane, Dot dot, uint64_t pol,
+                                            uint4 (&q)[8], bool loaded) {
   float acc = 0;
   for (int c0 = lane; c0 < n; c0 += 32 * kLoads) {
-    uint4 q[kLoads];
-#pragma unroll
-    for (int u = 0; u < kLoads; ++u) {
-      const int c = c0 + 32 * u;
-      q[u] = c < n ? ld_weight(row + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
-    }
+    if (c0 != lane || !loaded) load_round<kLoads>(row, n, c0, pol, q);
 #pragma unroll
     for (int u = 0; u < kLoads; ++u) {
       const int c = c0 + 32 * u;
@@ -169,16 +189,18 @@ __device__ __forceinline__ float dot_piece_bf16(const uint4& q, const float* __r
 
 // Row r of W dotted with x (in shared memory), computed by one warp; every lane gets the sum. With
 // slices > 1, only the columns of slice `slice` of `slices` equal parts (cols a multiple of 32 x slices,
-// so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector.
+// so each part is whole 16-byte pieces and whole blocks of 32); x is the whole input vector. q and
+// loaded as in dot_pieces (loaded only for bf16).
 template <int kLoads>
 __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const float* __restrict__ x,
-                                         int lane, int slice = 0, int slices = 1) {
+                                         int lane, int slice, int slices, uint64_t pol, uint4 (&q)[8],
+                                         bool loaded = false) {
   float acc = 0;
   const int cols = w.cols / slices, c0 = slice * cols;  // this slice's columns: [c0, c0 + cols)
   x += c0;
   if (w.format == kBF16) {
     acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) * 2, cols / 8, lane,
-                             [&](const uint4& q, int c) { return dot_piece_bf16(q, x, c); });
+                             [&](const uint4& q, int c) { return dot_piece_bf16(q, x, c); }, pol, q, loaded);
   } else if (w.format == kQ8_0) {
     const __half* sc = reinterpret_cast<const __half*>(w.s) + (r * int64_t(w.cols) + c0) / 32;
     acc = dot_pieces<kLoads>(w.q + r * int64_t(w.cols) + c0, cols / 16, lane, [&](const uint4& q, int c) {
@@ -191,7 +213,7 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
              float(int8_t(words[k] >> 16)) * a.z + float(int8_t(words[k] >> 24)) * a.w;
       }
       return __half2float(sc[c / 2]) * s;
-    });
+    }, pol, q, false);
   } else {  // Q4_1: a 16-byte piece is one block of 32
     const __half2* sc = reinterpret_cast<const __half2*>(w.s) + (r * int64_t(w.cols) + c0) / 32;
     acc = dot_pieces<kLoads>(w.q + (r * int64_t(w.cols) + c0) / 2, cols / 32, lane, [&](const uint4& q, int c) {
@@ -211,7 +233,7 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
       }
       const float2 dm = __half22float2(sc[c]);
       return dm.x * sq + dm.y * sx;
-    });
+    }, pol, q, false);
   }
   return warp_sum(acc);
 }
@@ -220,31 +242,34 @@ __device__ __forceinline__ float dot_row(const DevWeight& w, int64_t r, const fl
 // bytes (4 per lane): the 8 loads of both rows go out before any arithmetic, twice the bytes in flight
 // of one row with 4 loads, where a longer row would have given dot_pieces<8> the same. Each row's sum
 // is the one dot_row computes (the same pieces, added in the same order), so the values do not change.
-__device__ __forceinline__ float2 dot_row_pair_bf16(const DevWeight& w, int64_t ra, int64_t rb,
-                                                    const float* __restrict__ x, int lane, int slice,
-                                                    int slices) {
+// load_row_pair issues the loads into q (row ra's pieces in q[0..3], rb's in q[4..7]); sum_row_pair
+// adds them up, so that the loads of a task's first pair can go out before it waits for its producers.
+__device__ __forceinline__ void load_row_pair_bf16(const DevWeight& w, int64_t ra, int64_t rb, int lane,
+                                                   int slice, int slices, uint64_t pol, uint4 (&q)[8]) {
   const int cols = w.cols / slices, c0 = slice * cols, n = cols / 8;
-  x += c0;
   const uint8_t* row[2] = {w.q + (ra * int64_t(w.cols) + c0) * 2, w.q + (rb * int64_t(w.cols) + c0) * 2};
-  uint4 q[2][4];
 #pragma unroll
   for (int k = 0; k < 2; ++k)
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int c = lane + 32 * u;
-      q[k][u] = c < n ? ld_weight(row[k] + int64_t(c) * 16) : make_uint4(0, 0, 0, 0);
+      q[4 * k + u] = c < n ? ld_weight(row[k] + int64_t(c) * 16, pol) : make_uint4(0, 0, 0, 0);
     }
+}
+__device__ __forceinline__ float2 sum_row_pair_bf16(const DevWeight& w, const float* __restrict__ x, int lane,
+                                                    int slice, int slices, const uint4 (&q)[8]) {
+  const int cols = w.cols / slices, c0 = slice * cols, n = cols / 8;
+  x += c0;
   float acc[2] = {0.f, 0.f};
 #pragma unroll
   for (int k = 0; k < 2; ++k)
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       const int c = lane + 32 * u;
-      if (c < n) acc[k] += dot_piece_bf16(q[k][u], x, c);
+      if (c < n) acc[k] += dot_piece_bf16(q[4 * k + u], x, c);
     }
   return make_float2(warp_sum(acc[0]), warp_sum(acc[1]));
 }
-
 // Logit v of row r as a key whose unsigned order is (v, then the smaller row first).
 __device__ __forceinline__ unsigned long long argmax_key(float v, int r) {
   uint32_t u = __float_as_uint(v);
@@ -484,30 +509,48 @@ __device__ void gemv_rows_streamed(const Params& p, const DevWeight& w, int r0, 
 }
 
 // Wide: the kernel has the registers for 8 loads in flight per lane (built for at most 3 blocks per SM).
-template <bool Wide>
-__device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_head, float* smem) {
+// wait(): waits for the task's producers (a no-op in per-op mode). With Params::preload, a GEMV of
+// paired bf16 rows issues the loads of its warps' first pair before it (weights do not depend on the
+// producers), so that after the wait only the staging of the input vector stands between the producers
+// and the first sums.
+template <bool Wide, class Wait>
+__device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_head, float* smem, Wait wait) {
   const GpuOp& op = m.op;
   const DevWeight w = m.w;
   float* __restrict__ out = p.buf[op.out];
   float* xs = smem;
-  stage_input(p, op, m.nw, xs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r0 = t * op.per_task, r1 = min(op.rows, r0 + op.per_task);
+  const uint64_t pol = weight_policy(p.l2_evict_first);
+  const bool streamed = p.stream_depth > 0 && w.format == kBF16;
+  // Warp w takes column slice w % S of rows r0 + w / S, + 8 / S, ... (S = 1: whole rows); the slices'
+  // sums meet in shared memory after the input vector and are added in slice order (the same sums
+  // every run).
+  const int S = op.slices, lanes = kWarps / S, slice = warp % S;
+  // Slices of at most 4 pieces per lane: two rows at a time fill the 8 loads (load_row_pair_bf16); an
+  // odd last row is paired with itself and the copy dropped.
+  const bool paired = !streamed && Wide && p.loads == 8 && w.format == kBF16 && op.cols / S <= 8 * 128;
+  // Only the paired rows preload: their tasks are a round or two of loads, where the first round is
+  // most of the time after the wait; held across the staging, the registers of a longer row's first
+  // round made the 2-block kernel spill.
+  const bool pre = paired && p.preload && r0 + warp / S < r1;
+  uint4 q[8];
+  if (pre) {
+    const int r = r0 + warp / S;
+    load_row_pair_bf16(w, r, r + lanes < r1 ? r + lanes : r, lane, slice, S, pol, q);
+  }
+  wait();
+  stage_input(p, op, m.nw, xs);
   unsigned long long best = 0;
-  if (p.stream_depth > 0 && w.format == kBF16) {
+  if (streamed) {
     gemv_rows_streamed(p, w, r0, r1, xs, out, op.accumulate, best, reinterpret_cast<uint8_t*>(smem));
   } else {
-    // Warp w takes column slice w % S of rows r0 + w / S, + 8 / S, ... (S = 1: whole rows); the slices'
-    // sums meet in shared memory after the input vector and are added in slice order (the same sums
-    // every run).
-    const int S = op.slices, lanes = kWarps / S, slice = warp % S;
     float* part = xs + (op.cols + 3) / 4 * 4;
-    if (Wide && p.loads == 8 && w.format == kBF16 && op.cols / S <= 8 * 128) {
-      // Slices of at most 4 pieces per lane: two rows at a time fill the 8 loads (dot_row_pair_bf16);
-      // an odd last row is paired with itself and the copy dropped.
+    if (paired) {
       for (int r = r0 + warp / S; r < r1; r += 2 * lanes) {
         const int rb = r + lanes < r1 ? r + lanes : r;
-        const float2 v = dot_row_pair_bf16(w, r, rb, xs, lane, slice, S);
+        if (r != r0 + warp / S || !pre) load_row_pair_bf16(w, r, rb, lane, slice, S, pol, q);
+        const float2 v = sum_row_pair_bf16(w, xs, lane, slice, S, q);
         if (lane == 0) {
           part[(r - r0) * S + slice] = v.x;
           if (rb != r) part[(rb - r0) * S + slice] = v.y;
@@ -515,8 +558,9 @@ __device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_hea
       }
     } else {
       for (int r = r0 + warp / S; r < r1; r += lanes) {
-        const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S)
-                                             : dot_row<4>(w, r, xs, lane, slice, S);
+        uint4 qr[8];
+        const float v = Wide && p.loads == 8 ? dot_row<8>(w, r, xs, lane, slice, S, pol, qr)
+                                             : dot_row<4>(w, r, xs, lane, slice, S, pol, qr);
         if (lane == 0) part[(r - r0) * S + slice] = v;
       }
     }
@@ -926,16 +970,28 @@ __device__ void prefetch_rows_l2(const DevWeight& w, int r0, int r1, int64_t max
   }
 }
 
-// l2_prefetch: rows [t x per_task, + per_task) of the first op.rows rows of op.weight, by thread 0.
+// l2_prefetch, by thread 0: of the first op.rows rows of op.weight, cut in blocks of op.stride rows, the
+// first op.take rows of blocks [t x per_task, + per_task).
 __device__ void task_l2_prefetch(const TaskMeta& m, int t) {
   if (threadIdx.x != 0) return;
-  const int r0 = t * m.op.per_task;
-  prefetch_rows_l2(m.w, r0, min(m.op.rows, r0 + m.op.per_task), -1);
+  const GpuOp& op = m.op;
+  for (int b = t * op.per_task; b < (t + 1) * op.per_task; ++b) {
+    const int r0 = b * op.stride;
+    if (r0 >= op.rows) break;
+    prefetch_rows_l2(m.w, r0, min(op.rows, r0 + op.take), -1);
+  }
 }
 
-template <bool Wide>
-__device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m, float* smem) {
+// wait(): waits for the task's producers; every kind calls it before it reads what they wrote (the GEMV
+// after issuing its first weight loads).
+template <bool Wide, class Wait>
+__device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m, float* smem, Wait wait) {
   const GpuOp& op = m.op;
+  if (op.kind == OpKind::gemv) {
+    task_gemv<Wide>(p, m, task.index, task.op == p.lm_head_op, smem, wait);
+    return;
+  }
+  wait();
   switch (op.kind) {
     case OpKind::embed:
       task_embed(p, op, m.w);
@@ -943,8 +999,7 @@ __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m
     case OpKind::rmsnorm:
       task_rmsnorm(p, op, m.w, smem);
       break;
-    case OpKind::gemv:
-      task_gemv<Wide>(p, m, task.index, task.op == p.lm_head_op, smem);
+    case OpKind::gemv:  // above
       break;
     case OpKind::rope:
       task_rope(p, op, smem);

@@ -227,6 +227,16 @@ TEST(LlamaGpuOptions, Tuning) {
   EXPECT_EQ(o.l2_ahead_bytes, 0);
   apply_tuning("l2-ahead-kib=16384", o);
   EXPECT_EQ(o.l2_ahead_bytes, int64_t(16) << 20);
+  EXPECT_TRUE(o.l2_evict_first);
+  EXPECT_TRUE(o.gemv_preload);
+  apply_tuning("l2-hint=normal,preload=0", o);
+  EXPECT_FALSE(o.l2_evict_first);
+  EXPECT_FALSE(o.gemv_preload);
+  apply_tuning("l2-hint=first,preload=1", o);
+  EXPECT_TRUE(o.l2_evict_first);
+  EXPECT_TRUE(o.gemv_preload);
+  EXPECT_USER_ERROR(apply_tuning("l2-hint=last", o), "'l2-hint=last' is not one of");
+  EXPECT_USER_ERROR(apply_tuning("preload=2", o), "'preload=2' is not one of");
   EXPECT_USER_ERROR(apply_tuning("l2-ahead-kib=-1", o), "--gpu-tune: 'l2-ahead-kib=-1': expected a whole number");
   EXPECT_USER_ERROR(apply_tuning("turbo", o), "--gpu-tune: 'turbo' is not one of");
 }
@@ -349,8 +359,10 @@ TEST(LlamaGpuSchedule, L2AheadPrefetchesTheOProjection) {
       EXPECT_EQ(o.weight, proj.weight);
       EXPECT_EQ(sc.weights[size_t(o.weight)].name, "blk." + std::to_string(o.layer) + ".attn_output.weight");
       EXPECT_EQ(o.rows, rows);
-      EXPECT_EQ(o.tasks, (rows + o.per_task - 1) / o.per_task);
-      EXPECT_LE(int64_t(o.per_task) * 2 * o.cols, int64_t(1) << 20);
+      EXPECT_EQ(o.take, o.stride);  // contiguous rows
+      const int blocks = (rows + o.stride - 1) / o.stride;
+      EXPECT_EQ(o.tasks, (blocks + o.per_task - 1) / o.per_task);
+      EXPECT_LE(int64_t(o.per_task) * o.take * 2 * o.cols, int64_t(1) << 20);
       ASSERT_EQ(o.dep_count, at.dep_count);
       for (int j = 0; j < o.dep_count; ++j)
         EXPECT_EQ(sc.deps[size_t(o.dep_begin + j)], sc.deps[size_t(at.dep_begin + j)]);

@@ -186,17 +186,19 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
     EXPECT_EQ(r.tokens, runs[2].tokens);
   }
   // The O projection prefetched into L2 during the attention (an l2_prefetch operation per layer, a
-  // hint): the fused modes' values bit for bit as without it.
-  for (Launch m : {Launch::per_layer, Launch::megakernel}) {
-    SCOPED_TRACE(std::string(to_string(m)) + ", l2-ahead-kib=64");
-    LlamaGpuOptions o;
-    o.launch = m, o.context = ctx;
-    apply_tuning("l2-ahead-kib=64", o);
-    auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
-    Decode r = run_gpu(*g, prompt, n);
-    EXPECT_EQ(r.first_logits, runs[2].first_logits);
-    EXPECT_EQ(r.tokens, runs[2].tokens);
-  }
+  // hint), and the weights loaded with the default L2 policy instead of evict-first (another hint): the
+  // fused modes' values bit for bit as without them.
+  for (Launch m : {Launch::per_layer, Launch::megakernel})
+    for (const char* tune : {"l2-ahead-kib=64", "l2-hint=normal", "l2-ahead-kib=64,l2-hint=normal"}) {
+      SCOPED_TRACE(std::string(to_string(m)) + ", " + tune);
+      LlamaGpuOptions o;
+      o.launch = m, o.context = ctx;
+      apply_tuning(tune, o);
+      auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
+      Decode r = run_gpu(*g, prompt, n);
+      EXPECT_EQ(r.first_logits, runs[2].first_logits);
+      EXPECT_EQ(r.tokens, runs[2].tokens);
+    }
   // The GPU's tokens fed back to the CPU reference, position by position: the predictions agree wherever
   // the CPU's top-2 margin is clear of the tolerance.
   int agree = 0;
@@ -335,8 +337,9 @@ TEST(SM90_LlamaGpu, StreamedGemvEqualsRegisterLoads) {
 }
 
 // loads=8 in the 3-block kernel: bf16 column slices of at most 4 pieces per lane run two rows at a time
-// (dot_row_pair_bf16), longer ones 8 loads of one row; every row's sum is the one loads=4 adds, piece
-// for piece, so the logits are bit for bit the same. SmolLM2-135M's shapes with bf16 weights: rows of
+// (load_row_pair_bf16), longer ones 8 loads of one row; every row's sum is the one loads=4 adds, piece
+// for piece, so the logits are bit for bit the same; and with the first pair's loads issued before the
+// task's wait (preload=1, the default) as after it (preload=0). SmolLM2-135M's shapes with bf16 weights: rows of
 // 576 columns (72 pieces) and the down projection's 1,536 (whole or in 2 slices), in both fused modes and
 // per-op, with column slices chosen and with whole rows.
 TEST(SM90_LlamaGpu, PairedRowsEqualOneRowAtATime) {
@@ -352,10 +355,12 @@ TEST(SM90_LlamaGpu, PairedRowsEqualOneRowAtATime) {
       auto run = [&](const char* loads) {
         return decode_bf16(c, *runner, m, ctx, std::string("min-blocks=3,") + loads + "," + slices, prompt, 8);
       };
-      const Decode one = run("loads=4"), two = run("loads=8");
+      const Decode one = run("loads=4"), two = run("loads=8"), late = run("loads=8,preload=0");
       ASSERT_TRUE(all_finite(one.first_logits));
       EXPECT_EQ(two.first_logits, one.first_logits);
       EXPECT_EQ(two.tokens, one.tokens);
+      EXPECT_EQ(late.first_logits, two.first_logits);
+      EXPECT_EQ(late.tokens, two.tokens);
     }
 }
 
