@@ -148,8 +148,8 @@ struct attn_bwd_wgmma_kernel {
         const int key = key_row + 8 * (f4 & 1), c = 16 * j + 2 * (lane % 4) + 8 * (f4 >> 1);
         float2& x = sc.tiles[0][j][f4];
         float2& y = dp.tiles[0][j][f4];
-        float px = exp2f(fmaf(x.x, g.scale_log2, -f.lse2[consumer][c]));
-        float py = exp2f(fmaf(x.y, g.scale_log2, -f.lse2[consumer][c + 1]));
+        float px = mp::tile::exp2_ftz(fmaf(x.x, g.scale_log2, -f.lse2[consumer][c]));
+        float py = mp::tile::exp2_ftz(fmaf(x.y, g.scale_log2, -f.lse2[consumer][c + 1]));
         if (edge) {
           const bool kin = key < g.seq_kv;
           if (!kin || q0 + c >= g.seq_q || (Causal && key > q0 + c + g.offset)) px = 0.f;

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "kernels/attention.h"
 #include "tile/sync.cuh"
+#include "tile/warp.cuh"
 
 namespace mp::kernels {
 namespace {
@@ -266,10 +267,10 @@ __global__ void __launch_bounds__(decode_threads, BPS) attn_decode_split(const d
 #pragma unroll
       for (int x = 0; x < 4; ++x) {
         if (x < 2) {
-          sc[tile][x] = exp2f(sc[tile][x] - use0);
+          sc[tile][x] = mp::tile::exp2_ftz(sc[tile][x] - use0);
           sum0 += sc[tile][x];
         } else if (NT == 2) {
-          sc[tile][x] = exp2f(sc[tile][x] - use1);
+          sc[tile][x] = mp::tile::exp2_ftz(sc[tile][x] - use1);
           sum1 += sc[tile][x];
         }
       }

@@ -190,7 +190,7 @@ struct attn_fwd_kernel {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(st.m[h], mx * g.scale_log2);
       const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row with no key yet: exp2(-inf) = 0
-      alpha[h] = exp2f(st.m[h] - m_use);
+      alpha[h] = mp::tile::exp2_ftz(st.m[h] - m_use);
       st.m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -198,8 +198,8 @@ struct attn_fwd_kernel {
 #pragma unroll
         for (int f2 = h; f2 < 4; f2 += 2) {
           float2& x = sc.tiles[0][j][f2];
-          x.x = exp2f(fmaf(x.x, g.scale_log2, -m_use));
-          x.y = exp2f(fmaf(x.y, g.scale_log2, -m_use));
+          x.x = mp::tile::exp2_ftz(fmaf(x.x, g.scale_log2, -m_use));
+          x.y = mp::tile::exp2_ftz(fmaf(x.y, g.scale_log2, -m_use));
           sum += x.x + x.y;
         }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);

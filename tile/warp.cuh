@@ -74,6 +74,16 @@ template <class A, class B>
 concept same_shape =
     A::rows == B::rows&& A::cols == B::cols&& std::is_same_v<typename A::layout, typename B::layout>;
 
+// 2^x on the special-function unit alone: ex2.approx.ftz (results below 2^-126 flush to 0, -inf gives
+// 0, the same 2-ulp approximation otherwise). exp2f without fast math compiles to ex2.approx.f32, which
+// ptxas wraps in a range test and two multiplies for subnormal results: three more issue slots per
+// value in softmax loops that are bound by the exponentials (attention at head dim 64).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 namespace warp {
 
 __device__ inline int laneid() { return threadIdx.x % warp_threads; }
