@@ -55,6 +55,10 @@ __global__ void __launch_bounds__(dev::kThreads, MinBlocks) llama_tasks(dev::Par
     }
     return;
   }
+  // Lets the next launch of the stream start (per-layer mode's programmatic dependent launches; a no-op
+  // otherwise): its blocks are placed as this grid's leave, and wait on the dependency counters. Every
+  // block of this grid is then resident, so none of them waits for a block of the next.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   // The queue: an index past the group's tasks ends the block. With fetch-ahead, thread 0 takes the next
   // index before the block runs the current task, so the atomic's round trip is off the dependency
   // chain. Still deadlock-free: the fetched tasks are a prefix of the topological order, and the earliest
@@ -622,7 +626,18 @@ class Engine final : public LlamaGpu {
     const int grid = int(std::min<int64_t>(lg.tasks, workers_));
     p_.group = int32_t(g), p_.group_first_task = lg.first_task, p_.group_tasks = lg.tasks;
     p_.head_base = group_launches_[g] * static_cast<unsigned long long>(lg.tasks + grid);
-    kernel_<<<grid, dev::kThreads, smem_, stream_>>>(p_);
+    // per-layer: a layer's launch overlaps the end of the one before (LlamaGpuOptions::overlap_launches).
+    // Not a position's first launch: the embedding has no producers in the schedule (stream order puts
+    // it after the previous position's argmax), and not across an all-reduce.
+    const bool pdl = opt_.overlap_launches && sched_.launch == Launch::per_layer && opt_.tp < 1 && g > 0;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(grid)), cfg.blockDim = dim3(dev::kThreads), cfg.dynamicSmemBytes = smem_;
+    cfg.stream = stream_;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr, cfg.numAttrs = pdl ? 1 : 0;
+    MP_CUDA(cudaLaunchKernelEx(&cfg, kernel_, p_));
     ++group_launches_[g];
     ++count.launches;
   }

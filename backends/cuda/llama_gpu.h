@@ -257,6 +257,11 @@ struct LlamaGpuOptions {
   // bf16 GEMVs of the 2- and 3-block kernels issue the loads of their first rows before waiting for
   // their producers.
   bool gemv_preload = true;
+  // per-layer mode: each layer's launch is a programmatic dependent launch (PDL) of the one before, so
+  // its blocks start as the previous layer's blocks leave, take tasks and wait on the same dependency
+  // counters as the megakernel's; the first launch of a position (the embedding) waits for the stream as
+  // usual. Off (and always in per-op mode and with tensor parallelism): every launch waits for the last.
+  bool overlap_launches = true;
   // Record every task's times (the GPU's global timer) in each position; LlamaGpu::trace() returns the
   // last position's. Costs a few stores per task.
   bool trace = false;

@@ -235,6 +235,12 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("l2-hint=first,preload=1", o);
   EXPECT_TRUE(o.l2_evict_first);
   EXPECT_TRUE(o.gemv_preload);
+  EXPECT_TRUE(o.overlap_launches);
+  apply_tuning("pdl=0", o);
+  EXPECT_FALSE(o.overlap_launches);
+  apply_tuning("pdl=1", o);
+  EXPECT_TRUE(o.overlap_launches);
+  EXPECT_USER_ERROR(apply_tuning("pdl=on", o), "'pdl=on' is not one of");
   EXPECT_USER_ERROR(apply_tuning("l2-hint=last", o), "'l2-hint=last' is not one of");
   EXPECT_USER_ERROR(apply_tuning("preload=2", o), "'preload=2' is not one of");
   EXPECT_USER_ERROR(apply_tuning("l2-ahead-kib=-1", o), "--gpu-tune: 'l2-ahead-kib=-1': expected a whole number");

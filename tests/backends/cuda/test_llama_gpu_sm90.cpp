@@ -186,10 +186,11 @@ TEST(SM90_LlamaGpu, TinyModelModesAgreeWithEachOtherAndTheCpu) {
     EXPECT_EQ(r.tokens, runs[2].tokens);
   }
   // The O projection prefetched into L2 during the attention (an l2_prefetch operation per layer, a
-  // hint), and the weights loaded with the default L2 policy instead of evict-first (another hint): the
-  // fused modes' values bit for bit as without them.
+  // hint), the weights loaded with the default L2 policy instead of evict-first (another hint), and
+  // per-layer's launches one after the other instead of overlapped (pdl=0): the fused modes' values bit
+  // for bit as without them.
   for (Launch m : {Launch::per_layer, Launch::megakernel})
-    for (const char* tune : {"l2-ahead-kib=64", "l2-hint=normal", "l2-ahead-kib=64,l2-hint=normal"}) {
+    for (const char* tune : {"l2-ahead-kib=64", "l2-hint=normal", "l2-ahead-kib=64,l2-hint=normal", "pdl=0"}) {
       SCOPED_TRACE(std::string(to_string(m)) + ", " + tune);
       LlamaGpuOptions o;
       o.launch = m, o.context = ctx;
