@@ -56,6 +56,7 @@ struct Variant {
   std::string rows = "";   // "tile": MP_CUDA_LOWER_ROWS=tile ("": the default, rows in registers)
   std::string store = "";  // "scalar": MP_CUDA_LOWER_STORE=scalar ("": the default, 16-byte stores)
   std::string prefetch = "";  // "off": MP_CUDA_LOWER_PREFETCH=off ("": the default, inner tiles prefetched)
+  std::string producer = "";  // "thread" / "warp": MP_CUDA_LOWER_PRODUCER ("": the default, a producer warp)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -79,14 +80,45 @@ inline const std::vector<Variant>& variants() {
       // last tiles cut at lengths that are not multiples of four (9 of 16 or 32 elements, softmax's 22
       // of one row; outerproduct's 2 of 4: no bulk copy at all, an arrival that expects no bytes), with
       // one and two barriers per iteration.
-      {"dotproduct_bulk", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 0, "bulk"},
-      {"dotproduct_bulk_2barriers", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 2, "bulk"},
-      {"dotproduct_bulk_auto", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, true, 0, "bulk"},
-      {"tpchq6_bulk", "tpchq6", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
-      {"blackscholes_bulk", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 0, "bulk"},
-      {"blackscholes_bulk_2barriers", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 2, "bulk"},
-      {"softmax_bulk", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk", "tile"},
-      {"outerproduct_bulk", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk"},
+      // (thread 0 issuing, MP_CUDA_LOWER_PRODUCER=thread)
+      {"dotproduct_bulk", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 0, "bulk", "", "", "", "thread"},
+      {"dotproduct_bulk_2barriers", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 2, "bulk", "", "", "",
+       "thread"},
+      {"dotproduct_bulk_auto", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, true, 0, "bulk", "", "", "", "thread"},
+      {"tpchq6_bulk", "tpchq6", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk", "", "", "", "thread"},
+      {"blackscholes_bulk", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 0, "bulk", "", "", "",
+       "thread"},
+      {"blackscholes_bulk_2barriers", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 2, "bulk", "", "",
+       "", "thread"},
+      {"softmax_bulk", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk", "tile", "", "",
+       "thread"},
+      {"outerproduct_bulk", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk", "",
+       "", "", "thread"},
+      // The same rings filled by a producer warp (MP_CUDA_LOWER_PRODUCER=warp, the default): one more warp
+      // per block issues every iteration's copies and masked tails, the computing warps arrive on each
+      // slot's "empty" mbarrier; deep rings of small tiles (each slot's two mbarriers through many phases
+      // of both parities, the producer waiting for "empty" from the (N + 1)-th iteration on), the auto
+      // depth, three computing warps (blackscholes), the fold over blocks with register sums (dotproduct,
+      // tpchq6) and without (fuse off), softmax's tile path, outerproduct's A tile, flash_attention's Q
+      // tile and the f32 matmul's A strip.
+      {"dotproduct_producer", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, true, 0, "bulk", "", "", "", "warp"},
+      {"dotproduct_producer_auto", "dotproduct", {"N=1001", "TS=128", "mask=1"}, "", 0, true, 0, "bulk", "", "", "",
+       "warp"},
+      {"dotproduct_producer_fuse_off", "dotproduct", {"N=1001", "TS=16", "mask=1"}, "4096", 0, false, 0, "bulk", "", "",
+       "", "warp"},
+      {"tpchq6_producer", "tpchq6", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk", "", "", "", "warp"},
+      {"blackscholes_producer", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 96, true, 0, "bulk", "", "", "",
+       "warp"},
+      {"blackscholes_producer_scalar", "blackscholes", {"N=1001", "TS=32", "mask=1"}, "4096", 0, true, 0, "bulk", "", "scalar",
+       "", "warp"},
+      {"softmax_producer", "softmax", {"R=41", "C=22", "row_tile=2", "mask=1"}, "4096", 0, true, 0, "bulk", "tile", "", "",
+       "warp"},
+      {"outerproduct_producer", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk",
+       "", "", "", "warp"},
+      {"flash_attention_producer", "flash_attention", {"S=36", "D=8", "BR=4", "BC=16", "mask=1"}, "4096", 0, true, 0,
+       "bulk", "", "", "", "warp"},
+      {"matmul_producer", "matmul", {"M=42", "N=40", "K=24", "MM=4", "NN=16", "mask=1"}, "4096", 0, true, 0, "bulk", "",
+       "", "", "warp"},
       {"softmax_ring_off", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "off", 32, true, 0, "", "tile"},
       {"softmax_threads_128", "softmax", {"R=40", "C=24", "row_tile=16", "mask=1"}, "", 128, true, 0, "", "tile"},
       // Element-wise fusion and the register sums switched off (MP_CUDA_LOWER_FUSE=off).

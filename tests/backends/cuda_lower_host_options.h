@@ -24,6 +24,7 @@ cuda::LowerOptions host_options(const V& v) {
   if (v.rows == "tile") o.warp_rows = false;
   if (v.store == "scalar") o.vector_stores = false;
   if (v.prefetch == "off") o.prefetch = false;
+  if (v.producer == "thread") o.producer_warp = false;
   return o;
 }
 

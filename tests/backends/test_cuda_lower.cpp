@@ -617,6 +617,19 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
         << e.what();
   }
   unsetenv("MP_CUDA_LOWER_PREFETCH");
+  setenv("MP_CUDA_LOWER_PRODUCER", "thread", 1);
+  EXPECT_FALSE(cuda::options_from_env().producer_warp);
+  setenv("MP_CUDA_LOWER_PRODUCER", "warp", 1);
+  EXPECT_TRUE(cuda::options_from_env().producer_warp);
+  setenv("MP_CUDA_LOWER_PRODUCER", "warps", 1);
+  try {
+    (void)cuda::options_from_env();
+    ADD_FAILURE() << "accepted MP_CUDA_LOWER_PRODUCER=warps";
+  } catch (const user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_CUDA_LOWER_PRODUCER='warps' is not warp or thread"), std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_CUDA_LOWER_PRODUCER");
   setenv("MP_CUDA_LOWER_FUSE", "yes", 1);
   EXPECT_THROW((void)cuda::options_from_env(), user_error);
   unsetenv("MP_CUDA_LOWER_RING");
@@ -631,6 +644,7 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_TRUE(env.warp_rows);
   EXPECT_TRUE(env.vector_stores);
   EXPECT_TRUE(env.prefetch);
+  EXPECT_TRUE(env.producer_warp);
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
@@ -638,10 +652,12 @@ TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
   // copies (one per tile) that complete on the slot's mbarrier, every thread waiting for its phase; the
   // masked tails as plain loads; no cp.async in the loop.
   // (softmax on its tile path, MP_CUDA_LOWER_ROWS=tile)
+  // (thread 0 issuing, MP_CUDA_LOWER_PRODUCER=thread: the producer warp is ProducerWarpFillsTheBulkCopyRing)
   cuda::LowerOptions bulk, cpo, tile;
   cuda::set_copy_option(bulk, "bulk");
   cuda::set_copy_option(cpo, "cp");
   bulk.warp_rows = cpo.warp_rows = tile.warp_rows = false;
+  bulk.producer_warp = cpo.producer_warp = tile.producer_warp = false;
   for (const char* name : {"dotproduct", "tpchq6", "blackscholes", "softmax", "outerproduct"}) {
     SCOPED_TRACE(name);
     const std::string cp = unit_of(name, {}, cpo), src = unit_of(name, {}, bulk);
@@ -680,6 +696,104 @@ TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
     ++ran;
   }
   EXPECT_GE(ran, 5);
+}
+
+// The text of the kernel of `src` whose comment block contains `marker`, from its entry to its end.
+std::string kernel_with(const std::string& src, const std::string& marker) {
+  auto at = src.find(marker);
+  if (at == std::string::npos) return "";
+  auto begin = src.find("__global__ void", at);
+  auto end = src.find("\n}\n", begin);
+  return begin == std::string::npos ? "" : src.substr(begin, end - begin);
+}
+
+TEST(CudaLower, ProducerWarpFillsTheBulkCopyRing) {
+  // MP_CUDA_LOWER_PRODUCER=warp (the default): every ring of bulk copies gets one more warp per block,
+  // the producer, which waits for a slot's "empty" mbarrier and issues the next iteration's tails and
+  // bulk copies on its "full" one; the computing warps wait on "full", compute, and arrive on "empty".
+  // After the mbarriers' initialization no block-wide barrier is left in the kernel: the loop body's
+  // barriers are the computing warps' named barrier, and the element loops stride by their count.
+  cuda::LowerOptions def, thread0;
+  def.warp_rows = thread0.warp_rows = false;  // (softmax on its tile path, where it rings)
+  thread0.producer_warp = false;
+  struct Case {
+    const char* name;
+    std::vector<std::string> sets;
+  };
+  for (const Case& c : std::vector<Case>{{"dotproduct", {}},
+                                         {"tpchq6", {}},
+                                         {"blackscholes", {}},
+                                         {"softmax", {}},
+                                         {"outerproduct", {}},
+                                         {"flash_attention", {}},
+                                         {"matmul", {"dtype=f32"}}}) {
+    SCOPED_TRACE(c.name);
+    auto& spec = examples::find_program(c.name);
+    cuda::Lowered low = cuda::lower(compiled(spec, examples::resolve(spec, c.sets)), def);
+    const std::string& src = low.source;
+    const std::string k = kernel_with(src, "; filled by a producer warp, up to ");
+    ASSERT_FALSE(k.empty()) << "the ring's kernel names the producer path in its comment";
+    EXPECT_EQ(ring_slots(src), ring_slots(unit_of(c.name, c.sets, thread0))) << "the same depth as thread 0's ring";
+    EXPECT_NE(src.find("// producer warp: the block's last warp (threads 512..543)"), std::string::npos);
+    EXPECT_NE(k.find("__launch_bounds__(544, "), std::string::npos);
+    bool has_544 = false;
+    for (auto& kl : low.kernels) has_544 = has_544 || kl.threads == 544;
+    EXPECT_TRUE(has_544) << "the launch has the producer warp's 32 threads more";
+    const auto split = k.find("if (threadIdx.x >= 512) {  // the producer warp");
+    ASSERT_NE(split, std::string::npos);
+    const std::string before = k.substr(0, split), after = k.substr(split);
+    EXPECT_NE(before.find("__syncthreads();  // the mbarriers initialized before anyone uses them"), std::string::npos);
+    EXPECT_EQ(after.find("__syncthreads()"), std::string::npos) << "no block-wide barrier in or after the ring loop";
+    EXPECT_EQ(after.find("blockDim.x"), std::string::npos) << "the computing warps stride by their own count";
+    for (const char* s : {"mp_bar_init(mp_bar + s_, 1);", "mp_bar_init(mp_bar + ", ", 16);  // one arrival per computing warp",
+                          "mp_bar_wait(mp_bar + mp_k % ", "(unsigned)(mp_k / ", " - 1) & 1u);",
+                          "f_ += 32) d0_[f_] = g0_[f_];  // masked tail",
+                          "__syncwarp();  // the lanes' tail stores before lane 0's arrival",
+                          "if (lane_ == 0) {", "mp_bar_expect(b_, 16u * (unsigned)((n0_ >> 2)",
+                          "if (n0_ >= 4) mp_bulk_copy(d0_, g0_, 16u * (unsigned)(n0_ >> 2), b_);",
+                          "} else {  // the computing warps", "__syncwarp();  // the warp has left slot mp_k % ",
+                          "if ((threadIdx.x & 31) == 0) mp_bar_arrive(mp_bar + ",
+                          "mp_sync_consumers(512u);  // the last iteration done in every computing warp"})
+      EXPECT_NE(k.find(s), std::string::npos) << s;
+    // the prelude's PTX
+    for (const char* s : {"mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];", "bar.sync 1, %0;"})
+      EXPECT_NE(src.find(s), std::string::npos) << s;
+    // thread 0 issuing (MP_CUDA_LOWER_PRODUCER=thread): no producer warp, no named barrier.
+    const std::string t = unit_of(c.name, c.sets, thread0);
+    EXPECT_EQ(t.find("filled by a producer warp"), std::string::npos);
+    EXPECT_EQ(t.find("mp_sync_consumers(512u)"), std::string::npos);
+    EXPECT_NE(t.find("// no producer warp: switched off (MP_CUDA_LOWER_PRODUCER=thread)."), std::string::npos);
+  }
+  // Results written over a ring tile (softmax's quotient and exp live in the slot): the computing
+  // threads fence the generic proxy before arriving on "empty".
+  EXPECT_NE(kernel_with(unit_of("softmax", {}, def), "; filled by a producer warp")
+                .find("mp_fence_proxy_async();  // this thread's stores to the slot before the bulk copies that refill it"),
+            std::string::npos);
+  // A block of 1,024 threads has no room for the producer warp: thread 0 issues, and the unit says why.
+  cuda::LowerOptions big = def;
+  big.threads = 1024;
+  const std::string b = unit_of("blackscholes", {}, big);
+  EXPECT_EQ(b.find("filled by a producer warp"), std::string::npos);
+  EXPECT_NE(b.find("// no producer warp: a block of 1024 threads leaves no room for a 33rd warp."), std::string::npos);
+  // cp.async rings have no producer warp.
+  cuda::LowerOptions cp = def;
+  cuda::set_copy_option(cp, "cp");
+  EXPECT_EQ(unit_of("dotproduct", {}, cp).find("filled by a producer warp"), std::string::npos);
+  // The host units of the producer variants take the path and run against the interpreter with one
+  // block (every iteration on it: the producer waits for "empty" from the (N + 1)-th on) and two.
+  uint64_t seed = fresh_seed() % 1000000;
+  int ran = 0;
+  for (auto& v : cuda_test::variants()) {
+    if (v.producer != "warp") continue;
+    SCOPED_TRACE(v.name);
+    const std::string u = unit_of(v.program, v.sets, cuda_test::host_options(v));
+    EXPECT_NE(u.find("; filled by a producer warp, up to "), std::string::npos);
+    const std::string k = kernel_with(u, "; filled by a producer warp, up to ");
+    EXPECT_EQ(k.substr(k.find("// the producer warp")).find("__syncthreads()"), std::string::npos);
+    for (int grid : {1, 2}) check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+    ++ran;
+  }
+  EXPECT_GE(ran, 10);
 }
 
 TEST(CudaLower, HostBulkCopiesLandAtIssueOrAtTheWait) {
@@ -736,7 +850,13 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_NE(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_NE(src.find("the running sum stays in the threads' registers"), std::string::npos);
     EXPECT_NE(src.find("this block's partial += the threads' register sums"), std::string::npos);
-    EXPECT_NE(src.find("(the ring's next barrier keeps what this read from being rewritten)"), std::string::npos);
+    EXPECT_NE(src.find("(it read ring slots only, kept until every computing warp arrives on their empty mbarrier)"),
+              std::string::npos)
+        << "the producer warp's ring (the default)";
+    cuda::LowerOptions thread0;
+    thread0.producer_warp = false;
+    EXPECT_NE(unit_of(name, {}, thread0).find("(the ring's next barrier keeps what this read from being rewritten)"),
+              std::string::npos);
     src = unit_of(name, {}, nofuse);
     EXPECT_EQ(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_EQ(src.find("mp_facc"), std::string::npos);

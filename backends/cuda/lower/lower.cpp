@@ -133,6 +133,15 @@ __device__ __forceinline__ bool mp_bar_try_wait(mp_u64* b, unsigned parity) {
 __device__ __forceinline__ void mp_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// The producer warp's ring (MP_CUDA_LOWER_PRODUCER=warp): a plain arrival on a slot's "empty" mbarrier
+// (release: the arriving warp's reads and writes of the slot come before the producer's refill), and the
+// named barrier 1 over the computing warps only, which the loop body takes instead of __syncthreads.
+__device__ __forceinline__ void mp_bar_arrive(mp_u64* b) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(mp_smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mp_sync_consumers(unsigned threads) {
+  asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory");
+}
 // One 16-byte store of four floats to global memory (p 16-byte aligned). In PTX, so that the compiler
 // neither splits it into four 4-byte stores nor merges it with the element-wise fallback beside it (a
 // float4 assignment was both in outerproduct's fused store: four st.f32 in the PTX).
@@ -666,13 +675,13 @@ class Gen {
       line("  double s_ = " + acc + ";");
       line("  for (int d_ = 16; d_ > 0; d_ >>= 1) s_ += __shfl_down_sync(0xffffffffu, s_, d_);");
       line("  if (lane_ == 0) mp_red[warp_] = s_;");
-      line("  __syncthreads();");
+      line("  " + sync_stmt());
       line("  if (threadIdx.x == 0) {");
       line("    double t_ = mp_red[0];");
       line("    for (int p_ = 1; p_ < " + std::to_string(warps) + "; ++p_) t_ += mp_red[p_];");
       line("    " + v(arg->id) + "[0] = (float)((double)" + v(arg->id) + "[0] + t_);");
       line("  }");
-      line("  __syncthreads();");
+      line("  " + sync_stmt());
       line("}");
     }
   }
@@ -781,7 +790,7 @@ class Gen {
         break;
       }
     line("{");
-    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(n) + "; f_ += blockDim.x) {");
+    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(n) + "; f_ += " + nthr_ + ") {");
     bool multi = false;
     for (size_t a = 0; a < r; ++a) multi = multi || (x->shape[a] > 1 && int(a) != outer);
     if (multi) line("    int r_ = f_;");
@@ -808,7 +817,7 @@ class Gen {
   // and write storage of their own), so their loads are in flight together.
   bool skip_barrier_ = false;
   void barrier() {
-    if (!skip_barrier_) line("__syncthreads();");
+    if (!skip_barrier_) line(sync_stmt());
   }
   static std::vector<std::string> xs(size_t r) {
     std::vector<std::string> s;
@@ -1070,13 +1079,19 @@ class Gen {
   int blocks_per_sm(int64_t smem_bytes, const ir::NodeRef& top) const {
     if (largest_expr(top) > 48) return 1;
     int64_t by_smem = (228 * 1024) / (smem_bytes + 1024);
-    int64_t most = std::max(1, std::min(2048 / opt_.threads, 65536 / (opt_.threads * 64)));
+    // (the producer warp counts towards the threads an SM holds; the register budget stays that of the
+    // computing threads, so the launch bound asks the compiler for 60 registers a thread instead of 64
+    // where two blocks of 512 + 32 threads share an SM)
+    const int all = opt_.threads + extra_threads_;
+    int64_t most = std::max(1, std::min(2048 / all, 65536 / (opt_.threads * 64)));
     return int(std::clamp<int64_t>(by_smem, 1, most));
   }
   // mp_red (a double per warp, Reduce's warp results), then one float: the folded loop's last-block flag;
-  // then, for a ring of bulk copies, its mbarriers (one per slot, 8 bytes each).
+  // then, for a ring of bulk copies, its mbarriers (one per slot, 8 bytes each; on the producer path two
+  // per slot, "full" then "empty").
   int64_t reserved_floats() const {
-    return bar_float() + (bulk_ring() ? (2 * int64_t(ring_depth_) + 3) / 4 * 4 : 0);
+    const int64_t bars = bulk_ring() ? (producer() ? 2 : 1) * int64_t(ring_depth_) : 0;  // full (and empty)
+    return bar_float() + (2 * bars + 3) / 4 * 4;
   }
   int64_t flag_float() const { return 2 * (opt_.threads / 32); }
   int64_t bar_float() const { return (2 * (opt_.threads / 32) + 1 + 3) / 4 * 4; }
@@ -1120,6 +1135,18 @@ class Gen {
   std::string ring_plan_;                // how the depth was chosen (the kernel's comment)
   std::vector<std::string> ring_notes_;  // why a loop or a tile took the direct path
   bool stage_has_direct_ = false;        // the stage being emitted has a LoadTile off the ring
+  // The producer warp (LowerOptions::producer_warp): 32 while the kernel's ring may take it (the block's
+  // threads are opt_.threads computing plus these), else 0; why a ring of bulk copies keeps thread 0.
+  int extra_threads_ = 0;
+  std::string producer_note_;
+  // The thread count and the barrier of the code that computes: the whole block, or on the producer
+  // path the computing warps only (threadIdx.x < opt_.threads) and their named barrier.
+  std::string nthr_ = "blockDim.x";
+  bool consumer_sync_ = false;
+  std::string sync_stmt() const {
+    return consumer_sync_ ? "mp_sync_consumers(" + std::to_string(opt_.threads) + "u);" : "__syncthreads();";
+  }
+  bool producer() const { return extra_threads_ > 0 && bulk_ring(); }
 
   std::string ring_refusal(const ir::LoadTile& l, const ir::MetaPipe& m) {
     const auto& t = l.src;
@@ -1259,6 +1286,7 @@ class Gen {
   }
   void drop_ring(const std::string& why) {
     ring_notes_.push_back("no tile ring: " + why);
+    extra_threads_ = 0;
     ring_tiles_.clear();
     ring_roots_.clear();
     ring_nodes_.clear();
@@ -1358,6 +1386,51 @@ class Gen {
     for (auto& t : tails) line(t);
     line("}");
   }
+  // The producer warp's fill of iteration `iter` (below the trip count) into slot `slot`, once the slot
+  // is free: its 32 lanes load the tiles' masked tails with plain stores, __syncwarp orders those before
+  // lane 0's arrive.expect_tx (a release: a computing thread that waits for the phase sees them), and
+  // lane 0 issues one bulk copy per tile, completing on the slot's "full" mbarrier.
+  void ring_issue_producer(const ir::MetaPipe& m, const std::string& iter, const std::string& slot) {
+    std::string bytes;
+    std::vector<std::string> copies;
+    for (size_t k = 0; k < ring_tiles_.size(); ++k) {
+      auto* l = ring_tiles_[k];
+      const auto& t = l->src;
+      const RingSpan sp = ring_span(*l, m, iter);
+      const std::string q = std::to_string(k), n = "n" + q + "_", d = "d" + q + "_", g = "g" + q + "_";
+      line("// " + l->where() + ": " + t->name);
+      line("const long long s" + q + "_ = " + sp.lead_offset + ";");
+      line("const int " + n + " = s" + q + "_ >= 0" + sp.ok + " ? (int)mp_clip(" + ll(t->shape[size_t(sp.lead)]) +
+           " - s" + q + "_, " + ll(l->out->shape[size_t(sp.lead)]) + ") * " + std::to_string(sp.inner) + " : 0;");
+      int64_t base = slot_.at(groups_.find(l->out->id)).offset;
+      line("float* " + d + " = mp_smem + " + ll(base) + " + (long long)(" + slot + ") * " + ll(ring_slot_floats(*l)) +
+           ";");
+      line("const float* " + g + " = " + T(t) + " + (" + sp.g0 + ");");
+      line("for (int f_ = (" + n + " & ~3) + lane_; f_ < " + n + "; f_ += 32) " + d + "[f_] = " + g +
+           "[f_];  // masked tail");
+      bytes += std::string(k ? " + " : "") + "(" + n + " >> 2)";
+      copies.push_back("  if (" + n + " >= 4) mp_bulk_copy(" + d + ", " + g + ", 16u * (unsigned)(" + n +
+                       " >> 2), b_);");
+    }
+    line("mp_u64* b_ = mp_bar + (" + slot + ");");
+    line("__syncwarp();  // the lanes' tail stores before lane 0's arrival (its release publishes them)");
+    line("if (lane_ == 0) {  // the iteration's bytes on the slot's full mbarrier, one bulk copy a tile");
+    line("  mp_bar_expect(b_, 16u * (unsigned)(" + bytes + "));");
+    for (auto& c : copies) line(c);
+    line("}");
+  }
+  // Whether the loop body writes into a ring slot (a result over a dead ring tile): then the computing
+  // threads fence the generic proxy against the later bulk copies before they arrive on "empty".
+  bool body_writes_ring(const std::set<int>& used) {
+    for (int id : used) {
+      if (!ring_roots_.count(groups_.find(id))) continue;
+      bool loaded = false;
+      for (auto* l : ring_tiles_) loaded = loaded || l->out->id == id;
+      if (!loaded) return true;
+    }
+    return false;
+  }
+
   // Points every value of a ring tile's storage group at slot `slot`.
   void ring_point(const std::set<int>& used, const std::string& slot) {
     for (auto* l : ring_tiles_) {
@@ -1667,6 +1740,18 @@ class Gen {
       row_mode_ = row_refusal_.empty();
     }
     if (k.distributed && !row_mode_) plan_ring(*mp);
+    extra_threads_ = 0;
+    producer_note_.clear();
+    nthr_ = "blockDim.x";
+    consumer_sync_ = false;
+    if (!ring_tiles_.empty() && opt_.copy == LowerOptions::Copy::Bulk) {
+      if (!opt_.producer_warp)
+        producer_note_ = "switched off (MP_CUDA_LOWER_PRODUCER=thread)";
+      else if (opt_.threads + 32 > 1024)
+        producer_note_ = "a block of " + std::to_string(opt_.threads) + " threads leaves no room for a 33rd warp";
+      else
+        extra_threads_ = 32;
+    }
     if (!ring_tiles_.empty())
       choose_ring_depth(*mp, top, stmt, k);
     else
@@ -1689,12 +1774,27 @@ class Gen {
            << "), " << row_K_ * row_W_ << " registers a lane per row\n// value, " << (row_W_ == 4 ? "16-byte" : "4-byte")
            << " loads and stores, the reductions by warp shuffles; no shared memory, no block barrier\n"
            << "// (MP_CUDA_LOWER_ROWS=tile: the tile path).\n";
+    } else if (producer()) {
+      k.threads = opt_.threads + extra_threads_;
+      src_ << "// path: tile ring (bulk copies (TMA)), " << ring_depth_ << " slots per tile:";
+      for (auto* l : ring_tiles_) src_ << " " << l->src->name;
+      src_ << "; filled by a producer warp, up to " << ring_depth_ << " iterations ahead of the computing warps;\n// "
+           << ring_plan_ << ".\n"
+           << "// producer warp: the block's last warp (threads " << opt_.threads << ".." << k.threads - 1
+           << ") issues the bulk copies of the block's iterations in\n"
+           << "// order into slot k % " << ring_depth_ << " once the slot's \"empty\" mbarrier shows it free, its lanes loading the masked\n"
+           << "// tails before lane 0 arrives on the slot's \"full\" mbarrier; the " << opt_.threads / 32
+           << " computing warps wait on \"full\", compute, and arrive on\n"
+           << "// \"empty\" (lane 0 after __syncwarp); no block barrier per iteration: the loop body's barriers are named\n"
+           << "// barrier 1 over the computing warps (MP_CUDA_LOWER_PRODUCER=thread: thread 0 issues).\n";
     } else if (!ring_tiles_.empty()) {
       src_ << "// path: tile ring (" << (bulk_ring() ? "bulk copies (TMA)" : "cp.async") << "), " << ring_depth_
            << " slots per tile:";
       for (auto* l : ring_tiles_) src_ << " " << l->src->name;
       src_ << "; the copies of a block's iteration k + " << ring_depth_ - 1
            << " are issued before it computes iteration k;\n// " << ring_plan_ << ".\n";
+      if (bulk_ring() && !producer_note_.empty())
+        src_ << "// no producer warp: " << producer_note_ << ".\n";
       if (bulk_ring())
         src_ << "// bulk copies: thread 0 issues one per tile of an iteration, completing on the slot's mbarrier, whose\n"
              << "// phase every thread waits for; a tile's last n % 4 elements (a masked tail) are plain loads by the\n"
@@ -1711,7 +1811,8 @@ class Gen {
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
            << " bytes per block) live in global scratch, mp_bs.\n";
-    src_ << "extern \"C\" __global__ void __launch_bounds__(" << opt_.threads << ", " << min_blocks(k, top) << ") " << k.entry
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << (producer() ? k.threads : opt_.threads) << ", "
+         << min_blocks(k, top) << ") " << k.entry
          << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
             "int* mp_err) {\n";
     ind_ = "  ";
@@ -1794,79 +1895,84 @@ class Gen {
         line("double " + acc + " = 0.0;  // this thread's share of " + ir::value_name(arg) +
              "'s running sum");
       line("// " + m.where() + ": iterations of " + i + " over the blocks");
-      int N = ring_depth_;
-      if (N > 0) {
-        if (bulk_ring()) {
-          line("mp_u64* mp_bar = (mp_u64*)(mp_smem + " + std::to_string(bar_float()) +
-               ");  // slot s's mbarrier: one arrival (thread 0's) and the slot's bytes a phase");
-          line("if (threadIdx.x == 0) {");
-          line("  for (int s_ = 0; s_ < " + std::to_string(N) + "; ++s_) mp_bar_init(mp_bar + s_, 1);");
-          line("  mp_bar_fence_init();");
+      const bool producer_path = producer();
+      if (producer_path) {
+        producer_loop(m, i, used);
+      } else {
+        int N = ring_depth_;
+        if (N > 0) {
+          if (bulk_ring()) {
+            line("mp_u64* mp_bar = (mp_u64*)(mp_smem + " + std::to_string(bar_float()) +
+                 ");  // slot s's mbarrier: one arrival (thread 0's) and the slot's bytes a phase");
+            line("if (threadIdx.x == 0) {");
+            line("  for (int s_ = 0; s_ < " + std::to_string(N) + "; ++s_) mp_bar_init(mp_bar + s_, 1);");
+            line("  mp_bar_fence_init();");
+            line("}");
+            line("__syncthreads();  // the mbarriers initialized before anyone uses them");
+          }
+          line("// the tile ring: the first " + std::to_string(N - 1) + " iterations of this block in flight");
+          line("for (int p_ = 0; p_ < " + std::to_string(N - 1) + "; ++p_) {");
+          ind_ += "  ";
+          line("const long long n_i_ = (long long)blockIdx.x + (long long)p_ * gridDim.x;");
+          ring_issue(m, "n_i_", "p_");
+          ind_.resize(ind_.size() - 2);
           line("}");
-          line("__syncthreads();  // the mbarriers initialized before anyone uses them");
+          line("int mp_k = 0;  // this block's iterations so far: iteration mp_k reads slot mp_k % " + std::to_string(N));
         }
-        line("// the tile ring: the first " + std::to_string(N - 1) + " iterations of this block in flight");
-        line("for (int p_ = 0; p_ < " + std::to_string(N - 1) + "; ++p_) {");
+        line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
         ind_ += "  ";
-        line("const long long n_i_ = (long long)blockIdx.x + (long long)p_ * gridDim.x;");
-        ring_issue(m, "n_i_", "p_");
+        const bool one_barrier = N >= 3 && opt_.one_barrier_ring;
+        auto issue_ahead = [&] {
+          line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
+          ind_ += "  ";
+          line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
+          ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
+          ind_.resize(ind_.size() - 2);
+          line("}");
+        };
+        // With bulk copies: the phase of slot mp_k % N that iteration mp_k's copies complete, the slot's uses
+        // so far being mp_k / N; each thread's proxy fence orders its stores to the slot the next issue
+        // refills (results written over a ring tile, the masked tails) before that issue's bulk copies.
+        const std::string bar_wait = "mp_bar_wait(mp_bar + mp_k % " + std::to_string(N) + ", (unsigned)(mp_k / " +
+                                     std::to_string(N) + ") & 1u);  // iteration mp_k's bulk copies have landed";
+        const std::string fence = "mp_fence_proxy_async();  // this thread's stores to slots before later bulk copies";
+        if (one_barrier) {
+          // Iteration mp_k's copies, then the barrier every thread passes only after computing iteration
+          // mp_k - 1: its slot, and any shared value the body reuses, are free to rewrite after it.
+          if (bulk_ring()) {
+            line(bar_wait);
+            line(fence);
+          } else {
+            line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
+          }
+          line("__syncthreads();  // ... and every thread's; iteration mp_k - 1 is done everywhere");
+          issue_ahead();
+          ring_point(used, "mp_k % " + std::to_string(N));
+        } else if (N > 0) {
+          issue_ahead();
+          if (bulk_ring())
+            line(bar_wait);
+          else
+            line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
+          line("__syncthreads();  // ... and every thread's");
+          ring_point(used, "mp_k % " + std::to_string(N));
+        }
+        loop_body(m);
+        if (one_barrier) {
+          line("++mp_k;  // (the next iteration's barrier keeps this one's slot from being refilled early)");
+        } else if (N > 0) {
+          line("++mp_k;");
+          if (bulk_ring()) line(fence);
+          line("__syncthreads();  // slot mp_k % " + std::to_string(N) + " is read no more: the next issue refills it");
+        }
         ind_.resize(ind_.size() - 2);
         line("}");
-        line("int mp_k = 0;  // this block's iterations so far: iteration mp_k reads slot mp_k % " + std::to_string(N));
-      }
-      line("for (long long " + i + " = blockIdx.x; " + i + " < " + ll(m.trip()) + "; " + i + " += gridDim.x) {");
-      ind_ += "  ";
-      const bool one_barrier = N >= 3 && opt_.one_barrier_ring;
-      auto issue_ahead = [&] {
-        line("{  // issue iteration mp_k + " + std::to_string(N - 1) + " into the slot that iteration mp_k - 1 read");
-        ind_ += "  ";
-        line("const long long n_i_ = " + i + " + (long long)" + std::to_string(N - 1) + " * gridDim.x;");
-        ring_issue(m, "n_i_", "(mp_k + " + std::to_string(N - 1) + ") % " + std::to_string(N));
-        ind_.resize(ind_.size() - 2);
-        line("}");
-      };
-      // With bulk copies: the phase of slot mp_k % N that iteration mp_k's copies complete, the slot's uses
-      // so far being mp_k / N; each thread's proxy fence orders its stores to the slot the next issue
-      // refills (results written over a ring tile, the masked tails) before that issue's bulk copies.
-      const std::string bar_wait = "mp_bar_wait(mp_bar + mp_k % " + std::to_string(N) + ", (unsigned)(mp_k / " +
-                                   std::to_string(N) + ") & 1u);  // iteration mp_k's bulk copies have landed";
-      const std::string fence = "mp_fence_proxy_async();  // this thread's stores to slots before later bulk copies";
-      if (one_barrier) {
-        // Iteration mp_k's copies, then the barrier every thread passes only after computing iteration
-        // mp_k - 1: its slot, and any shared value the body reuses, are free to rewrite after it.
-        if (bulk_ring()) {
-          line(bar_wait);
-          line(fence);
-        } else {
-          line("mp_cp_wait<" + std::to_string(N - 2) + ">();  // this thread's copies of iteration mp_k have landed");
-        }
-        line("__syncthreads();  // ... and every thread's; iteration mp_k - 1 is done everywhere");
-        issue_ahead();
-        ring_point(used, "mp_k % " + std::to_string(N));
-      } else if (N > 0) {
-        issue_ahead();
         if (bulk_ring())
-          line(bar_wait);
-        else
-          line("mp_cp_wait<" + std::to_string(N - 1) + ">();  // this thread's copies of iteration mp_k have landed");
-        line("__syncthreads();  // ... and every thread's");
-        ring_point(used, "mp_k % " + std::to_string(N));
+          line("// every bulk copy has been waited for (the iterations past the end issue none)");
+        else if (N > 0)
+          line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
+        if (one_barrier) line("__syncthreads();  // the last iteration done everywhere before what follows");
       }
-      loop_body(m);
-      if (one_barrier) {
-        line("++mp_k;  // (the next iteration's barrier keeps this one's slot from being refilled early)");
-      } else if (N > 0) {
-        line("++mp_k;");
-        if (bulk_ring()) line(fence);
-        line("__syncthreads();  // slot mp_k % " + std::to_string(N) + " is read no more: the next issue refills it");
-      }
-      ind_.resize(ind_.size() - 2);
-      line("}");
-      if (bulk_ring())
-        line("// every bulk copy has been waited for (the iterations past the end issue none)");
-      else if (N > 0)
-        line("mp_cp_wait<0>();  // no copy outlives the kernel (the groups past the end are empty)");
-      if (one_barrier) line("__syncthreads();  // the last iteration done everywhere before what follows");
       reduce_register_folds();
       reg_acc_.clear();
       reg_update_.clear();
@@ -1883,11 +1989,71 @@ class Gen {
       ind_.resize(ind_.size() - 2);
       line("}");
     }
+    if (consumer_sync_) {  // the computing warps' branch that producer_loop opened
+      ind_.resize(ind_.size() - 2);
+      line("}");
+      consumer_sync_ = false;
+      nthr_ = "blockDim.x";
+    }
     ind_ = "";
     src_ << "}\n";
     out_.kernels.push_back(k);
     row_mode_ = false;  // the next statement decides for itself
     row_values_.clear();
+  }
+
+  // The ring loop of a producer warp (LowerOptions::producer_warp, docs/cuda-lowering.md): the mbarriers
+  // ("full" s: one arrival, the producer's lane 0, and the slot's bytes; "empty" s: one arrival per
+  // computing warp), then the producer warp's loop, then the computing warps' branch, left open: what
+  // follows the loop in the kernel (register sums, the fold over blocks, the publishing) runs in it, on
+  // the computing warps' named barrier. The producer fills iteration k into slot k % N once the
+  // computing warps have left iteration k - N there (empty's phase (k / N - 1) & 1); a computing warp
+  // waits for full's phase (k / N) & 1, as on the thread path. Every iteration is issued and waited for
+  // exactly once, none past the end: nothing is in flight or pending when the kernel ends.
+  void producer_loop(const ir::MetaPipe& m, const std::string& i, const std::set<int>& used) {
+    const int N = ring_depth_, CT = opt_.threads;
+    const std::string Ns = std::to_string(N), trip = ll(m.trip());
+    line("mp_u64* mp_bar = (mp_u64*)(mp_smem + " + std::to_string(bar_float()) +
+         ");  // slot s: full mp_bar[s], empty mp_bar[" + Ns + " + s]");
+    line("if (threadIdx.x == 0) {");
+    line("  for (int s_ = 0; s_ < " + Ns + "; ++s_) {");
+    line("    mp_bar_init(mp_bar + s_, 1);  // the producer's arrival and the slot's bytes a phase");
+    line("    mp_bar_init(mp_bar + " + Ns + " + s_, " + std::to_string(CT / 32) + ");  // one arrival per computing warp");
+    line("  }");
+    line("  mp_bar_fence_init();");
+    line("}");
+    line("__syncthreads();  // the mbarriers initialized before anyone uses them (the last block-wide barrier)");
+    line("if (threadIdx.x >= " + std::to_string(CT) + ") {  // the producer warp");
+    ind_ += "  ";
+    line("const int lane_ = (int)threadIdx.x - " + std::to_string(CT) + ";");
+    line("int mp_k = 0;  // this block's iterations issued so far");
+    line("for (long long n_i_ = blockIdx.x; n_i_ < " + trip + "; n_i_ += gridDim.x, ++mp_k) {");
+    ind_ += "  ";
+    line("if (mp_k >= " + Ns + ")  // the computing warps have left iteration mp_k - " + Ns + " in this slot");
+    line("  mp_bar_wait(mp_bar + " + Ns + " + mp_k % " + Ns + ", (unsigned)(mp_k / " + Ns + " - 1) & 1u);");
+    ring_issue_producer(m, "n_i_", "mp_k % " + Ns);
+    ind_.resize(ind_.size() - 2);
+    line("}");
+    ind_.resize(ind_.size() - 2);
+    line("} else {  // the computing warps");
+    ind_ += "  ";
+    nthr_ = std::to_string(CT);
+    consumer_sync_ = true;
+    line("int mp_k = 0;  // this block's iterations so far: iteration mp_k reads slot mp_k % " + Ns);
+    line("for (long long " + i + " = blockIdx.x; " + i + " < " + trip + "; " + i + " += gridDim.x) {");
+    ind_ += "  ";
+    line("mp_bar_wait(mp_bar + mp_k % " + Ns + ", (unsigned)(mp_k / " + Ns + ") & 1u);  // iteration mp_k's tiles have landed");
+    ring_point(used, "mp_k % " + Ns);
+    loop_body(m);
+    if (body_writes_ring(used))
+      line("mp_fence_proxy_async();  // this thread's stores to the slot before the bulk copies that refill it");
+    line("__syncwarp();  // the warp has left slot mp_k % " + Ns);
+    line("if ((threadIdx.x & 31) == 0) mp_bar_arrive(mp_bar + " + Ns + " + mp_k % " + Ns + ");");
+    line("++mp_k;");
+    ind_.resize(ind_.size() - 2);
+    line("}");
+    line("// every bulk copy has been waited for, every empty phase completed (the producer issues no iteration past the end)");
+    line(sync_stmt() + "  // the last iteration done in every computing warp before what follows");
   }
 
   // The kernel of a statement that plan_mma matched: a load / compute / finish struct on the tile
@@ -2028,12 +2194,12 @@ class Gen {
       for (size_t a = 0; a < c.arg->shape.size(); ++a, ++j)
         line("if (threadIdx.x == 0) mp_bs[" + ll(fold_meta_ + j) + "] = (float)" + e(c.arg, a) + ";");
     line("__threadfence();");
-    line("__syncthreads();");
+    line(sync_stmt());
     std::string flag = "mp_smem[" + std::to_string(flag_float()) + "]";
     line("if (threadIdx.x == 0)");
     line("  " + flag + " = atomicAdd((unsigned long long*)(mp_gm + " + std::to_string(fold_counter_.at(stmt)) +
          "), 1ull) == gridDim.x - 1 ? 1.0f : 0.0f;");
-    line("__syncthreads();");
+    line(sync_stmt());
     line("if (" + flag + " != 0.0f) {");
     ind_ += "  ";
     line("__threadfence();");
@@ -2093,7 +2259,7 @@ class Gen {
   void copy_value(const ir::Value& dst, const ir::Value& src) {
     copy_meta(dst, src);
     if (groups_.find(dst->id) == groups_.find(src->id)) return;
-    line("__syncthreads();");
+    line(sync_stmt());
     open_elements(src);
     line("    " + v(dst->id) + "[" + at(dst, xs(dst->shape.size())) + "] = " + v(src->id) + "[" +
          at(src, xs(src->shape.size())) + "];");
@@ -2129,6 +2295,17 @@ class Gen {
         }
         reg_tail_ = ring_depth_ > 0;
         for (size_t q = g + 1; q < flat.size(); ++q) reg_tail_ = reg_tail_ && reg_update_.count(flat[q]->id);
+        // On the producer path no block barrier follows the iteration: the last node may leave out its
+        // barrier only where it reads ring slots alone (their "empty" mbarrier keeps them until every
+        // computing warp has left them).
+        if (reg_tail_ && consumer_sync_) {
+          std::vector<ir::Value> reads = ops[j]->operands();
+          if (fused_src_)
+            for (auto& x : fused_src_->operands()) reads.push_back(x);
+          for (auto& x : reads)
+            if (!(fused_src_ && x->id == fused_src_->out->id) && !ring_roots_.count(groups_.find(x->id)))
+              reg_tail_ = false;
+        }
         skip_barrier_ = (ops[j]->kind == ir::NodeKind::LoadTile && j + 1 < ops.size() &&
                          ops[j + 1]->kind == ir::NodeKind::LoadTile) ||
                         chained(flat, g);
@@ -2375,14 +2552,14 @@ class Gen {
       line("    const int n_ = (int)(" + n + "), n4_ = n_ >> 2;");
       line("    const float4* s4_ = (const float4*)(" + (to_tensor ? vs : ts + " + g0_") + ");");
       line("    float4* d4_ = (float4*)(" + (to_tensor ? ts + " + g0_" : vs) + ");");
-      line("    for (int q_ = threadIdx.x; q_ < n4_; q_ += 4 * (int)blockDim.x) {");
+      line("    for (int q_ = threadIdx.x; q_ < n4_; q_ += 4 * (int)" + nthr_ + ") {");
       line("      float4 r_[4];");
       line("#pragma unroll");
-      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)blockDim.x; if (j_ < n4_) r_[u_] = s4_[j_]; }");
+      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)" + nthr_ + "; if (j_ < n4_) r_[u_] = s4_[j_]; }");
       line("#pragma unroll");
-      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)blockDim.x; if (j_ < n4_) d4_[j_] = r_[u_]; }");
+      line("      for (int u_ = 0; u_ < 4; ++u_) { const int j_ = q_ + u_ * (int)" + nthr_ + "; if (j_ < n4_) d4_[j_] = r_[u_]; }");
       line("    }");
-      line("    for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += blockDim.x) " +
+      line("    for (int f_ = 4 * n4_ + threadIdx.x; f_ < n_; f_ += " + nthr_ + ") " +
            (to_tensor ? ts + "[g0_ + f_] = " + vs + "[f_];" : vs + "[f_] = " + ts + "[g0_ + f_];"));
       line("  } else");
     }
@@ -2549,7 +2726,7 @@ class Gen {
     line("// " + src.where() + "'s elements, computed here four at a time and stored to " + t->name +
          " as 16-byte stores");
     line("{");
-    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(chunks) + "; f_ += blockDim.x) {");
+    line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(chunks) + "; f_ += " + nthr_ + ") {");
     line("    int r_ = f_;");
     std::string skip;
     for (int a = int(r) - 1; a >= 0; --a) {
@@ -2691,15 +2868,16 @@ class Gen {
         if (int(a) != rd.axis)
           line("  const int y" + std::to_string(a) + " = 0; (void)y" + std::to_string(a) + ";");
       line("  if (true" + valid + ")");
-      line("    for (long long k_ = threadIdx.x; k_ < " + e(in, size_t(rd.axis)) + "; k_ += blockDim.x) {");
+      line("    for (long long k_ = threadIdx.x; k_ < " + e(in, size_t(rd.axis)) + "; k_ += " + nthr_ + ") {");
       element();
       line("      " + it->second + " += x_;");
       line("    }");
       line("}");
       if (reg_tail_)
-        line("// (the ring's next barrier keeps what this read from being rewritten)");
+        line(consumer_sync_ ? "// (it read ring slots only, kept until every computing warp arrives on their empty mbarrier)"
+                            : "// (the ring's next barrier keeps what this read from being rewritten)");
       else
-        line("__syncthreads();  // the values read here may be rewritten by the nodes after it");
+        line(sync_stmt() + "  // the values read here may be rewritten by the nodes after it");
       return;
     }
     line("{");
@@ -2728,8 +2906,8 @@ class Gen {
     } else {
       line("    if (lane_ == 0) mp_red[warp_] = acc_;");
       line("  }");
-      line("  __syncthreads();");
-      line("  for (int w_ = threadIdx.x; w_ < " + std::to_string(nout) + "; w_ += blockDim.x) {");
+      line("  " + sync_stmt());
+      line("  for (int w_ = threadIdx.x; w_ < " + std::to_string(nout) + "; w_ += " + nthr_ + ") {");
       std::string valid2 = decompose("    ");
       line("    if (!(" + valid2 + ")) continue;");
       line("    double acc_ = mp_red[w_ * " + std::to_string(G) + "];");
@@ -2739,7 +2917,7 @@ class Gen {
       line("  }");
     }
     line("}");
-    line("__syncthreads();");
+    line(sync_stmt());
   }
 
   // A block-cooperative loop: one thread per output element, fp64 accumulation like the reference.
@@ -2789,7 +2967,7 @@ class Gen {
     int64_t is = strides(s.index->shape)[0];
     line("if ((" + e(s.rows, 0) + " != " + e(s.index, 0) + " || " + e(s.rows, 1) + " != " + ll(C) +
          ") && threadIdx.x == 0) mp_fail(mp_err, 3, " + std::to_string(s.id) + ", 0);");
-    line("for (long long x1 = threadIdx.x; x1 < " + ll(C) + "; x1 += blockDim.x)");
+    line("for (long long x1 = threadIdx.x; x1 < " + ll(C) + "; x1 += " + nthr_ + ")");
     line("  for (long long r = 0; r < " + e(s.index, 0) + " && r < " + e(s.rows, 0) + "; ++r) {");
     line("    const long long x0 = r;");
     line("    const float fi_ = " + v(s.index->id) + "[r * " + ll(is) + "];");
@@ -2797,7 +2975,7 @@ class Gen {
     line("    mp_st(" + T(t) + ", row_ * " + ll(C) + " + x1, " + v(s.rows->id) + "[" + at(s.rows, xs(2)) + "], " +
          std::to_string(dt_code(t->dtype)) + ");");
     line("  }");
-    line("__syncthreads();");
+    line(sync_stmt());
   }
 };
 
@@ -2873,6 +3051,9 @@ LowerOptions options_from_env(LowerOptions base) {
   two_way("MP_CUDA_LOWER_ROWS", "warp", "tile",
           "a row-wise loop body: rows in each warp's registers, or the tile path through shared memory",
           base.warp_rows);
+  two_way("MP_CUDA_LOWER_PRODUCER", "warp", "thread",
+          "who fills a tile ring of bulk copies: a producer warp of its own, or thread 0 between block barriers",
+          base.producer_warp);
   return base;
 }
 

@@ -75,13 +75,22 @@ struct LowerOptions {
   // so the loads are in flight while this iteration computes and stores, and writes them into the tile at
   // the top of the next iteration. Off: every iteration loads its tile, then computes. Speed only.
   bool prefetch = true;
+  // Who fills a tile ring of bulk copies (Copy::Bulk). Warp: one more warp per block (the block's last,
+  // threads + 32 in all) is the producer: it waits for a slot's "empty" mbarrier, on which every warp
+  // that computes arrives once it has left the slot, and issues the slot's next bulk copies and masked
+  // tails; the other warps wait on the slot's "full" mbarrier, compute and arrive on "empty", with no
+  // block barrier per iteration (the loop body's own barriers are named barriers over the computing
+  // warps). Off (thread): thread 0 issues the copies between the computing threads' block barriers. A
+  // loop whose block has 1024 threads already keeps the thread path. Speed only, as the ring.
+  bool producer_warp = true;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
 // MP_CUDA_LOWER_RING=off|auto|<KiB per SM>, MP_CUDA_LOWER_THREADS=<a multiple of 32 in [64, 1024]>,
 // MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring), MP_CUDA_LOWER_COPY=cp|bulk
 // (copy), MP_CUDA_LOWER_MATMUL=wgmma|generic (matmul), MP_CUDA_LOWER_STORE=vec|scalar (vector_stores) and
-// MP_CUDA_LOWER_ROWS=warp|tile (warp_rows), MP_CUDA_LOWER_PREFETCH=on|off (prefetch). A value that is neither is a user error naming the variable.
+// MP_CUDA_LOWER_ROWS=warp|tile (warp_rows), MP_CUDA_LOWER_PREFETCH=on|off (prefetch),
+// MP_CUDA_LOWER_PRODUCER=warp|thread (producer_warp). A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
 void set_ring_option(LowerOptions& o, const std::string& value);
