@@ -13,9 +13,9 @@
 # default; RING=off; RING=128; THREADS=256. COPY=cp fills the tile ring with cp.async instead of bulk copies
 # (TMA); ROWS=tile, STORE=scalar and PREFETCH=off restore softmax's tile path, the fused StoreTiles' 4-byte
 # stores and the inner loops' tile loads without prefetch, e.g. --only 'softmax|outerproduct' --variants
-# "default;ROWS=tile;STORE=scalar PREFETCH=off;ROWS=tile STORE=scalar PREFETCH=off". PRODUCER=thread fills
-# a ring of bulk copies from thread 0 between block barriers instead of a producer warp, e.g.
-# --variants "default;PRODUCER=thread".
+# "default;ROWS=tile;STORE=scalar PREFETCH=off;ROWS=tile STORE=scalar PREFETCH=off". PRODUCER=warp fills
+# a ring of bulk copies by a producer warp of its own instead of thread 0 between block barriers (the
+# default), e.g. --variants "default;PRODUCER=warp".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 variants="" only=""

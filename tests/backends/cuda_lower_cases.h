@@ -56,7 +56,7 @@ struct Variant {
   std::string rows = "";   // "tile": MP_CUDA_LOWER_ROWS=tile ("": the default, rows in registers)
   std::string store = "";  // "scalar": MP_CUDA_LOWER_STORE=scalar ("": the default, 16-byte stores)
   std::string prefetch = "";  // "off": MP_CUDA_LOWER_PREFETCH=off ("": the default, inner tiles prefetched)
-  std::string producer = "";  // "thread" / "warp": MP_CUDA_LOWER_PRODUCER ("": the default, a producer warp)
+  std::string producer = "";  // "thread" / "warp": MP_CUDA_LOWER_PRODUCER ("": the default, thread 0)
 };
 inline void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }  // gtest's name of a parameter
 inline const std::vector<Variant>& variants() {
@@ -94,7 +94,7 @@ inline const std::vector<Variant>& variants() {
        "thread"},
       {"outerproduct_bulk", "outerproduct", {"M=42", "N=72", "TM=4", "TN=32", "mask=1"}, "4096", 0, true, 0, "bulk", "",
        "", "", "thread"},
-      // The same rings filled by a producer warp (MP_CUDA_LOWER_PRODUCER=warp, the default): one more warp
+      // The same rings filled by a producer warp (MP_CUDA_LOWER_PRODUCER=warp): one more warp
       // per block issues every iteration's copies and masked tails, the computing warps arrive on each
       // slot's "empty" mbarrier; deep rings of small tiles (each slot's two mbarriers through many phases
       // of both parities, the producer waiting for "empty" from the (N + 1)-th iteration on), the auto

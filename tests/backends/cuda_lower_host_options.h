@@ -25,6 +25,7 @@ cuda::LowerOptions host_options(const V& v) {
   if (v.store == "scalar") o.vector_stores = false;
   if (v.prefetch == "off") o.prefetch = false;
   if (v.producer == "thread") o.producer_warp = false;
+  if (v.producer == "warp") o.producer_warp = true;
   return o;
 }
 

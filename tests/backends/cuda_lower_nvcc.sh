@@ -2,8 +2,8 @@
 # CI check of the CUDA lowering: `metapipe compile P --emit cuda` for every program of `metapipe list`,
 # and for the streaming programs also with the tile ring of cp.async (MP_CUDA_LOWER_COPY=cp) and of bulk copies (at the
 # default depth, and the deepest ring with two barriers per iteration), softmax on its tile path
-# (MP_CUDA_LOWER_ROWS=tile; by default its rows are in registers), the bulk-copy rings filled by thread 0
-# instead of a producer warp (MP_CUDA_LOWER_PRODUCER=thread), and the previous code of all of them
+# (MP_CUDA_LOWER_ROWS=tile; by default its rows are in registers), the bulk-copy rings filled by a
+# producer warp instead of thread 0 (MP_CUDA_LOWER_PRODUCER=warp), and the previous code of all of them
 # (also MP_CUDA_LOWER_STORE=scalar: 4-byte fused stores, MP_CUDA_LOWER_PREFETCH=off), then one nvcc call
 # compiling all the units for sm_90a with the repository root on the include path.
 # usage: cuda_lower_nvcc.sh METAPIPE NVCC REPO_ROOT
@@ -28,11 +28,11 @@ for p in dotproduct tpchq6 blackscholes softmax outerproduct; do
   MP_CUDA_LOWER_ROWS=tile "$metapipe" compile "$p" --emit cuda > "$work/${p}_tile.cu"
   MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_STORE=scalar MP_CUDA_LOWER_PREFETCH=off "$metapipe" compile "$p" --emit cuda \
     > "$work/${p}_scalar.cu"
-  MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_PRODUCER=thread "$metapipe" compile "$p" --emit cuda > "$work/${p}_thread.cu"
-  units+=("${p}_tile.cu" "${p}_scalar.cu" "${p}_thread.cu")
-  grep -q '; filled by a producer warp' "$work/${p}_tile.cu" || { echo "${p}_tile.cu: no producer warp" >&2; exit 1; }
-  if grep -q '; filled by a producer warp' "$work/${p}_thread.cu"; then
-    echo "${p}_thread.cu: a producer warp with MP_CUDA_LOWER_PRODUCER=thread" >&2
+  MP_CUDA_LOWER_ROWS=tile MP_CUDA_LOWER_PRODUCER=warp "$metapipe" compile "$p" --emit cuda > "$work/${p}_warp.cu"
+  units+=("${p}_tile.cu" "${p}_scalar.cu" "${p}_warp.cu")
+  grep -q '; filled by a producer warp' "$work/${p}_warp.cu" || { echo "${p}_warp.cu: no producer warp" >&2; exit 1; }
+  if grep -q '; filled by a producer warp' "$work/${p}_tile.cu"; then
+    echo "${p}_tile.cu: a producer warp without MP_CUDA_LOWER_PRODUCER=warp" >&2
     exit 1
   fi
   for u in "${p}_tile" "${p}_bulk_deep"; do

@@ -644,7 +644,7 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   EXPECT_TRUE(env.warp_rows);
   EXPECT_TRUE(env.vector_stores);
   EXPECT_TRUE(env.prefetch);
-  EXPECT_TRUE(env.producer_warp);
+  EXPECT_FALSE(env.producer_warp);
 }
 
 TEST(CudaLower, StreamingLoopsTakeTheBulkCopyRing) {
@@ -708,13 +708,14 @@ std::string kernel_with(const std::string& src, const std::string& marker) {
 }
 
 TEST(CudaLower, ProducerWarpFillsTheBulkCopyRing) {
-  // MP_CUDA_LOWER_PRODUCER=warp (the default): every ring of bulk copies gets one more warp per block,
+  // MP_CUDA_LOWER_PRODUCER=warp (not the default yet): every ring of bulk copies gets one more warp per block,
   // the producer, which waits for a slot's "empty" mbarrier and issues the next iteration's tails and
   // bulk copies on its "full" one; the computing warps wait on "full", compute, and arrive on "empty".
   // After the mbarriers' initialization no block-wide barrier is left in the kernel: the loop body's
   // barriers are the computing warps' named barrier, and the element loops stride by their count.
   cuda::LowerOptions def, thread0;
   def.warp_rows = thread0.warp_rows = false;  // (softmax on its tile path, where it rings)
+  def.producer_warp = true;
   thread0.producer_warp = false;
   struct Case {
     const char* name;
@@ -850,13 +851,14 @@ TEST(CudaLower, ElementwiseChainsFuse) {
     EXPECT_NE(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_NE(src.find("the running sum stays in the threads' registers"), std::string::npos);
     EXPECT_NE(src.find("this block's partial += the threads' register sums"), std::string::npos);
-    EXPECT_NE(src.find("(it read ring slots only, kept until every computing warp arrives on their empty mbarrier)"),
+    EXPECT_NE(src.find("(the ring's next barrier keeps what this read from being rewritten)"), std::string::npos)
+        << "thread 0 filling the ring (the default)";
+    cuda::LowerOptions warp;
+    warp.producer_warp = true;
+    EXPECT_NE(unit_of(name, {}, warp).find(
+                  "(it read ring slots only, kept until every computing warp arrives on their empty mbarrier)"),
               std::string::npos)
-        << "the producer warp's ring (the default)";
-    cuda::LowerOptions thread0;
-    thread0.producer_warp = false;
-    EXPECT_NE(unit_of(name, {}, thread0).find("(the ring's next barrier keeps what this read from being rewritten)"),
-              std::string::npos);
+        << "the producer warp's ring";
     src = unit_of(name, {}, nofuse);
     EXPECT_EQ(src.find("its only reader: never stored"), std::string::npos);
     EXPECT_EQ(src.find("mp_facc"), std::string::npos);

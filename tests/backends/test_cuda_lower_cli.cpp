@@ -12,8 +12,7 @@ namespace {
 TEST(CudaLowerCli, EmitCudaPrintsTheUnit) {
   auto r = mp::test::run_cli("compile matmul --emit cuda --set M=128");
   EXPECT_EQ(r.status, 0) << r.out;
-  // (512 threads that compute and the producer warp of A's ring of bulk copies)
-  EXPECT_NE(r.out.find("extern \"C\" __global__ void __launch_bounds__(544, "), std::string::npos)
+  EXPECT_NE(r.out.find("extern \"C\" __global__ void __launch_bounds__(512, "), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find(") mp_matmul_s0(void* const* mp_t"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("// MatMul #"), std::string::npos) << r.out;
@@ -39,14 +38,15 @@ TEST(CudaLowerCli, EmitCudaReadsTheSpeedVariables) {
   r = mp::test::run_cli("compile dotproduct --emit cuda");
   unsetenv("MP_CUDA_LOWER_COPY");
   EXPECT_NE(r.out.find("// path: tile ring (cp.async)"), std::string::npos) << r.out;
-  setenv("MP_CUDA_LOWER_PRODUCER", "thread", 1);
+  r = mp::test::run_cli("compile dotproduct --emit cuda");
+  EXPECT_NE(r.out.find("// no producer warp: switched off (MP_CUDA_LOWER_PRODUCER=thread)."), std::string::npos)
+      << "thread 0 fills the ring by default";
+  EXPECT_NE(r.out.find("__launch_bounds__(512, "), std::string::npos) << r.out;
+  setenv("MP_CUDA_LOWER_PRODUCER", "warp", 1);
   r = mp::test::run_cli("compile dotproduct --emit cuda");
   unsetenv("MP_CUDA_LOWER_PRODUCER");
-  EXPECT_NE(r.out.find("// no producer warp: switched off (MP_CUDA_LOWER_PRODUCER=thread)."), std::string::npos)
-      << r.out;
-  EXPECT_NE(r.out.find("__launch_bounds__(512, "), std::string::npos) << r.out;
-  r = mp::test::run_cli("compile dotproduct --emit cuda");
-  EXPECT_NE(r.out.find("; filled by a producer warp, up to "), std::string::npos) << "a producer warp by default";
+  EXPECT_NE(r.out.find("; filled by a producer warp, up to "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("__launch_bounds__(544, "), std::string::npos) << r.out;
 }
 
 TEST(CudaLowerCli, BadEmitIsAUsageError) {
