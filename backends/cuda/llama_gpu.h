@@ -62,11 +62,10 @@ enum class OpKind : int32_t {
   add,           // out += in0 (the residual)
   silu_mul,      // out = silu(in0) * in1
   argmax,        // the greedy token of the LM head's partials, stored as the position's prediction
-  // Fused modes: starts loading rows of a later GEMV's weight (`weight`) into L2: of its first `rows`
-  // rows cut in blocks of `stride`, the first `take` rows of each block, `per_task` blocks a task (one
-  // thread's bulk-copy prefetches; no inputs, no outputs, nothing waits on it). Placed beside a step
-  // that reads little from HBM (the attention), so that the HBM loads later weights meanwhile
-  // (LlamaGpuOptions::l2_ahead_bytes: the O projection's first rows, in blocks of about 1 MiB).
+  // Fused modes: starts loading the first `rows` rows of a later GEMV's weight (`weight`) into L2, a
+  // task per `per_task` rows (one thread's bulk-copy prefetches; no inputs, no outputs, nothing waits on
+  // it). Placed beside a step that reads little from HBM (the attention), so that the HBM loads the next
+  // step's weights meanwhile (LlamaGpuOptions::l2_ahead_bytes).
   l2_prefetch,
 };
 const char* to_string(OpKind k);
@@ -102,7 +101,6 @@ struct GpuOp {
   // holds them) and one task per KV head appends them to the cache (the fused modes' default, no
   // rope_append step); 0 = q rotated and the cache appended by earlier operations.
   int32_t rope;
-  int32_t stride, take;  // l2_prefetch: rows per block, rows prefetched at the start of each block
 };
 
 struct GpuTask {

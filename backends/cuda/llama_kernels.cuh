@@ -970,16 +970,11 @@ __device__ void prefetch_rows_l2(const DevWeight& w, int r0, int r1, int64_t max
   }
 }
 
-// l2_prefetch, by thread 0: of the first op.rows rows of op.weight, cut in blocks of op.stride rows, the
-// first op.take rows of blocks [t x per_task, + per_task).
+// l2_prefetch: rows [t x per_task, + per_task) of the first op.rows rows of op.weight, by thread 0.
 __device__ void task_l2_prefetch(const TaskMeta& m, int t) {
   if (threadIdx.x != 0) return;
-  const GpuOp& op = m.op;
-  for (int b = t * op.per_task; b < (t + 1) * op.per_task; ++b) {
-    const int r0 = b * op.stride;
-    if (r0 >= op.rows) break;
-    prefetch_rows_l2(m.w, r0, min(op.rows, r0 + op.take), -1);
-  }
+  const int r0 = t * m.op.per_task;
+  prefetch_rows_l2(m.w, r0, min(m.op.rows, r0 + m.op.per_task), -1);
 }
 
 // wait(): waits for the task's producers; every kind calls it before it reads what they wrote (the GEMV

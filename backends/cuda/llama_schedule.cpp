@@ -308,8 +308,8 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       case OpKind::rope_append:  // a task per KV head: its group's query pairs and its own key pairs
         o.per_task = int32_t(rows / s.kv_heads);
         break;
-      case OpKind::l2_prefetch:  // a task per block here; l2_prefetch below groups them
-        o.per_task = 1;
+      case OpKind::l2_prefetch:  // about 1 MiB of bf16 rows a task: 16 bulk prefetches of one thread
+        o.per_task = int32_t(std::clamp<int64_t>((int64_t(1) << 20) / (2 * cols), 1, rows));
         break;
       default:
         o.per_task = int32_t(rows);
@@ -344,26 +344,6 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
     sc.ops[size_t(i)].stage = st, sc.ops[size_t(i)].norm_weight = norm_w, sc.ops[size_t(i)].accumulate = acc;
     return i;
   };
-  // An l2_prefetch of w beside op `beside` (the same producers): the first `take` rows of every block of
-  // `stride` of w's first `rows` rows, blocks grouped so that a task prefetches about 1 MiB of bf16 rows
-  // (16 bulk prefetches of one thread).
-  auto l2_prefetch = [&](int64_t layer, int32_t w, int32_t beside, int64_t rows, int64_t cols, int64_t stride,
-                         int64_t take) {
-    const GpuOp& a = sc.ops[size_t(beside)];
-    std::vector<int32_t> ad(sc.deps.begin() + a.dep_begin, sc.deps.begin() + a.dep_begin + a.dep_count);
-    const int64_t blocks = ceil_div(rows, stride);
-    const int64_t per = std::clamp<int64_t>((int64_t(1) << 20) / (2 * cols * take), 1, blocks);
-    // op() makes ceil(rows / per_task) tasks: give it the block count, then the prefetch's own fields.
-    const int32_t i = op(OpKind::l2_prefetch, layer, w, -1, -1, -1, blocks, cols, {});
-    GpuOp& o = sc.ops[size_t(i)];
-    sc.tasks.resize(size_t(o.first_task));
-    o.per_task = int32_t(per);
-    o.tasks = int32_t(ceil_div(blocks, per));
-    for (int32_t t = 0; t < o.tasks; ++t) sc.tasks.push_back({i, t});
-    sc.deps.insert(sc.deps.end(), ad.begin(), ad.end());
-    o.dep_count = int32_t(ad.size());
-    o.rows = int32_t(rows), o.stride = int32_t(stride), o.take = int32_t(take);
-  };
   const bool fused = launch != Launch::per_op;
   const int32_t emb = weight("token_embd.weight", s.vocab, d);
   int32_t last = op(OpKind::embed, -1, emb, -1, -1, kX, d, d, {});
@@ -391,8 +371,9 @@ LlamaSchedule build_schedule(const LlamaGpuShapes& s, Launch launch, int64_t con
       }
       if (l2_ahead_bytes > 0) {
         const int64_t rows = std::min<int64_t>(d, std::max<int64_t>(1, l2_ahead_bytes / (2 * qw)));
-        const int64_t block = std::clamp<int64_t>((int64_t(1) << 20) / (2 * qw), 1, rows);
-        l2_prefetch(l, wo, at, rows, qw, block, block);
+        const GpuOp& a = sc.ops[size_t(at)];
+        std::vector<int32_t> ad(sc.deps.begin() + a.dep_begin, sc.deps.begin() + a.dep_begin + a.dep_count);
+        op(OpKind::l2_prefetch, l, wo, -1, -1, -1, rows, qw, ad);
       }
       int32_t o = -1;
       if (combine == Combine::in_o_projection) {
