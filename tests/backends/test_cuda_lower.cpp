@@ -442,6 +442,7 @@ TEST(CudaLower, Bf16FlashAttentionLowersOntoTheAttentionPipeline) {
     EXPECT_NE(low.source.find("stages = " + std::to_string(w.stages) + ";"), std::string::npos) << low.source;
     EXPECT_NE(low.source.find("warpgroup::mm_ABt("), std::string::npos);
     EXPECT_NE(low.source.find("warpgroup::mma_AB(st.o, pb_, s.v, true);"), std::string::npos);
+    EXPECT_NE(low.source.find("pingpong = consumers == 2;"), std::string::npos);
     EXPECT_EQ(low.source.find("mp_random2(1234ull") != std::string::npos, params.f("p_drop") > 0);
     EXPECT_EQ(k.threads, w.threads);
     EXPECT_TRUE(k.distributed);

@@ -2541,6 +2541,9 @@ class Gen {
          << "  static constexpr int producer_registers = 24, consumer_registers = 240;\n"
          << "  // Rolled K loop: the element nodes between the two wgmma are long (as the hand-written attention's).\n"
          << "  static constexpr bool unroll_ring = false;\n"
+         << "  // Two consumers take turns issuing S = Q K^T (named barriers 3 and 4, as the hand-written attention's\n"
+         << "  // ping-pong), so that one's element nodes overlap the other's wgmma.\n"
+         << "  static constexpr bool pingpong = consumers == 2;\n"
          << "  static constexpr int seq_q = " << p.S << ", seq_kv = " << p.Skv << ", work = " << p.outer->trip()
          << ", kv_iters = " << fold.trip() << ";\n"
          << "  using q_tile = st_bf<64, D>;   // " << p.lq->src->name << "[q0 + 64 c + r, c]\n"
@@ -2598,11 +2601,16 @@ class Gen {
       const std::string& nm = p.name.at(n->out->id);
       if (n == p.qk) {
         line("// " + one_line(ir::print(*n)) + "; waiting for it also retires the previous P V");
+        line("// The turn: consumer c waits on barrier 3 + c, hands over on the other's; every wait has its arrival.");
+        line("if constexpr (pingpong)");
+        line("  if (consumer == 1 || it > 0) named_barrier_sync(3 + consumer, 2 * warpgroup_threads);");
         line("rt_fl<16, BN> " + nm + ";");
         line("warpgroup::fence_accumulator(" + nm + ");");
         line("warpgroup::mma_fence();");
         line("warpgroup::mm_ABt(" + nm + ", f.q[consumer], s.k);");
         line("warpgroup::mma_commit_group();");
+        line("if constexpr (pingpong)");
+        line("  if (consumer == 0 || it + 1 < kv_iters) named_barrier_arrive(4 - consumer, 2 * warpgroup_threads);");
         line("warpgroup::mma_async_wait<0>();");
         line("warpgroup::fence_accumulator(" + nm + ");");
         line("warpgroup::fence_accumulator(st.o);");
