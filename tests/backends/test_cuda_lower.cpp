@@ -443,6 +443,10 @@ TEST(CudaLower, Bf16FlashAttentionLowersOntoTheAttentionPipeline) {
     EXPECT_NE(low.source.find("warpgroup::mm_ABt("), std::string::npos);
     EXPECT_NE(low.source.find("warpgroup::mma_AB(st.o, pb_, s.v, true);"), std::string::npos);
     EXPECT_NE(low.source.find("pingpong = consumers == 2;"), std::string::npos);
+    // With the causal select, the key tiles past an item's last row are proven to leave the carried values
+    // as they are (with dropout too: 0 / (1 - p) and 0 on both sides of its select): the fold stops there.
+    EXPECT_EQ(low.source.find("return {q0, min(kv_iters, last / BN + 1)};") != std::string::npos,
+              params.i("causal") != 0);
     EXPECT_EQ(low.source.find("mp_random2(1234ull") != std::string::npos, params.f("p_drop") > 0);
     EXPECT_EQ(k.threads, w.threads);
     EXPECT_TRUE(k.distributed);

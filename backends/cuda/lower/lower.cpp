@@ -459,6 +459,7 @@ class Gen {
     std::map<int, std::string> name;       // value id -> its variable in the generated code
     int o_carried = -1;                    // the accumulator's index in fold->carried
     int64_t S = 0, Skv = 0, D = 0, BR = 0, BC = 0, stages = 0;
+    bool causal_skip = false;  // the item's fold stops at the last key tile that reaches its last row (fa_causal_skip)
   };
   std::map<int, FaPlan> fa_;           // statement -> plan
   std::map<int, std::string> fa_note_;  // statement with an attention-shaped fold left to the element loops -> why
@@ -656,7 +657,125 @@ class Gen {
       return "BC=" + std::to_string(p.BC) + ", D=" + std::to_string(p.D) + " (two " + std::to_string(stage_bytes / 1024) +
              " KiB K / V stages do not fit beside the " + std::to_string(q_bytes / 1024) + " KiB of Q tiles)";
     if (p.S >= (int64_t(1) << 30) || p.Skv >= (int64_t(1) << 30)) return "a sequence past 2^30";
+    p.causal_skip = fa_causal_skip(p);
     return "";
+  }
+  // ---- key tiles past a causal diagonal ----
+  // Whether the fold's iterations over key tiles whose every key is past every query row of the item
+  // (key > row) provably leave every carried value as it is, so that the item's fold may stop at the
+  // last key tile that reaches its last row. An abstract run of the fold body over such a tile: a value
+  // is a constant, "the carried value k unchanged" (finite: a running value after the first key tile,
+  // which always holds key 0, for finite inputs), an index of the scores (index(0) the row, index(1)
+  // the key: in such a tile index(1) > index(0) everywhere), or unknown. It holds when a comparison of
+  // the two indices took a part (the causal select) and every carried value's next value is itself.
+  struct FaAbs {
+    enum Kind { Unknown, Const, Same, Index } kind = Unknown;
+    double c = 0;  // Const
+    int k = 0;     // Same: the carried value; Index: the axis
+    bool operator==(const FaAbs& o) const {
+      return kind == o.kind && kind != Unknown && (kind == Const ? (c == o.c || (std::isnan(c) && std::isnan(o.c))) : k == o.k);
+    }
+  };
+  static FaAbs fa_const(double c) { return {FaAbs::Const, c, 0}; }
+  static FaAbs fa_abs(const ir::ExprNode& n, const std::vector<FaAbs>& args, bool scores, bool& used_causal) {
+    using O = ir::ExprOp;
+    if (n.op == O::Const) return fa_const(n.value);
+    if (n.op == O::Arg) return size_t(n.index) < args.size() ? args[size_t(n.index)] : FaAbs{};
+    if (n.op == O::Index) return scores && n.index < 2 ? FaAbs{FaAbs::Index, 0, n.index} : FaAbs{};
+    std::vector<FaAbs> k;
+    for (auto& kid : n.kids) k.push_back(fa_abs(*kid, args, scores, used_causal));
+    auto is = [](const FaAbs& a, double c) { return a.kind == FaAbs::Const && a.c == c; };
+    auto all_const = [&] {
+      for (auto& x : k)
+        if (x.kind != FaAbs::Const) return false;
+      return !k.empty();
+    };
+    switch (n.op) {
+      case O::Le:
+      case O::Lt:
+      case O::Eq:
+        if (k[0].kind == FaAbs::Index && k[1].kind == FaAbs::Index && k[0].k != k[1].k) {
+          used_causal = true;  // index(1) > index(0): key <= row and key < row are false, row < key true
+          if (n.op == O::Eq) return fa_const(0);
+          return fa_const(k[0].k == 0 ? 1 : 0);
+        }
+        if (all_const())
+          return fa_const(n.op == O::Le ? k[0].c <= k[1].c : n.op == O::Lt ? k[0].c < k[1].c : k[0].c == k[1].c);
+        return {};
+      case O::Select:
+        if (k[0].kind == FaAbs::Const) return k[0].c != 0 ? k[1] : k[2];
+        if (k[1] == k[2]) return k[1];
+        return {};
+      case O::Max:
+        if (is(k[1], -INFINITY)) return k[0];
+        if (is(k[0], -INFINITY)) return k[1];
+        if (all_const()) return fa_const(k[0].c < k[1].c ? k[1].c : k[0].c);
+        return {};
+      case O::Min:
+        if (is(k[1], INFINITY)) return k[0];
+        if (is(k[0], INFINITY)) return k[1];
+        if (all_const()) return fa_const(k[1].c < k[0].c ? k[1].c : k[0].c);
+        return {};
+      case O::Add:
+        if (is(k[1], 0)) return k[0];
+        if (is(k[0], 0)) return k[1];
+        if (all_const()) return fa_const(k[0].c + k[1].c);
+        return {};
+      case O::Sub:
+        if (k[0].kind == FaAbs::Same && k[0] == k[1]) return fa_const(0);  // finite
+        if (is(k[0], -INFINITY) && k[1].kind == FaAbs::Same) return fa_const(-INFINITY);
+        if (is(k[1], 0)) return k[0];
+        if (all_const()) return fa_const(k[0].c - k[1].c);
+        return {};
+      case O::Mul:
+        if (is(k[1], 1)) return k[0];
+        if (is(k[0], 1)) return k[1];
+        if ((is(k[0], 0) && k[1].kind == FaAbs::Same) || (is(k[1], 0) && k[0].kind == FaAbs::Same)) return fa_const(0);
+        if (all_const()) return fa_const(k[0].c * k[1].c);
+        return {};
+      case O::Div:
+        if (is(k[1], 1)) return k[0];
+        if (all_const()) return fa_const(k[0].c / k[1].c);
+        return {};
+      case O::Neg:
+        return all_const() ? fa_const(-k[0].c) : FaAbs{};
+      case O::Exp:
+        return all_const() ? fa_const(std::exp(k[0].c)) : FaAbs{};
+      default:
+        return {};
+    }
+  }
+  // The abstract run over a tile past the diagonal (see FaAbs): true when the item's fold may stop there.
+  static bool fa_causal_skip(const FaPlan& p) {
+    std::map<int, FaAbs> val;
+    for (size_t c = 0; c < p.fold->carried.size(); ++c) val[p.fold->carried[c].arg->id] = {FaAbs::Same, 0, int(c)};
+    auto get = [&](const ir::Value& v) { return val.count(v->id) ? val.at(v->id) : FaAbs{}; };
+    bool used_causal = false;
+    for (const ir::Node* n : p.body) {
+      FaAbs r;
+      if (n == p.qk) {
+        r = {};  // the scores: finite for finite inputs
+      } else if (n == p.pv) {
+        if (get(p.pv->a).kind == FaAbs::Const && get(p.pv->a).c == 0) r = fa_const(0);  // 0 x V (finite)
+      } else if (auto* red = n->as<ir::Reduce>()) {
+        FaAbs in = get(red->in);
+        if (in.kind == FaAbs::Const && (red->combiner != ir::Combiner::Add || in.c == 0)) r = in;
+      } else {
+        std::vector<ir::Value> ins = n->as<ir::Map>() ? std::vector<ir::Value>{n->as<ir::Map>()->in} : n->as<ir::Zip>()->ins;
+        std::vector<FaAbs> a;
+        for (auto& x : ins) a.push_back(get(x));
+        const ir::Expr& f = n->as<ir::Map>() ? n->as<ir::Map>()->f : n->as<ir::Zip>()->f;
+        r = fa_abs(f.node(), a, p.kind.at(n->out->id) == 'T', used_causal);
+        if (r.kind == FaAbs::Index) r = {};
+      }
+      val[n->out->id] = r;
+    }
+    if (!used_causal) return false;
+    for (size_t c = 0; c < p.fold->carried.size(); ++c) {
+      FaAbs nx = get(p.fold->carried[c].next);
+      if (nx.kind != FaAbs::Same || nx.k != int(c)) return false;
+    }
+    return true;
   }
 
   void plan_mma(int stmt) {
@@ -2524,6 +2643,9 @@ class Gen {
          << "// and " << p.pv->where() << " as wgmma m64n" << p.D << "k16 with A from registers and V MN-major, the\n"
          << "// accumulator's update g(o, rows) applied before it. Deviations from the interpreter: P is rounded to bf16\n"
          << "// before the second product, exp is exp2(x * log2 e) (ex2.approx), sums in fp32 in another order.\n"
+         << (p.causal_skip ? "// The key tiles past an item's last query row are skipped: over them the fold provably leaves its carried\n"
+                             "// values unchanged (the causal select gives -inf everywhere there; see fa_causal_skip).\n"
+                           : "// Every item runs every key tile (no key tile was proven to leave the carried values unchanged).\n")
          << "// Partial tiles: TMA reads zeros past the tensors' ends; the Reduces skip the keys past "
          << p.Skv << " and P is 0 there; rows past " << p.S << " are not stored.\n";
     src_ << "namespace " << ns << " {\n"
@@ -2556,10 +2678,19 @@ class Gen {
     for (auto& c : fold.carried)
       if (&c != &oc) src_ << "    float " << p.name.at(c.arg->id).substr(3) << "[2];  // " << ir::value_name(c.arg) << "\n";
     src_ << "  };\n"
-         << "  struct item {\n    int q0;  // the tile's first query row\n  };\n"
-         << "  __host__ __device__ static int work_count(const globals&) { return work; }\n"
-         << "  __device__ static item item_of(const globals&, int w) { return {w * BM}; }\n"
-         << "  __device__ static int iters(const item&) { return kv_iters; }\n"
+         << "  struct item {\n    int q0, iters;  // the tile's first query row, its key tiles\n  };\n"
+         << "  __host__ __device__ static int work_count(const globals&) { return work; }\n";
+    if (p.causal_skip)
+      src_ << "  // The key tiles past the item's last row leave the carried values as they are (the lowering's\n"
+           << "  // abstract run of the fold over them): the fold stops at the last tile that reaches that row. The\n"
+           << "  // longest items first, so that the short ones fill the last wave.\n"
+           << "  __device__ static item item_of(const globals&, int w) {\n"
+           << "    const int q0 = (work - 1 - w) * BM, last = min(q0 + BM, seq_q) - 1;\n"
+           << "    return {q0, min(kv_iters, last / BN + 1)};\n"
+           << "  }\n";
+    else
+      src_ << "  __device__ static item item_of(const globals&, int w) { return {w * BM, kv_iters}; }\n";
+    src_ << "  __device__ static int iters(const item& w) { return w.iters; }\n"
          << "  __device__ static void prefetch(const globals& g) {\n"
          << "    tma::prefetch_map(g.q);\n    tma::prefetch_map(g.k);\n    tma::prefetch_map(g.v);\n  }\n"
          << "  __device__ static void load(stage& s, finish_smem& f, const globals& g, const item& w, int it, semaphore& full) {\n"
@@ -2610,7 +2741,7 @@ class Gen {
         line("warpgroup::mm_ABt(" + nm + ", f.q[consumer], s.k);");
         line("warpgroup::mma_commit_group();");
         line("if constexpr (pingpong)");
-        line("  if (consumer == 0 || it + 1 < kv_iters) named_barrier_arrive(4 - consumer, 2 * warpgroup_threads);");
+        line("  if (consumer == 0 || it + 1 < w.iters) named_barrier_arrive(4 - consumer, 2 * warpgroup_threads);");
         line("warpgroup::mma_async_wait<0>();");
         line("warpgroup::fence_accumulator(" + nm + ");");
         line("warpgroup::fence_accumulator(st.o);");
