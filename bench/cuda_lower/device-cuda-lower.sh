@@ -74,6 +74,8 @@ cases=(
   "gemm|M=512 N=512 K=512 MM=64 NN=64 KK=64|0"
   "gemm|M=4096 N=4096 K=4096 MM=128 NN=256 KK=64 dtype=bf16|0"
   "flash_attention|S=2048 D=128 BR=64 BC=64|0"
+  "flash_attention|S=4096 D=128 BR=128 BC=128 causal=0 p_drop=0 dtype=bf16|0"
+  "flash_attention|S=4096 D=128 BR=128 BC=128 causal=1 p_drop=0 dtype=bf16|0"
   "gda|R=65536 C=32 TR=512|0"
   "kmeans|N=65536 PT=1024|0"
   "llama_decoder||0"
@@ -81,6 +83,9 @@ cases=(
 # The bf16 matmul and gemm rows take the lowering's wgmma path (the tile layer's pipeline); the 4096^3 ones are
 # compared at the end with the hand-written tile GEMM on the same shape (metapipe gemm, B stored K x N as
 # the program stores it), timed in batches of about the same length (2 ms) as --repeat's 10 passes.
+# The bf16 flash_attention rows at S=4096 take the lowering's wgmma attention pipeline; they are compared
+# at the end with the hand-written attention forward on the same shape (metapipe attention, one batch and
+# head, d128, causal or not as the row), median of 20 batches.
 # The reference of the same run: a device-to-device copy's bandwidth (read + write of 2 GiB), measured
 # with PyTorch where $PYTHON (default python3) has it.
 py="${PYTHON:-python3}"
@@ -110,6 +115,7 @@ fi
 printf "%-16s %-44s %-22s %-6s %12s %12s %8s\n" program sets variant check "device ms" "GB/s" "% copy"
 status=0
 mm4096=()
+fa4096=()
 for v in "${vlist[@]}"; do
  envs=()
  for a in $v; do [ "$a" = default ] || envs+=("MP_CUDA_LOWER_$a"); done
@@ -134,8 +140,22 @@ for v in "${vlist[@]}"; do
   if [[ "$prog" =~ ^(matmul|gemm)$ ]] && [[ "$sets" == "M=4096 N=4096 K=4096 "*"dtype=bf16" ]] && [ -n "$ms" ]; then
     mm4096+=("$prog ${sets#M=4096 N=4096 K=4096 }|$ms")
   fi
+  if [ "$prog" = flash_attention ] && [[ "$sets" == "S=4096 D=128 "*"dtype=bf16" ]] && [ -n "$ms" ]; then
+    fa4096+=("$([[ "$sets" == *causal=1* ]] && echo causal || echo full)|$ms")
+  fi
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
  done
+done
+for r in "${fa4096[@]}"; do
+  IFS='|' read -r mask ms <<<"$r"
+  flag=()
+  [ "$mask" = causal ] && flag=(--causal)
+  a=$("$mp" attention --batch 1 --heads 1 --seq 4096 --dim 128 "${flag[@]}" --samples 20 2>&1)
+  hand=$(sed -n 's/^ours: *\([0-9.]*\) \(ms\|us\).*/\1 \2/p' <<<"$a" | awk '{ print ($2 == "us") ? $1 / 1000 : $1 }')
+  echo "hand-written attention forward S=4096 d128 $mask (metapipe attention, 20 batches): ${hand:-not timed} ms"
+  [ -n "$hand" ] || { echo "  $(tail -2 <<<"$a")"; status=1; continue; }
+  awk -v m="$mask" -v ms="$ms" -v h="$hand" \
+    'BEGIN { printf "lowered flash_attention S=4096 d128 %s bf16: %.4f ms, %.3fx the hand-written attention\n", m, ms, h / ms }'
 done
 if [ "${#mm4096[@]}" -gt 0 ]; then
   g=$("$mp" gemm 4096 4096 4096 --samples 20 --batch-ms 2 2>&1)

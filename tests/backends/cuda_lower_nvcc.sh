@@ -48,6 +48,16 @@ for t in "MM=128 NN=256" "MM=64 NN=64"; do
   grep -q "// path: the tile layer's pipeline" "$work/${u//=/}.cu" || { echo "$u: not on the tile pipeline" >&2; exit 1; }
   units+=("${u//=/}.cu")
 done
+# The bf16 flash_attention statement on the tile layer's attention pipeline: d128 with 128 x 128 tiles, no
+# mask nor dropout (the bench's shape), and d64 with 64 x 64 tiles, causal, dropout and partial tiles.
+for t in "S=4096 D=128 BR=128 BC=128 causal=0 p_drop=0" "S=1000 D=64 BR=64 BC=64 causal=1 p_drop=0.1 mask=1"; do
+  u="flash_wgmma_$(echo "$t" | cut -d' ' -f2-4 | tr -d '= ' )"
+  sets=()
+  for a in $t; do sets+=(--set "$a"); done
+  "$metapipe" compile flash_attention --set dtype=bf16 "${sets[@]}" --emit cuda > "$work/$u.cu"
+  grep -q "// path: the tile layer's wgmma attention pipeline" "$work/$u.cu" || { echo "$u: not on the attention pipeline" >&2; exit 1; }
+  units+=("$u.cu")
+done
 cd "$work"
 # The tile layer's headers need the arch-specific target and relaxed constexpr, as its own build does.
 "$nvcc" -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -std=c++20 -I"$root" -c "${units[@]}" \
@@ -59,4 +69,4 @@ for u in "${units[@]}"; do
   [ -s "${u%.cu}.o" ] || { echo "nvcc produced no object for ${u%.cu}" >&2; exit 1; }
 done
 grep -q '// path: rows in registers' "$work/softmax.cu" || { echo "softmax.cu: not rows in registers" >&2; exit 1; }
-echo "compiled ${#units[@]} lowered units for sm_90a: $programs, and the streaming ones with bulk copies"
+echo "compiled ${#units[@]} lowered units for sm_90a: $programs, the streaming ones with bulk copies, the wgmma matmul and attention"

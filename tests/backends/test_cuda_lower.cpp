@@ -413,6 +413,94 @@ TEST(CudaLower, MatmulOffTheTilePipelineSaysWhy) {
   }
 }
 
+// The flash_attention program in bf16: its statement lowers onto the tile layer's pipeline as an attention
+// kernel (a TMA producer for Q once and the K / V ring, wgmma consumers with the fold's element nodes in
+// the accumulator layout), launched one block per query tile. Its results are checked on the GPU
+// (SM90_CudaLower.FlashAttentionOnWgmma); the host emulator cannot run wgmma.
+TEST(CudaLower, Bf16FlashAttentionLowersOntoTheAttentionPipeline) {
+  auto& spec = examples::find_program("flash_attention");
+  struct Want {
+    std::vector<std::string> sets;
+    int threads, stages;
+  };
+  for (const Want& w : {Want{{"S=4096", "D=128", "BR=128", "BC=128", "p_drop=0", "causal=0"}, 384, 3},
+                        Want{{"S=1000", "D=64", "BR=64", "BC=64", "p_drop=0.1", "causal=1", "mask=1"}, 256, 4},
+                        Want{{"S=300", "D=128", "BR=128", "BC=64", "p_drop=0", "causal=1", "mask=1"}, 384, 4},
+                        Want{{"S=1000", "D=256", "BR=128", "BC=64", "p_drop=0.1", "causal=0", "mask=1"}, 384, 2},
+                        Want{{"S=64", "D=64", "BR=64", "BC=64"}, 256, 4}}) {  // one tile each way
+    std::vector<std::string> sets = w.sets;
+    sets.push_back("dtype=bf16");
+    SCOPED_TRACE(sets[0] + " " + sets[1] + " " + sets[2] + " " + sets[3]);
+    auto params = examples::resolve(spec, sets);
+    cuda::Lowered low = cuda::lower(compiled(spec, params));
+    ASSERT_EQ(low.kernels.size(), 1u);
+    const auto& k = low.kernels[0];
+    EXPECT_TRUE(low.uses_tile_layer);
+    EXPECT_NE(low.source.find("#include \"tile/tile.cuh\""), std::string::npos);
+    EXPECT_NE(low.source.find("// path: the tile layer's wgmma attention pipeline"), std::string::npos);
+    EXPECT_NE(low.source.find("mp::tile::pc::run_block<"), std::string::npos);
+    EXPECT_NE(low.source.find("stages = " + std::to_string(w.stages) + ";"), std::string::npos) << low.source;
+    EXPECT_NE(low.source.find("warpgroup::mm_ABt("), std::string::npos);
+    EXPECT_NE(low.source.find("warpgroup::mma_AB(st.o, pb_, s.v, true);"), std::string::npos);
+    EXPECT_NE(low.source.find("pingpong = consumers == 2;"), std::string::npos);
+    // With the causal select, the key tiles past an item's last row are proven to leave the carried values
+    // as they are (with dropout too: 0 / (1 - p) and 0 on both sides of its select): the fold stops there.
+    EXPECT_EQ(low.source.find("return {q0, min(kv_iters, last / BN + 1)};") != std::string::npos,
+              params.i("causal") != 0);
+    EXPECT_EQ(low.source.find("mp_random2(1234ull") != std::string::npos, params.f("p_drop") > 0);
+    EXPECT_EQ(k.threads, w.threads);
+    EXPECT_TRUE(k.distributed);
+    EXPECT_TRUE(k.block_per_item);
+    const int64_t S = params.i("S"), D = params.i("D"), BR = params.i("BR"), BC = params.i("BC");
+    EXPECT_EQ(k.trip, (S + BR - 1) / BR);
+    EXPECT_LE(k.smem_bytes, 227 * 1024);
+    EXPECT_NE(low.source.find("shared_bytes == " + std::to_string(k.smem_bytes)), std::string::npos);
+    ASSERT_EQ(k.maps.size(), 3u);
+    const char* names[3] = {"Q", "K", "V"};
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(low.tensors[size_t(k.maps[size_t(i)].tensor)]->name, names[i]);
+      EXPECT_EQ(k.maps[size_t(i)].rows, S);
+      EXPECT_EQ(k.maps[size_t(i)].cols, D);
+      EXPECT_EQ(k.maps[size_t(i)].box_rows, i == 0 ? 64 : BC);
+      EXPECT_EQ(k.maps[size_t(i)].box_cols, 64);
+    }
+  }
+}
+
+TEST(CudaLower, FlashAttentionOffTheAttentionPipelineSaysWhy) {
+  auto& spec = examples::find_program("flash_attention");
+  struct Case {
+    std::vector<std::string> sets;
+    const char* why;
+  };
+  for (const Case& c :
+       {Case{{"dtype=f32"}, "Q, K, V and O are not all bf16"},
+        Case{{"dtype=bf16", "D=96"}, "D=96 (the attention pipeline takes D = 64, 128 or 256)"},
+        Case{{"dtype=bf16", "BR=32"}, "BR=32 (one 64-row consumer warpgroup per 64 query rows: BR = 64 or 128)"},
+        Case{{"dtype=bf16", "BC=32"}, "BC=32 (the scores' wgmma width: BC = 64 or 128)"},
+        Case{{"dtype=bf16", "S=512", "D=256", "BR=128", "BC=128"}, "KiB K / V stages do not fit beside the"}}) {
+    SCOPED_TRACE(c.why);
+    cuda::Lowered low = cuda::lower(compiled(spec, examples::resolve(spec, c.sets)));
+    EXPECT_FALSE(low.uses_tile_layer);
+    EXPECT_EQ(low.source.find("#include"), std::string::npos);
+    for (auto& k : low.kernels) {
+      EXPECT_TRUE(k.maps.empty());
+      EXPECT_FALSE(k.block_per_item);
+    }
+    EXPECT_NE(low.source.find("the fold takes the element loops, not the tile layer's wgmma attention pipeline: "),
+              std::string::npos);
+    EXPECT_NE(low.source.find(c.why), std::string::npos) << low.source.substr(0, 3000);
+  }
+  cuda::LowerOptions generic;
+  cuda::set_matmul_option(generic, "generic");
+  cuda::Lowered low = cuda::lower(
+      compiled(spec, examples::resolve(spec, {"dtype=bf16", "S=512", "D=128", "BR=128", "BC=128"})), generic);
+  EXPECT_FALSE(low.uses_tile_layer);
+  EXPECT_NE(low.source.find("the fold takes the element loops, not the tile layer's wgmma attention pipeline: "
+                            "MP_CUDA_LOWER_MATMUL=generic"),
+            std::string::npos);
+}
+
 TEST(CudaLower, UncompiledProgramIsRejected) {
   auto& spec = examples::find_program("matmul");
   auto p = examples::build(spec, examples::resolve(spec, {}));

@@ -41,6 +41,23 @@ TEST(CudaLowerNvrtc, MatmulOnTheTileLayerCompilesForSm90a) {
   EXPECT_EQ(cuda::compile_sm90a(low.source).substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
 }
 
+// The bf16 flash_attention statement on the tile layer's attention pipeline, at each head dimension and
+// tile shape it takes, with the causal mask and dropout and without.
+TEST(CudaLowerNvrtc, FlashAttentionOnTheTileLayerCompilesForSm90a) {
+  auto& spec = examples::find_program("flash_attention");
+  for (auto sets : std::vector<std::vector<std::string>>{{"S=4096", "D=128", "BR=128", "BC=128", "causal=0", "p_drop=0"},
+                                                         {"S=1000", "D=64", "BR=64", "BC=64", "causal=1", "p_drop=0.1"},
+                                                         {"S=1000", "D=256", "BR=128", "BC=64", "causal=1", "p_drop=0"}}) {
+    SCOPED_TRACE(sets[1] + " " + sets[2] + " " + sets[3]);
+    sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
+    auto params = examples::resolve(spec, sets);
+    auto low = cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params)));
+    ASSERT_TRUE(low.uses_tile_layer);
+    std::string bin = cuda::compile_sm90a(low.source);
+    EXPECT_EQ(bin.substr(0, 4), std::string("\x7f" "ELF")) << "not a cubin";
+  }
+}
+
 // The speed variants of the streaming programs (docs/cuda-lowering.md, "Speed") compile too: the ring
 // off with 256 threads and nothing fused, the deepest rings, and the rings of bulk copies (TMA) at the
 // default depth and the deepest with two barriers per iteration.

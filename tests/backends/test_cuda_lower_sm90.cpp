@@ -102,6 +102,36 @@ TEST(SM90_CudaLower, MatmulOnWgmma) {
   }
 }
 
+// The flash_attention program in bf16 on the tile layer's attention pipeline (TMA producer, wgmma
+// consumers, the fold's element nodes in the accumulator layout) against the interpreter, output poisoned,
+// fresh inputs: sequences that are not multiples of the tiles (partial query tiles, whose rows past S are
+// not stored, and partial key tiles, whose keys past S the reductions skip), causal and not, dropout and
+// not, d64 / d128 / d256, one and two consumer warpgroups. The tolerance is bf16's (1e-2 relative, 1e-3
+// of the largest output absolute): the pipeline rounds P to bf16 before P V and takes exp as exp2 of
+// x log2(e), where the interpreter keeps P in fp32 (docs/cuda-lowering.md, "Attention on wgmma").
+TEST(SM90_CudaLower, FlashAttentionOnWgmma) {
+  MP_REQUIRE_GPU();
+  uint64_t seed = fresh_seed() % 1000000;
+  auto& spec = examples::find_program("flash_attention");
+  const std::vector<std::vector<std::string>> cases = {
+      {"S=300", "D=64", "BR=64", "BC=64", "causal=1", "p_drop=0"},
+      {"S=300", "D=128", "BR=128", "BC=128", "causal=0", "p_drop=0.1"},
+      {"S=1000", "D=128", "BR=128", "BC=64", "causal=1", "p_drop=0.1"},
+      {"S=1000", "D=64", "BR=64", "BC=128", "causal=0", "p_drop=0"},
+      {"S=1000", "D=256", "BR=128", "BC=64", "causal=1", "p_drop=0"},
+      {"S=2048", "D=128", "BR=128", "BC=128", "causal=0", "p_drop=0"},
+      {"S=64", "D=64", "BR=64", "BC=64", "causal=1", "p_drop=0.1"}};
+  for (auto sets : cases) {
+    sets.insert(sets.end(), {"dtype=bf16", "mask=1"});
+    auto params = examples::resolve(spec, sets);
+    std::string src =
+        cuda::lower(passes::compile(examples::build(spec, params), examples::compile_options(params))).source;
+    ASSERT_NE(src.find("// path: the tile layer's wgmma attention pipeline"), std::string::npos)
+        << sets[0] << " " << sets[1] << " " << sets[2] << " " << sets[3];
+    check_program(spec, sets, seed++);
+  }
+}
+
 // The streaming programs at sizes where a block runs many iterations (the ring wraps around its slots
 // many times) and the last tiles are cut by the mask at lengths that are not multiples of four.
 std::vector<std::pair<std::string, std::vector<std::string>>> ring_cases() {

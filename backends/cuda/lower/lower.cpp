@@ -255,7 +255,7 @@ class Gen {
     for (size_t s = 0; s < p_.body.size(); ++s) plan_mma(int(s));
     src_ << "// metapipe program '" << p_.name << "' lowered to CUDA C++ for sm_90a: one kernel per top-level\n"
          << "// statement, launched in order by the metapipe run time (backends/cuda/lower).\n"
-         << (mma_.empty() ? "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n"
+         << (mma_.empty() && fa_.empty() ? "// Generated code: compiled with NVRTC at run time; nvcc -arch=sm_90a -std=c++20 -c also accepts it.\n"
                           : "// Generated code: compiled with NVRTC at run time; nvcc -gencode=arch=compute_90a,code=sm_90a\n"
                             "// --expt-relaxed-constexpr -std=c++20 -I<repository root> -c also accepts it.\n");
     if (!p_.params.empty()) {
@@ -269,9 +269,9 @@ class Gen {
       src_ << "//   mp_t[" << i << "] " << t->name << ": " << ir::to_string(t->dtype) << ir::to_string(t->shape)
            << " " << ir::to_string(t->role) << " (stored as " << dev_type(t->dtype) << ")\n";
     }
-    if (!mma_.empty()) {
+    if (!mma_.empty() || !fa_.empty()) {
       out_.uses_tile_layer = true;
-      src_ << "// The tiled matmul statements are lowered onto the tile layer (tile/): compile with the repository\n"
+      src_ << "// The tiled matmul and attention statements are lowered onto the tile layer (tile/): compile with the repository\n"
            << "// root on the include path (the run time passes it to NVRTC).\n"
            << "#include \"tile/tile.cuh\"\n";
     }
@@ -279,6 +279,8 @@ class Gen {
     for (size_t s = 0; s < p_.body.size(); ++s) {
       if (mma_.count(int(s)))
         mma_kernel(int(s));
+      else if (fa_.count(int(s)))
+        fa_kernel(int(s));
       else
         kernel(int(s));
     }
@@ -430,6 +432,352 @@ class Gen {
       return "a dimension or the tile count past 2^31";
     return "";
   }
+  // ---- an attention fold onto the tile layer's pipeline (wgmma) ----
+  // The statement is FlashAttention's loop nest, whatever stages the metapipeline pass cut it into:
+  //   METAPIPE i { q = LOAD_TILE(Q[BR*i, 0] : [BR, D]); r0.. = FILL c; o0 = FILL c;
+  //                rows.., o = METAPIPE_FOLD j carry(rows.. = r0.., o = o0) {
+  //                  k = LOAD_TILE(K[BC*j, 0] : [BC, D]); v = LOAD_TILE(V[BC*j, 0] : [BC, D]);
+  //                  s = MAT_MUL(q, k^T); element nodes over s and rows, Reduces of them along the row;
+  //                  pv = MAT_MUL(p, v) (p one of the element nodes); o' = g(o, rows) + pv }
+  //                element nodes over o and rows; STORE_TILE(O[BR*i, 0], ...) }
+  // with Q, K, V and O bf16. Each value of the fold is one of three kinds, by what it is computed from:
+  // 'T' the [BR, BC] scores and what is computed from them element by element (wgmma accumulator
+  // layout), 'R' a value per query row ([BR, 1]: the Reduces along the row and what is computed from
+  // them; two rows per thread), 'O' the [BR, D] output rows (the carried accumulator). 'P' is the P V
+  // product, read only by the accumulator's update.
+  struct FaPlan {
+    const ir::MetaPipe *outer = nullptr, *fold = nullptr;
+    const ir::LoadTile *lq = nullptr, *lk = nullptr, *lv = nullptr;
+    const ir::MatMul *qk = nullptr, *pv = nullptr;
+    const ir::Zip* o_next = nullptr;       // the carried [BR, D] value's update: g(o, rows) + pv
+    const ir::ExprNode* o_rest = nullptr;  // g
+    const ir::StoreTile* st = nullptr;
+    std::vector<const ir::Node*> body;     // the fold's MatMuls, element nodes and Reduces, in order
+    std::vector<const ir::Node*> after;    // the element nodes between the fold and the StoreTile
+    std::map<int, double> fill;            // Fill result -> its constant
+    std::map<int, char> kind;              // value id -> 'Q', 'K', 'V', 'T', 'R', 'O', 'P'
+    std::map<int, std::string> name;       // value id -> its variable in the generated code
+    int o_carried = -1;                    // the accumulator's index in fold->carried
+    int64_t S = 0, Skv = 0, D = 0, BR = 0, BC = 0, stages = 0;
+    bool causal_skip = false;  // the item's fold stops at the last key tile that reaches its last row (fa_causal_skip)
+  };
+  std::map<int, FaPlan> fa_;           // statement -> plan
+  std::map<int, std::string> fa_note_;  // statement with an attention-shaped fold left to the element loops -> why
+
+  // Whether the statement looks like an attention fold (a carried inner loop with two MatMuls): then a
+  // refusal of the attention pipeline is the reason its kernel gives.
+  static bool attention_shaped(const ir::MetaPipe& outer) {
+    for (auto& n : outer.body())
+      if (auto* m = n->as<ir::MetaPipe>(); m && !m->carried.empty()) {
+        int mms = 0;
+        for (auto& x : m->body()) mms += x->kind == ir::NodeKind::MatMul;
+        if (mms >= 2) return true;
+      }
+    return false;
+  }
+
+  // Why the statement `outer` does not take the attention pipeline ("" when it does, with p filled).
+  std::string fa_refusal(const ir::MetaPipe& outer, FaPlan& p) const {
+    if (!outer.carried.empty()) return "the outer loop carries values";
+    p.outer = &outer;
+    for (auto& n : outer.body()) {
+      if (auto* l = n->as<ir::LoadTile>()) {
+        if (p.lq || p.fold) return "the outer loop loads other than one tile before the fold";
+        p.lq = l;
+      } else if (auto* f = n->as<ir::Fill>()) {
+        if (p.fold) return "a Fill after the fold";
+        const ir::ExprNode& e = f->f.node();
+        if (e.op != ir::ExprOp::Const) return f->where() + " fills other than a constant";
+        p.fill[f->out->id] = e.value;
+      } else if (auto* m = n->as<ir::MetaPipe>()) {
+        if (p.fold) return "the outer loop has two inner loops";
+        p.fold = m;
+      } else if (n->as<ir::Map>() || n->as<ir::Zip>()) {
+        if (!p.fold || p.st) return n->where() + " outside the fold is not between the fold and the StoreTile";
+        p.after.push_back(n.get());
+      } else if (auto* s = n->as<ir::StoreTile>()) {
+        if (!p.fold || p.st) return "the outer loop does not end in one StoreTile after the fold";
+        p.st = s;
+      } else {
+        return std::string("a ") + ir::to_string(n->kind) + " in the outer loop";
+      }
+    }
+    if (!p.lq || !p.fold || !p.st) return "the outer loop is not a LoadTile, Fills, a fold and a StoreTile";
+    const ir::MetaPipe& fold = *p.fold;
+    if (fold.carried.empty()) return "the inner loop carries nothing";
+    for (auto& n : fold.body()) {
+      if (auto* l = n->as<ir::LoadTile>()) {
+        if (p.lk && p.lv) return "the fold loads more than two tiles";
+        (p.lk ? p.lv : p.lk) = l;
+        continue;
+      }
+      if (auto* mm = n->as<ir::MatMul>()) {
+        if (p.qk && p.pv) return "the fold has more than two MatMuls";
+        (p.qk ? p.pv : p.qk) = mm;
+      } else if (!n->as<ir::Map>() && !n->as<ir::Zip>() && !n->as<ir::Reduce>()) {
+        return std::string("a ") + ir::to_string(n->kind) + " in the fold";
+      }
+      p.body.push_back(n.get());
+    }
+    if (!p.lk || !p.lv || !p.qk || !p.pv) return "the fold does not load two tiles and run two MatMuls";
+    if (p.qk->a->id != p.lq->out->id || p.qk->transpose_a || !p.qk->transpose_b)
+      return "the first MatMul is not the query tile times a loaded tile transposed";
+    if (p.qk->b->id == p.lv->out->id) std::swap(p.lk, p.lv);
+    if (p.qk->b->id != p.lk->out->id) return "the first MatMul's B is not a tile the fold loads";
+    if (p.pv->b->id != p.lv->out->id || p.pv->transpose_a || p.pv->transpose_b)
+      return "the second MatMul is not a product times the fold's other tile";
+    const ir::Tensor &Q = p.lq->src, &K = p.lk->src, &V = p.lv->src, &O = p.st->dst;
+    if (Q->dtype != ir::DType::bf16 || K->dtype != ir::DType::bf16 || V->dtype != ir::DType::bf16 ||
+        O->dtype != ir::DType::bf16)
+      return "Q, K, V and O are not all bf16 (wgmma here is bf16 x bf16 -> fp32)";
+    if (Q->shape.size() != 2 || K->shape.size() != 2 || V->shape.size() != 2 || O->shape.size() != 2)
+      return "a tensor of rank other than 2";
+    p.S = Q->shape[0], p.D = Q->shape[1], p.Skv = K->shape[0];
+    p.BR = p.lq->out->shape[0], p.BC = p.lk->out->shape[0];
+    if (K->shape != V->shape || K->shape[1] != p.D || O->shape != Q->shape) return "the tensors' shapes do not chain";
+    if (p.lq->out->shape[1] != p.D || p.lk->out->shape != ir::Shape{p.BC, p.D} || p.lv->out->shape != p.lk->out->shape)
+      return "the tiles do not span D";
+    if (!is_var_times(p.lq->offset[0], outer.var, p.BR) || !is_zero(p.lq->offset[1]) ||
+        !is_var_times(p.lk->offset[0], fold.var, p.BC) || !is_zero(p.lk->offset[1]) ||
+        !is_var_times(p.lv->offset[0], fold.var, p.BC) || !is_zero(p.lv->offset[1]) ||
+        !is_var_times(p.st->offset[0], outer.var, p.BR) || !is_zero(p.st->offset[1]))
+      return "the tile offsets are not Q[BR*i, 0], K[BC*j, 0], V[BC*j, 0], O[BR*i, 0]";
+    if (outer.trip() != (p.S + p.BR - 1) / p.BR || fold.trip() != (p.Skv + p.BC - 1) / p.BC)
+      return "the loops do not cover the query and key tiles once";
+    // The kinds, in program order.
+    p.kind[p.lq->out->id] = 'Q';
+    p.kind[p.lk->out->id] = 'K';
+    p.kind[p.lv->out->id] = 'V';
+    const ir::Shape row_shape{p.BR, 1}, o_shape{p.BR, p.D}, s_shape{p.BR, p.BC};
+    int rows = 0;
+    for (size_t c = 0; c < fold.carried.size(); ++c) {
+      const ir::Carried& cv = fold.carried[c];
+      if (!p.fill.count(cv.init->id)) return "a carried value does not start from a constant Fill";
+      if (cv.arg->shape == o_shape && p.o_carried < 0) {
+        p.o_carried = int(c);
+        p.kind[cv.arg->id] = p.kind[cv.result->id] = 'O';
+        p.name[cv.arg->id] = p.name[cv.result->id] = "st.o";
+      } else if (cv.arg->shape == row_shape) {
+        p.kind[cv.arg->id] = p.kind[cv.result->id] = 'R';
+        p.name[cv.arg->id] = p.name[cv.result->id] = "st.r" + std::to_string(rows++);
+      } else {
+        return "a carried value is neither [BR, 1] nor the one [BR, D] accumulator";
+      }
+    }
+    if (p.o_carried < 0) return "no carried [BR, D] accumulator";
+    const ir::Carried& oc = fold.carried[size_t(p.o_carried)];
+    auto kind_of = [&](const ir::Value& v) { return p.kind.count(v->id) ? p.kind.at(v->id) : '?'; };
+    for (const ir::Node* n : p.body) {
+      const std::string id = std::to_string(n->out->id);
+      if (n == p.qk) {
+        p.kind[n->out->id] = 'T';
+      } else if (n == p.pv) {
+        if (kind_of(p.pv->a) != 'T') return "the second MatMul's A is not computed from the scores";
+        p.kind[n->out->id] = 'P';
+      } else if (auto* r = n->as<ir::Reduce>()) {
+        if (kind_of(r->in) != 'T' || r->axis != 1) return r->where() + " is not a row reduction of the scores";
+        if (r->pre || (r->combiner != ir::Combiner::Add && r->combiner != ir::Combiner::Max &&
+                       r->combiner != ir::Combiner::Min))
+          return r->where() + " is not a sum, max or min";
+        p.kind[n->out->id] = 'R';
+      } else {
+        std::vector<ir::Value> ins = n->as<ir::Map>() ? std::vector<ir::Value>{n->as<ir::Map>()->in} : n->as<ir::Zip>()->ins;
+        int t = 0, o = 0, pp = 0;
+        for (auto& x : ins) {
+          char k = kind_of(x);
+          t += k == 'T', o += k == 'O', pp += k == 'P';
+          if (k != 'T' && k != 'R' && k != 'O' && k != 'P') return n->where() + " reads a loaded tile or a value from outside the fold";
+        }
+        if (pp > 0) {
+          auto* z = n->as<ir::Zip>();
+          if (!z || pp != 1 || t > 0 || z->out->id != oc.next->id)
+            return n->where() + " reads the second MatMul but is not the accumulator's update";
+          int pi = 0;
+          while (ins[size_t(pi)]->id != p.pv->out->id) ++pi;
+          const ir::ExprNode& f = z->f.node();
+          auto is_pv = [&](const ir::ExprNode& e) { return e.op == ir::ExprOp::Arg && e.index == pi; };
+          if (f.op != ir::ExprOp::Add || f.kids.size() != 2 || (!is_pv(*f.kids[0]) && !is_pv(*f.kids[1])))
+            return n->where() + " is not g(o, rows) + P V";
+          p.o_rest = is_pv(*f.kids[1]) ? f.kids[0].get() : f.kids[1].get();
+          std::set<const ir::ExprNode*> seen;
+          std::function<bool(const ir::ExprNode&)> reads_pv = [&](const ir::ExprNode& e) {
+            if (!seen.insert(&e).second) return false;
+            if (is_pv(e)) return true;
+            for (auto& k : e.kids)
+              if (reads_pv(*k)) return true;
+            return false;
+          };
+          if (reads_pv(*p.o_rest)) return n->where() + " is not g(o, rows) + P V";
+          if (z->out->dtype != ir::DType::f32) return "the accumulator is not f32";
+          p.o_next = z;
+          p.kind[n->out->id] = 'O';
+        } else if (t > 0) {
+          if (o > 0) return n->where() + " mixes the scores and the output rows";
+          if (n->out->shape != s_shape) return n->where() + " is not [BR, BC]";
+          p.kind[n->out->id] = 'T';
+        } else if (o == 0) {
+          if (n->out->shape != row_shape) return n->where() + " broadcasts rows into a tile";
+          p.kind[n->out->id] = 'R';
+        } else {
+          return n->where() + " is an element node over [BR, D] other than the accumulator's update";
+        }
+      }
+      if (!p.name.count(n->out->id)) p.name[n->out->id] = "v" + id;
+    }
+    if (!p.o_next) return "the accumulator's next value is not g(o, rows) + P V";
+    for (const ir::Node* n : p.body)  // the product and the old accumulator are read by the update only
+      for (auto& x : n->operands())
+        if ((x->id == p.pv->out->id || x->id == oc.arg->id) && n != p.o_next)
+          return n->where() + " reads the accumulator or P V";
+    for (auto& c : fold.carried)
+      if (c.next->id != oc.next->id && kind_of(c.next) != 'R') return "a carried row value's next value is not a row value";
+    for (const ir::Node* n : p.after) {
+      std::vector<ir::Value> ins = n->as<ir::Map>() ? std::vector<ir::Value>{n->as<ir::Map>()->in} : n->as<ir::Zip>()->ins;
+      bool any_o = false;
+      for (auto& x : ins) {
+        char k = kind_of(x);
+        if ((k != 'R' && k != 'O') || !p.name.count(x->id)) return n->where() + " reads other than the fold's results";
+        any_o = any_o || k == 'O';
+      }
+      if (n->out->shape != (any_o ? o_shape : row_shape)) return n->where() + " is neither [BR, D] nor [BR, 1]";
+      p.kind[n->out->id] = any_o ? 'O' : 'R';
+      p.name[n->out->id] = "v" + std::to_string(n->out->id);
+    }
+    if (kind_of(p.st->in) != 'O' || p.st->in->shape != o_shape) return "the StoreTile does not store the output rows";
+    if (p.D != 64 && p.D != 128 && p.D != 256)
+      return "D=" + std::to_string(p.D) + " (the attention pipeline takes D = 64, 128 or 256)";
+    if (p.BR != 64 && p.BR != 128)
+      return "BR=" + std::to_string(p.BR) + " (one 64-row consumer warpgroup per 64 query rows: BR = 64 or 128)";
+    if (p.BC != 64 && p.BC != 128)
+      return "BC=" + std::to_string(p.BC) + " (the scores' wgmma width: BC = 64 or 128)";
+    const int64_t q_bytes = (p.BR * p.D * 2 + 1023) / 1024 * 1024, stage_bytes = 2 * p.BC * p.D * 2;
+    const int64_t budget = std::min<int64_t>(opt_.smem_bytes, 227 * 1024);
+    p.stages = std::min<int64_t>(4, (budget - 1024 - q_bytes - 16 * 8) / stage_bytes);
+    if (p.stages < 2)
+      return "BC=" + std::to_string(p.BC) + ", D=" + std::to_string(p.D) + " (two " + std::to_string(stage_bytes / 1024) +
+             " KiB K / V stages do not fit beside the " + std::to_string(q_bytes / 1024) + " KiB of Q tiles)";
+    if (p.S >= (int64_t(1) << 30) || p.Skv >= (int64_t(1) << 30)) return "a sequence past 2^30";
+    p.causal_skip = fa_causal_skip(p);
+    return "";
+  }
+  // ---- key tiles past a causal diagonal ----
+  // Whether the fold's iterations over key tiles whose every key is past every query row of the item
+  // (key > row) provably leave every carried value as it is, so that the item's fold may stop at the
+  // last key tile that reaches its last row. An abstract run of the fold body over such a tile: a value
+  // is a constant, "the carried value k unchanged" (finite: a running value after the first key tile,
+  // which always holds key 0, for finite inputs), an index of the scores (index(0) the row, index(1)
+  // the key: in such a tile index(1) > index(0) everywhere), or unknown. It holds when a comparison of
+  // the two indices took a part (the causal select) and every carried value's next value is itself.
+  struct FaAbs {
+    enum Kind { Unknown, Const, Same, Index } kind = Unknown;
+    double c = 0;  // Const
+    int k = 0;     // Same: the carried value; Index: the axis
+    bool operator==(const FaAbs& o) const {
+      return kind == o.kind && kind != Unknown && (kind == Const ? (c == o.c || (std::isnan(c) && std::isnan(o.c))) : k == o.k);
+    }
+  };
+  static FaAbs fa_const(double c) { return {FaAbs::Const, c, 0}; }
+  static FaAbs fa_abs(const ir::ExprNode& n, const std::vector<FaAbs>& args, bool scores, bool& used_causal) {
+    using O = ir::ExprOp;
+    if (n.op == O::Const) return fa_const(n.value);
+    if (n.op == O::Arg) return size_t(n.index) < args.size() ? args[size_t(n.index)] : FaAbs{};
+    if (n.op == O::Index) return scores && n.index < 2 ? FaAbs{FaAbs::Index, 0, n.index} : FaAbs{};
+    std::vector<FaAbs> k;
+    for (auto& kid : n.kids) k.push_back(fa_abs(*kid, args, scores, used_causal));
+    auto is = [](const FaAbs& a, double c) { return a.kind == FaAbs::Const && a.c == c; };
+    auto all_const = [&] {
+      for (auto& x : k)
+        if (x.kind != FaAbs::Const) return false;
+      return !k.empty();
+    };
+    switch (n.op) {
+      case O::Le:
+      case O::Lt:
+      case O::Eq:
+        if (k[0].kind == FaAbs::Index && k[1].kind == FaAbs::Index && k[0].k != k[1].k) {
+          used_causal = true;  // index(1) > index(0): key <= row and key < row are false, row < key true
+          if (n.op == O::Eq) return fa_const(0);
+          return fa_const(k[0].k == 0 ? 1 : 0);
+        }
+        if (all_const())
+          return fa_const(n.op == O::Le ? k[0].c <= k[1].c : n.op == O::Lt ? k[0].c < k[1].c : k[0].c == k[1].c);
+        return {};
+      case O::Select:
+        if (k[0].kind == FaAbs::Const) return k[0].c != 0 ? k[1] : k[2];
+        if (k[1] == k[2]) return k[1];
+        return {};
+      case O::Max:
+        if (is(k[1], -INFINITY)) return k[0];
+        if (is(k[0], -INFINITY)) return k[1];
+        if (all_const()) return fa_const(k[0].c < k[1].c ? k[1].c : k[0].c);
+        return {};
+      case O::Min:
+        if (is(k[1], INFINITY)) return k[0];
+        if (is(k[0], INFINITY)) return k[1];
+        if (all_const()) return fa_const(k[1].c < k[0].c ? k[1].c : k[0].c);
+        return {};
+      case O::Add:
+        if (is(k[1], 0)) return k[0];
+        if (is(k[0], 0)) return k[1];
+        if (all_const()) return fa_const(k[0].c + k[1].c);
+        return {};
+      case O::Sub:
+        if (k[0].kind == FaAbs::Same && k[0] == k[1]) return fa_const(0);  // finite
+        if (is(k[0], -INFINITY) && k[1].kind == FaAbs::Same) return fa_const(-INFINITY);
+        if (is(k[1], 0)) return k[0];
+        if (all_const()) return fa_const(k[0].c - k[1].c);
+        return {};
+      case O::Mul:
+        if (is(k[1], 1)) return k[0];
+        if (is(k[0], 1)) return k[1];
+        if ((is(k[0], 0) && k[1].kind == FaAbs::Same) || (is(k[1], 0) && k[0].kind == FaAbs::Same)) return fa_const(0);
+        if (all_const()) return fa_const(k[0].c * k[1].c);
+        return {};
+      case O::Div:
+        if (is(k[1], 1)) return k[0];
+        if (all_const()) return fa_const(k[0].c / k[1].c);
+        return {};
+      case O::Neg:
+        return all_const() ? fa_const(-k[0].c) : FaAbs{};
+      case O::Exp:
+        return all_const() ? fa_const(std::exp(k[0].c)) : FaAbs{};
+      default:
+        return {};
+    }
+  }
+  // The abstract run over a tile past the diagonal (see FaAbs): true when the item's fold may stop there.
+  static bool fa_causal_skip(const FaPlan& p) {
+    std::map<int, FaAbs> val;
+    for (size_t c = 0; c < p.fold->carried.size(); ++c) val[p.fold->carried[c].arg->id] = {FaAbs::Same, 0, int(c)};
+    auto get = [&](const ir::Value& v) { return val.count(v->id) ? val.at(v->id) : FaAbs{}; };
+    bool used_causal = false;
+    for (const ir::Node* n : p.body) {
+      FaAbs r;
+      if (n == p.qk) {
+        r = {};  // the scores: finite for finite inputs
+      } else if (n == p.pv) {
+        if (get(p.pv->a).kind == FaAbs::Const && get(p.pv->a).c == 0) r = fa_const(0);  // 0 x V (finite)
+      } else if (auto* red = n->as<ir::Reduce>()) {
+        FaAbs in = get(red->in);
+        if (in.kind == FaAbs::Const && (red->combiner != ir::Combiner::Add || in.c == 0)) r = in;
+      } else {
+        std::vector<ir::Value> ins = n->as<ir::Map>() ? std::vector<ir::Value>{n->as<ir::Map>()->in} : n->as<ir::Zip>()->ins;
+        std::vector<FaAbs> a;
+        for (auto& x : ins) a.push_back(get(x));
+        const ir::Expr& f = n->as<ir::Map>() ? n->as<ir::Map>()->f : n->as<ir::Zip>()->f;
+        r = fa_abs(f.node(), a, p.kind.at(n->out->id) == 'T', used_causal);
+        if (r.kind == FaAbs::Index) r = {};
+      }
+      val[n->out->id] = r;
+    }
+    if (!used_causal) return false;
+    for (size_t c = 0; c < p.fold->carried.size(); ++c) {
+      FaAbs nx = get(p.fold->carried[c].next);
+      if (nx.kind != FaAbs::Same || nx.k != int(c)) return false;
+    }
+    return true;
+  }
+
   void plan_mma(int stmt) {
     auto* m = p_.body[size_t(stmt)]->as<ir::MetaPipe>();
     if (!m) return;
@@ -438,15 +786,25 @@ class Gen {
              [&](const ir::NodeRef& n, int) { has_matmul = has_matmul || n->kind == ir::NodeKind::MatMul; });
     if (!has_matmul) return;
     if (opt_.matmul == LowerOptions::Matmul::Generic) {
-      mma_note_[stmt] = "MP_CUDA_LOWER_MATMUL=generic";
+      (attention_shaped(*m) ? fa_note_ : mma_note_)[stmt] = "MP_CUDA_LOWER_MATMUL=generic";
       return;
     }
     MmaPlan plan;
     std::string why = mma_refusal(*m, plan);
-    if (why.empty())
+    if (why.empty()) {
       mma_[stmt] = plan;
-    else
-      mma_note_[stmt] = why;
+      return;
+    }
+    if (attention_shaped(*m)) {
+      FaPlan fa;
+      std::string fa_why = fa_refusal(*m, fa);
+      if (fa_why.empty())
+        fa_[stmt] = std::move(fa);
+      else
+        fa_note_[stmt] = fa_why;
+      return;
+    }
+    mma_note_[stmt] = why;
   }
 
   void define(const ir::Value& v, int stmt) {
@@ -895,13 +1253,15 @@ class Gen {
     std::string x;
     switch (n.op) {
       case ir::ExprOp::Random:
-        x = "mp_random(" + std::to_string(n.seed) + "ull, " + sc.gidx + ", " + std::to_string(sc.rank) + ")";
+        x = fa_expr_ && sc.rank == 2
+                ? "mp_random2(" + std::to_string(n.seed) + "ull, " + sc.gidx + "[0], " + sc.gidx + "[1])"
+                : "mp_random(" + std::to_string(n.seed) + "ull, " + sc.gidx + ", " + std::to_string(sc.rank) + ")";
         break;
       case ir::ExprOp::Neg:
         x = "(-" + a(0) + ")";
         break;
       case ir::ExprOp::Exp:
-        x = f("exp(", "expf(") + a(0) + ")";
+        x = f("exp(", fa_expr_ ? "mp_exp(" : "expf(") + a(0) + ")";
         break;
       case ir::ExprOp::Log:
         x = f("log(", "logf(") + a(0) + ")";
@@ -1807,6 +2167,9 @@ class Gen {
     for (auto& note : ring_notes_) src_ << "// " << note << ".\n";
     if (mma_note_.count(stmt))
       src_ << "// the MatMul takes the element loops, not the tile layer's wgmma pipeline: " << mma_note_.at(stmt) << ".\n";
+    if (fa_note_.count(stmt))
+      src_ << "// the fold takes the element loops, not the tile layer's wgmma attention pipeline: " << fa_note_.at(stmt)
+           << ".\n";
     if (k.scratch_floats > 0 && !k.fold)
       src_ << "// the values of this statement do not all fit in " << opt_.smem_bytes
            << " bytes of shared memory: the rest (" << k.scratch_floats * 4
@@ -2179,6 +2542,312 @@ class Gen {
          << "  // mp_err is never null: the wgmma sit under a run-time test as in the GEMM, whose ring kernels ptxas\n"
          << "  // serialized without one (warning C7514, docs/development.md).\n"
          << "  const " << ns << "::K::globals g{&mp_map_a, &mp_map_b, &mp_map_c, mp_err == nullptr};\n"
+         << "  mp::tile::pc::run_block<" << ns << "::K>(g);\n"
+         << "}\n";
+    out_.kernels.push_back(k);
+  }
+
+  // ---- the attention kernel (fa_refusal's plan): load / compute / finish on the pipeline template ----
+  // Element expressions of the plan's nodes, one loop per node over the thread's fragment elements
+  // (fully unrolled: every value is registers, and ptxas reuses those of the values that die).
+  bool fa_expr_ = false;  // term(): exp as exp2 (ex2.approx), Random of the two indices in registers
+
+  // A value's element in the current loop: a T or O value at fragment (j_, f_, e_), an R value at row h_.
+  static std::string fa_at(const FaPlan& p, const ir::Value& v) {
+    const std::string& n = p.name.at(v->id);
+    return p.kind.at(v->id) == 'R' ? n + "[h_]" : "mp_el(" + n + ".tiles[0][j_][f_], e_)";
+  }
+  std::vector<std::string> fa_args(const FaPlan& p, const ir::Node& n) const {
+    std::vector<ir::Value> ins = n.as<ir::Map>() ? std::vector<ir::Value>{n.as<ir::Map>()->in} : n.as<ir::Zip>()->ins;
+    std::vector<std::string> a;
+    for (auto& x : ins) a.push_back(fa_at(p, x));
+    return a;
+  }
+  // The element loop of a [BR, N] value in the accumulator layout: lane l holds rows l / 4 and + 8 of
+  // its warp's 16, columns 16 j + 2 (l % 4) + 8 (f >> 1) + e; gi_ is the element's global index.
+  void fa_open_tile(const std::string& n16, const std::string& col0) {
+    line("#pragma unroll");
+    line("for (int j_ = 0; j_ < " + n16 + "; ++j_)");
+    line("#pragma unroll");
+    line("  for (int f_ = 0; f_ < 4; ++f_)");
+    line("#pragma unroll");
+    line("    for (int e_ = 0; e_ < 2; ++e_) {");
+    line("      const int h_ = f_ & 1;");
+    line("      const int c_ = " + col0 + " + 16 * j_ + 8 * (f_ >> 1) + e_;");
+    line("      const long long gi_[2] = {(long long)(row0 + 8 * h_), (long long)c_};");
+    line("      (void)h_; (void)c_; (void)gi_;");
+  }
+  void fa_open_rows() {
+    line("#pragma unroll");
+    line("for (int h_ = 0; h_ < 2; ++h_) {");
+    line("  const long long gi_[2] = {(long long)(row0 + 8 * h_), 0ll};");
+    line("  (void)gi_;");
+  }
+  // One element node's value at the current element, rounded to its dtype.
+  std::string fa_value(const FaPlan& p, const ir::Node& n, const ir::Expr& f, const std::string& pad) {
+    std::vector<std::string> a = fa_args(p, n);
+    std::string x = expr(f, a, std::vector<bool>(a.size(), false), "gi_", 2, n, pad);
+    int dt = dt_code(n.out->dtype);
+    return dt == 0 ? x : "mp_round(" + x + ", " + std::to_string(dt) + ")";
+  }
+  // A Map / Zip of the plan (not the accumulator's update): a new register value.
+  void fa_element_node(const FaPlan& p, const ir::Node& n, const std::string& scores16, const std::string& o16) {
+    const ir::Expr& f = n.as<ir::Map>() ? n.as<ir::Map>()->f : n.as<ir::Zip>()->f;
+    const std::string& nm = p.name.at(n.out->id);
+    const char k = p.kind.at(n.out->id);
+    line("// " + one_line(ir::print(n)));
+    if (k == 'R') {
+      line("float " + nm + "[2];");
+      fa_open_rows();
+      std::string x = fa_value(p, n, f, "  ");
+      line("  " + nm + "[h_] = " + x + ";");
+      line("}");
+      return;
+    }
+    line("rt_fl<16, " + std::string(k == 'T' ? "BN" : "D") + "> " + nm + ";");
+    fa_open_tile(k == 'T' ? scores16 : o16, k == 'T' ? "col0" : "ocol0");
+    std::string x = fa_value(p, n, f, "      ");
+    line("      mp_el(" + nm + ".tiles[0][j_][f_], e_) = " + x + ";");
+    line("    }");
+  }
+
+  void fa_kernel(int stmt) {
+    const FaPlan& p = fa_.at(stmt);
+    const ir::NodeRef& top = p_.body[size_t(stmt)];
+    KernelLaunch k = launch_of(stmt);
+    const int consumers = int(p.BR / 64);
+    const ir::MetaPipe& fold = *p.fold;
+    k.distributed = true;
+    k.block_per_item = true;
+    k.trip = p.outer->trip();
+    k.threads = (consumers + 1) * 128;
+    const int64_t q_bytes = (p.BR * p.D * 2 + 1023) / 1024 * 1024, stage_bytes = 2 * p.BC * p.D * 2;
+    k.smem_bytes = stage_bytes * p.stages + q_bytes + 2 * p.stages * 8 + 1024;
+    const int tq = tensor_index_.at(p.lq->src->id), tk = tensor_index_.at(p.lk->src->id),
+              tv = tensor_index_.at(p.lv->src->id), to = tensor_index_.at(p.st->dst->id);
+    k.maps = {{tq, p.S, p.D, 64, 64}, {tk, p.Skv, p.D, int(p.BC), 64}, {tv, p.Skv, p.D, int(p.BC), 64}};
+    const std::string ns = "mp_s" + std::to_string(stmt);
+    const ir::Carried& oc = fold.carried[size_t(p.o_carried)];
+    src_ << "\n// ---------------------------------------------------------------------------------------------\n";
+    src_ << "// statement " << stmt << ": " << one_line(ir::print(*top)) << "\n";
+    src_ << "// path: the tile layer's wgmma attention pipeline (tile/pipeline.cuh). The fold " << fold.where() << " over "
+         << fold.trip() << " key tiles of " << p.BC << " carries " << fold.carried.size() - 1
+         << " row value(s) in registers (two rows a thread) and its [" << p.BR << ", " << p.D
+         << "] accumulator as wgmma fp32 registers.\n"
+         << "// Work items: the " << p.outer->trip() << " query tiles of " << p.BR << " rows of " << p.lq->src->name
+         << " (" << p.outer->where() << "), one block each; one producer thread TMA-loads (128-byte swizzle) the item's\n"
+         << "// Q tile once and the K / V tiles of " << p.lk->src->name << " and " << p.lv->src->name << " into a "
+         << p.stages << "-stage ring on mbarriers; " << consumers << " consumer warpgroup(s) of 64 rows run\n"
+         << "// " << p.qk->where() << " as wgmma m64n" << p.BC << "k16 into fp32 registers, the element nodes per accumulator element\n"
+         << "// (index(0) the query row, index(1) the key), the Reduces by quad shuffles, P rounded to bf16 in registers\n"
+         << "// and " << p.pv->where() << " as wgmma m64n" << p.D << "k16 with A from registers and V MN-major, the\n"
+         << "// accumulator's update g(o, rows) applied before it. Deviations from the interpreter: P is rounded to bf16\n"
+         << "// before the second product, exp is exp2(x * log2 e) (ex2.approx), sums in fp32 in another order.\n"
+         << (p.causal_skip ? "// The key tiles past an item's last query row are skipped: over them the fold provably leaves its carried\n"
+                             "// values unchanged (the causal select gives -inf everywhere there; see fa_causal_skip).\n"
+                           : "// Every item runs every key tile (no key tile was proven to leave the carried values unchanged).\n")
+         << "// Partial tiles: TMA reads zeros past the tensors' ends; the Reduces skip the keys past "
+         << p.Skv << " and P is 0 there; rows past " << p.S << " are not stored.\n";
+    src_ << "namespace " << ns << " {\n"
+         << "using namespace mp::tile;\n"
+         << "__device__ __forceinline__ float& mp_el(float2& p, int e) { return e ? p.y : p.x; }\n"
+         << "__device__ __forceinline__ float mp_exp(float x) { return mp::tile::exp2_ftz(x * 1.4426950408889634f); }\n"
+         << "// ir::random_uniform of the element's two indices (mp_random without the index array).\n"
+         << "__device__ __forceinline__ double mp_random2(mp_u64 seed, long long i0, long long i1) {\n"
+         << "  mp_u64 h = mp_mix(mp_mix(mp_mix(seed) ^ (mp_u64)i0) ^ (mp_u64)i1);\n"
+         << "  return (double)(h >> 11) * (1.0 / 9007199254740992.0);\n"
+         << "}\n"
+         << "struct K {\n"
+         << "  static constexpr int BM = " << p.BR << ", BN = " << p.BC << ", D = " << p.D << ", consumers = " << consumers
+         << ", stages = " << p.stages << ";\n"
+         << "  static constexpr int producer_registers = 24, consumer_registers = 240;\n"
+         << "  // Rolled K loop: the element nodes between the two wgmma are long (as the hand-written attention's).\n"
+         << "  static constexpr bool unroll_ring = false;\n"
+         << "  // Two consumers take turns issuing S = Q K^T (named barriers 3 and 4, as the hand-written attention's\n"
+         << "  // ping-pong), so that one's element nodes overlap the other's wgmma.\n"
+         << "  static constexpr bool pingpong = consumers == 2;\n"
+         << "  static constexpr int seq_q = " << p.S << ", seq_kv = " << p.Skv << ", work = " << p.outer->trip()
+         << ", kv_iters = " << fold.trip() << ";\n"
+         << "  using q_tile = st_bf<64, D>;   // " << p.lq->src->name << "[q0 + 64 c + r, c]\n"
+         << "  using kv_tile = st_bf<BN, D>;  // " << p.lk->src->name << " and " << p.lv->src->name << "[it * BN + r, c]\n"
+         << "  struct stage {\n    kv_tile k, v;\n  };\n"
+         << "  struct finish_smem {\n    q_tile q[consumers];  // the item's query rows, one tile per consumer\n  };\n"
+         << "  struct globals {\n    const CUtensorMap *q, *k, *v;  // the kernel's __grid_constant__ parameters\n"
+         << "    __nv_bfloat16* o;\n  };\n"
+         << "  struct state {\n    rt_fl<16, D> o;  // " << ir::value_name(oc.arg) << "\n";
+    for (auto& c : fold.carried)
+      if (&c != &oc) src_ << "    float " << p.name.at(c.arg->id).substr(3) << "[2];  // " << ir::value_name(c.arg) << "\n";
+    src_ << "  };\n"
+         << "  struct item {\n    int q0, iters;  // the tile's first query row, its key tiles\n  };\n"
+         << "  __host__ __device__ static int work_count(const globals&) { return work; }\n";
+    if (p.causal_skip)
+      src_ << "  // The key tiles past the item's last row leave the carried values as they are (the lowering's\n"
+           << "  // abstract run of the fold over them): the fold stops at the last tile that reaches that row. The\n"
+           << "  // longest items first, so that the short ones fill the last wave.\n"
+           << "  __device__ static item item_of(const globals&, int w) {\n"
+           << "    const int q0 = (work - 1 - w) * BM, last = min(q0 + BM, seq_q) - 1;\n"
+           << "    return {q0, min(kv_iters, last / BN + 1)};\n"
+           << "  }\n";
+    else
+      src_ << "  __device__ static item item_of(const globals&, int w) { return {w * BM, kv_iters}; }\n";
+    src_ << "  __device__ static int iters(const item& w) { return w.iters; }\n"
+         << "  __device__ static void prefetch(const globals& g) {\n"
+         << "    tma::prefetch_map(g.q);\n    tma::prefetch_map(g.k);\n    tma::prefetch_map(g.v);\n  }\n"
+         << "  __device__ static void load(stage& s, finish_smem& f, const globals& g, const item& w, int it, semaphore& full) {\n"
+         << "    constexpr uint32_t kv_bytes = 2 * tma::bytes<kv_tile>();\n"
+         << "    if (it == 0) {  // the item's Q tiles on the first stage's semaphore\n"
+         << "      expect_bytes(full, kv_bytes + consumers * tma::bytes<q_tile>());\n"
+         << "      for (int c = 0; c < consumers; ++c) tma::load_async(f.q[c], g.q, full, w.q0 + 64 * c, 0);\n"
+         << "    } else {\n"
+         << "      expect_bytes(full, kv_bytes);\n"
+         << "    }\n"
+         << "    tma::load_async(s.k, g.k, full, it * BN, 0);\n"
+         << "    tma::load_async(s.v, g.v, full, it * BN, 0);\n"
+         << "  }\n"
+         << "  // The carried values' initial Fills (the launch is one block per item: begin runs once per item).\n"
+         << "  __device__ static void begin(state& st, const globals&) {\n";
+    ind_ = "    ";
+    {
+      line("#pragma unroll");
+      line("for (int j_ = 0; j_ < D / 16; ++j_)");
+      line("#pragma unroll");
+      line("  for (int f_ = 0; f_ < 4; ++f_) st.o.tiles[0][j_][f_] = make_float2(" + fnum(p.fill.at(oc.init->id)) + ", " +
+           fnum(p.fill.at(oc.init->id)) + ");");
+      for (auto& c : fold.carried)
+        if (&c != &oc) {
+          const std::string& n = p.name.at(c.arg->id);
+          line(n + "[0] = " + n + "[1] = " + fnum(p.fill.at(c.init->id)) + ";");
+        }
+    }
+    src_ << "  }\n"
+         << "  __device__ static void compute(state& st, stage& s, finish_smem& f, const globals&, const item& w, int it, int consumer) {\n";
+    fa_expr_ = true;
+    line("const int lane = threadIdx.x % warp_threads;");
+    line("const int row0 = w.q0 + 64 * consumer + 16 * warpgroup::warpid() + lane / 4;  // the lane's first row");
+    line("const int col0 = it * BN + 2 * (lane % 4), ocol0 = 2 * (lane % 4);  // its first key and column of D");
+    line("const bool edge = it * BN + BN > seq_kv;  // keys past the end in this tile");
+    line("(void)ocol0;");
+    line("rt_bf<16, BN> pb_;  // P in bf16, the A operand of the second wgmma");
+    for (const ir::Node* n : p.body) {
+      const std::string& nm = p.name.at(n->out->id);
+      if (n == p.qk) {
+        line("// " + one_line(ir::print(*n)) + "; waiting for it also retires the previous P V");
+        line("// The turn: consumer c waits on barrier 3 + c, hands over on the other's; every wait has its arrival.");
+        line("if constexpr (pingpong)");
+        line("  if (consumer == 1 || it > 0) named_barrier_sync(3 + consumer, 2 * warpgroup_threads);");
+        line("rt_fl<16, BN> " + nm + ";");
+        line("warpgroup::fence_accumulator(" + nm + ");");
+        line("warpgroup::mma_fence();");
+        line("warpgroup::mm_ABt(" + nm + ", f.q[consumer], s.k);");
+        line("warpgroup::mma_commit_group();");
+        line("if constexpr (pingpong)");
+        line("  if (consumer == 0 || it + 1 < w.iters) named_barrier_arrive(4 - consumer, 2 * warpgroup_threads);");
+        line("warpgroup::mma_async_wait<0>();");
+        line("warpgroup::fence_accumulator(" + nm + ");");
+        line("warpgroup::fence_accumulator(st.o);");
+      } else if (n == p.pv) {
+        const std::string& a = p.name.at(p.pv->a->id);
+        line("// " + one_line(ir::print(*n)) + ": A rounded to bf16 (0 past the keys' end), issued after the accumulator's update");
+        line("{");
+        line("  rt_fl<16, BN> pm_ = " + a + ";");
+        line("  if (edge) {");
+        ind_ += "    ";
+        fa_open_tile("BN / 16", "col0");
+        line("      if (c_ >= seq_kv) mp_el(pm_.tiles[0][j_][f_], e_) = 0.0f;");
+        line("    }");
+        ind_.resize(ind_.size() - 4);
+        line("  }");
+        line("  warp::copy(pb_, pm_);");
+        line("}");
+      } else if (auto* r = n->as<ir::Reduce>()) {
+        const std::string& in = p.name.at(r->in->id);
+        std::string comb = r->combiner == ir::Combiner::Add ? "a_ + x_" : r->combiner == ir::Combiner::Max ? "mp_max(a_, x_)" : "mp_min(a_, x_)";
+        line("// " + one_line(ir::print(*n)) + ": the lane's keys, then its quad's");
+        line("float " + nm + "[2];");
+        line("#pragma unroll");
+        line("for (int h_ = 0; h_ < 2; ++h_) {");
+        line("  float a_ = " + fnum(r->identity) + ";");
+        line("#pragma unroll");
+        line("  for (int j_ = 0; j_ < BN / 16; ++j_)");
+        line("#pragma unroll");
+        line("    for (int f_ = h_; f_ < 4; f_ += 2)");
+        line("#pragma unroll");
+        line("      for (int e_ = 0; e_ < 2; ++e_) {");
+        line("        const float x_ = mp_el(" + in + ".tiles[0][j_][f_], e_);");
+        line("        if (!edge || col0 + 16 * j_ + 8 * (f_ >> 1) + e_ < seq_kv) a_ = " + comb + ";");
+        line("      }");
+        line("  float x_ = __shfl_xor_sync(0xffffffffu, a_, 1);");
+        line("  a_ = " + comb + ";");
+        line("  x_ = __shfl_xor_sync(0xffffffffu, a_, 2);");
+        line("  a_ = " + comb + ";");
+        line("  " + nm + "[h_] = a_;");
+        line("}");
+      } else if (n == p.o_next) {
+        line("// " + one_line(ir::print(*n)) + ": o = g(o, rows) now, + P V by the wgmma below");
+        fa_open_tile("D / 16", "ocol0");
+        std::vector<std::string> a = fa_args(p, *n);
+        ExprScope sc;
+        sc.args = a;
+        sc.args_double.assign(a.size(), false);
+        sc.gidx = "gi_";
+        sc.rank = 2;
+        sc.pad = "      ";
+        std::string x = as(term(*p.o_rest, sc, *n), false);
+        line("      mp_el(st.o.tiles[0][j_][f_], e_) = " + x + ";");
+        line("    }");
+      } else {
+        fa_element_node(p, *n, "BN / 16", "D / 16");
+      }
+    }
+    line("// O += P V, left in flight: the template frees the stage behind it, the next S = Q K^T waits for it");
+    line("warpgroup::fence_accumulator(st.o);");
+    line("warpgroup::mma_fence();");
+    line("warpgroup::mma_AB(st.o, pb_, s.v, true);");
+    line("warpgroup::mma_commit_group();");
+    line("warpgroup::fence_accumulator(st.o);");
+    for (auto& c : fold.carried)
+      if (&c != &oc && p.name.at(c.next->id) != p.name.at(c.arg->id)) {
+        const std::string &n = p.name.at(c.arg->id), &x = p.name.at(c.next->id);
+        line(n + "[0] = " + x + "[0];");
+        line(n + "[1] = " + x + "[1];");
+      }
+    src_ << "  }\n"
+         << "  // " << p.st->where() << ": the rows below " << p.S << " as bf16, from the registers to global memory.\n"
+         << "  __device__ static void finish(state& st, finish_smem&, const globals& g, const item& w, int consumer) {\n";
+    line("warpgroup::fence_accumulator(st.o);");
+    line("const int lane = threadIdx.x % warp_threads;");
+    line("const int row0 = w.q0 + 64 * consumer + 16 * warpgroup::warpid() + lane / 4;");
+    line("const int ocol0 = 2 * (lane % 4);");
+    for (const ir::Node* n : p.after) fa_element_node(p, *n, "BN / 16", "D / 16");
+    const std::string& out = p.name.at(p.st->in->id);
+    line("#pragma unroll");
+    line("for (int h_ = 0; h_ < 2; ++h_) {");
+    line("  const int row = row0 + 8 * h_;");
+    line("  if (row >= seq_q) continue;");
+    line("  __nv_bfloat16* out = g.o + (size_t)row * D + ocol0;");
+    line("#pragma unroll");
+    line("  for (int j_ = 0; j_ < D / 16; ++j_)");
+    line("#pragma unroll");
+    line("    for (int f_ = h_; f_ < 4; f_ += 2)");
+    line("      *reinterpret_cast<__nv_bfloat162*>(out + 16 * j_ + 8 * (f_ >> 1)) = __float22bfloat162_rn(" + out +
+         ".tiles[0][j_][f_]);");
+    line("}");
+    fa_expr_ = false;
+    ind_.clear();
+    src_ << "  }\n"
+         << "};\n"
+         << "static_assert(mp::tile::pc::traits<K>::shared_bytes == " << k.smem_bytes
+         << ", \"the lowering's shared-memory size of the ring differs from the pipeline template's\");\n"
+         << "static_assert(mp::tile::pc::traits<K>::threads == " << k.threads << ");\n"
+         << "}  // namespace " << ns << "\n";
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
+         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
+            "int* mp_err, const __grid_constant__ CUtensorMap mp_map_q, const __grid_constant__ CUtensorMap mp_map_k, "
+            "const __grid_constant__ CUtensorMap mp_map_v) {\n"
+         << "  (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block; (void)mp_err;\n"
+         << "  // One block per work item (the Q tiles live in the finish region; tile/pipeline.cuh).\n"
+         << "  const " << ns << "::K::globals g{&mp_map_q, &mp_map_k, &mp_map_v, static_cast<__nv_bfloat16*>(mp_t[" << to
+         << "])};\n"
          << "  mp::tile::pc::run_block<" << ns << "::K>(g);\n"
          << "}\n";
     out_.kernels.push_back(k);

@@ -121,7 +121,9 @@ struct KernelLaunch {
   int64_t smem_bytes = 0;      // dynamic shared memory per block
   int64_t scratch_floats = 0;  // global scratch per block (values that did not fit in shared memory)
   int threads = 0;             // threads per block; 0: Lowered::threads
-  std::vector<TensorMapSpec> maps;  // tensor maps after the common parameters (the wgmma matmul)
+  std::vector<TensorMapSpec> maps;  // tensor maps after the common parameters (the wgmma matmul, attention)
+  bool block_per_item = false;      // distributed: one block per iteration (trip blocks), not the
+                                    // persistent grid (the attention pipeline keeps an item's Q in its block)
 };
 
 // How a run-time error raised by the device code maps back to the IR (mp_fail codes in the source).

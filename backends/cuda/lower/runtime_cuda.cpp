@@ -377,6 +377,7 @@ RunReport run(const ir::Program& compiled, ir::Memory& mem, const RunOptions& op
       check(drv().cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, threads, size_t(k.smem_bytes)),
             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
       grid = int(std::min<int64_t>(k.trip, int64_t(std::max(per_sm, 1)) * d.sms));
+      if (k.block_per_item) grid = int(k.trip);
     }
     scratch_floats = std::max(scratch_floats, k.scratch_floats * grid);
     prep.push_back({f, grid, threads});
