@@ -1241,6 +1241,19 @@ class Gen {
       default:
         break;
     }
+    // A comparison of two element indices (a causal mask's index(1) <= index(0)) compares the integers
+    // themselves: the same result as in double (indices are exact there), without two conversions and a
+    // double compare per element.
+    if ((n.op == ir::ExprOp::Lt || n.op == ir::ExprOp::Le || n.op == ir::ExprOp::Eq) && n.kids.size() == 2 &&
+        n.kids[0]->op == ir::ExprOp::Index && n.kids[1]->op == ir::ExprOp::Index &&
+        size_t(n.kids[0]->index) < sc.rank && size_t(n.kids[1]->index) < sc.rank) {
+      const char* rel = n.op == ir::ExprOp::Lt ? " < " : n.op == ir::ExprOp::Le ? " <= " : " == ";
+      t.text = "t" + std::to_string(expr_counter_++) + "_";
+      line(sc.pad + "const float " + t.text + " = (" + sc.gidx + "[" + std::to_string(n.kids[0]->index) + "]" + rel +
+           sc.gidx + "[" + std::to_string(n.kids[1]->index) + "] ? 1.0f : 0.0f);");
+      sc.memo[&n] = t;
+      return t;
+    }
     std::vector<Term> k;
     for (auto& kid : n.kids) k.push_back(term(*kid, sc, where));
     bool d = n.op == ir::ExprOp::Random || n.op == ir::ExprOp::Floor || n.op == ir::ExprOp::Mod;
