@@ -619,7 +619,6 @@ class Engine final : public LlamaGpu {
     p_.ring_off = int32_t(ring_off_);
     p_.loads = opt_.gemv_loads ? opt_.gemv_loads : opt_.min_blocks_per_sm == 2 ? 8 : 4;
     p_.preload = opt_.gemv_preload ? 1 : 0;
-    p_.kv_preload = opt_.attention_preload ? 1 : 0;
     p_.l2_evict_first = opt_.l2_evict_first ? 1 : 0;
   }
   void launch_group(size_t g, LlamaGpuStats& count) {

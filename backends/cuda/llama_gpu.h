@@ -255,10 +255,6 @@ struct LlamaGpuOptions {
   // bf16 GEMVs of the 2- and 3-block kernels issue the loads of their first rows before waiting for
   // their producers.
   bool gemv_preload = true;
-  // Attention tasks load the older cache positions of their chunk's first pass (K) and first batch (V)
-  // into registers before waiting for their producers: those rows were written by earlier positions'
-  // launches, so they do not depend on the producers, and the two loads leave the step's chain.
-  bool attention_preload = true;
   // per-layer mode: each layer's launch is a programmatic dependent launch (PDL) of the one before, so
   // its blocks start as the previous layer's blocks leave, take tasks and wait on the same dependency
   // counters as the megakernel's; the first launch of a position (the embedding) waits for the stream as

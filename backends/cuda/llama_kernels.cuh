@@ -61,7 +61,6 @@ struct Params {
   unsigned long long* head_done;  // layers x H: attention tasks finished per head, over all positions
   int32_t preload;                // 1: a bf16 GEMV issues its first weight loads before its wait
   int32_t l2_evict_first;         // 1: the GEMVs' weight loads are L2 evict-first (weight_policy)
-  int32_t kv_preload;             // 1: attention tasks load their older K / V rows before their wait
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -288,8 +287,6 @@ __device__ __forceinline__ float combine_element(const Params& p, const float* p
   // The loads of kCombineBatch chunks are issued before any of them is used (every chunk's partial is
   // written, an empty one as (-inf, 0) and zeros), so a head of c chunks costs 2 x ceil(c / 8) L2 round
   // trips, not one per chunk; the sums run over the chunks in order, as a loop of one chunk at a time.
-  // (One round trip for heads of at most 8 chunks, every chunk's max, sum and partial loaded at once,
-  // made the 2-block kernel spill more: not kept.)
   constexpr int kCombineBatch = 8;
   const float* ml = p.buf[kPartML] + int64_t(h) * chunks * 2;
   const float* po = partial_o + int64_t(h) * chunks * Dh;
@@ -543,11 +540,6 @@ __device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_hea
     load_row_pair_bf16(w, r, r + lanes < r1 ? r + lanes : r, lane, slice, S, pol, q);
   }
   wait();
-  // The residual a projection adds to (x += W v) is final once the producers are: its load is issued
-  // here, beside the staging's, rather than after the sums (one L2 round trip less on the step's chain).
-  const bool early_resid = op.accumulate && !streamed && r1 - r0 <= kThreads;
-  float resid = 0;
-  if (early_resid && int(threadIdx.x) < r1 - r0) resid = __ldcg(out + r0 + threadIdx.x);
   stage_input(p, op, m.nw, xs);
   unsigned long long best = 0;
   if (streamed) {
@@ -576,7 +568,7 @@ __device__ void task_gemv(const Params& p, const TaskMeta& m, int t, bool lm_hea
     for (int i = threadIdx.x; i < r1 - r0; i += kThreads) {
       float v = 0;
       for (int s = 0; s < S; ++s) v += part[i * S + s];
-      out[r0 + i] = op.accumulate ? (early_resid ? resid : out[r0 + i]) + v : v;
+      out[r0 + i] = op.accumulate ? out[r0 + i] + v : v;
       best = max(best, argmax_key(v, r0 + i));
     }
     for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
@@ -715,41 +707,6 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
   f[4] = bf16_lo(v.z), f[5] = bf16_hi(v.z), f[6] = bf16_lo(v.w), f[7] = bf16_hi(v.w);
 }
 
-// The V loads a thread of attention_chunk_batched keeps in flight.
-constexpr int kBatchV = 4;
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
-
-// A thread's share of a chunk's first pass of K loads and first batch of V loads, in
-// attention_chunk_batched's order, copied into shared memory (cp.async, 16 bytes at a time) before the
-// task waits for its producers (Params::kv_preload): pre[thread][0..3] its K pieces, pre[kThreads * 4 +
-// thread * 4 + u] its V pieces, each read back only by the thread that copied it. Only cache positions
-// before `upto` are copied: rows written by earlier positions' launches, which no producer of this
-// position writes; the rest is left to the task after the wait. Registers held across the wait made the
-// 2-block kernel spill, shared memory costs none.
-__device__ __forceinline__ void load_kv_first(const Params& p, const __nv_bfloat16* K, const __nv_bfloat16* V,
-                                              int kvw, int start, int end, int upto, uint4* pre) {
-  const int Dh = p.Dh, tpp = Dh / 32, sub = threadIdx.x % tpp;
-  const int j = start + int(threadIdx.x) / tpp;
-  uint4* pk = pre + threadIdx.x * 4;
-  uint4* pv = pre + kThreads * 4 + threadIdx.x * kBatchV;
-  if (j < end && j < upto) {
-    const uint4* kp = reinterpret_cast<const uint4*>(K + int64_t(j) * kvw) + sub * 4;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) cp_async16(pk + u, kp + u);
-  }
-  const int np = Dh / 8, groups = kThreads / np, piece = threadIdx.x % np, grp = threadIdx.x / np;
-#pragma unroll
-  for (int u = 0; u < kBatchV; ++u) {
-    const int jv = start + grp + groups * u;
-    if (jv < end && jv < upto) cp_async16(pv + u, reinterpret_cast<const uint4*>(V + int64_t(jv) * kvw) + piece);
-  }
-}
-
 // One chunk's attention for a head dim that is a multiple of 32 (at most 256), every load independent
 // of the others so that a chunk costs a few memory round trips rather than one per cache position:
 // scores with Dh / 32 threads per position, each loading its 32 elements as four 16-byte pieces (all
@@ -758,28 +715,18 @@ __device__ __forceinline__ void load_kv_first(const Params& p, const __nv_bfloat
 // thread, the groups' sums added in group order. The cache is read with plain loads (it is written in
 // the same kernel). Position `cur` (-1: none) reads its K and V rows from kcur / vcur instead (the
 // position's own rows, in shared memory, when the attention applies RoPE and appends them itself).
-// pre (null: none): the first pass's and first batch's rows of positions before pos, copied into shared
-// memory before the task's wait (load_kv_first).
-__device__ __forceinline__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K,
-                                                        const __nv_bfloat16* V, int kvw, int start, int end,
-                                                        const float* qs, float* sc, float* red, float* scratch,
-                                                        float* ml, float* po, int cur, const __nv_bfloat16* kcur,
-                                                        const __nv_bfloat16* vcur, const uint4* pre) {
+__device__ void attention_chunk_batched(const Params& p, const __nv_bfloat16* K, const __nv_bfloat16* V,
+                                        int kvw, int start, int end, const float* qs, float* sc, float* red,
+                                        float* scratch, float* ml, float* po, int cur,
+                                        const __nv_bfloat16* kcur, const __nv_bfloat16* vcur) {
   const int Dh = p.Dh, tpp = Dh / 32, sub = threadIdx.x % tpp, per_pass = kThreads / tpp;
-  if (pre) asm volatile("cp.async.wait_all;" ::: "memory");  // this thread's copies (load_kv_first)
   for (int j0 = start; j0 < end; j0 += per_pass) {
     const int j = j0 + int(threadIdx.x) / tpp;
     const bool in = j < end;
+    const uint4* kp = reinterpret_cast<const uint4*>(j == cur ? kcur : K + int64_t(in ? j : start) * kvw) + sub * 4;
     uint4 kq[4];
-    if (pre && j0 == start && in && j < p.pos) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) kq[u] = pre[threadIdx.x * 4 + u];
-    } else {
-      const uint4* kp =
-          reinterpret_cast<const uint4*>(j == cur ? kcur : K + int64_t(in ? j : start) * kvw) + sub * 4;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) kq[u] = in ? kp[u] : make_uint4(0, 0, 0, 0);
-    }
+    for (int u = 0; u < 4; ++u) kq[u] = in ? kp[u] : make_uint4(0, 0, 0, 0);
     float s = 0;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
@@ -805,16 +752,14 @@ __device__ __forceinline__ void attention_chunk_batched(const Params& p, const _
   l = block_sum(l, scratch);  // its barriers also publish sc
   const int np = Dh / 8, groups = kThreads / np, piece = threadIdx.x % np, grp = threadIdx.x / np;
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  constexpr int kBatchV = 4;
   for (int j0 = start + grp; j0 < end; j0 += groups * kBatchV) {
     uint4 vv[kBatchV];
 #pragma unroll
     for (int u = 0; u < kBatchV; ++u) {
       const int j = j0 + groups * u;
-      if (pre && j0 == start + grp && j < end && j < p.pos)
-        vv[u] = pre[kThreads * 4 + threadIdx.x * kBatchV + u];
-      else
-        vv[u] = j < end ? reinterpret_cast<const uint4*>(j == cur ? vcur : V + int64_t(j) * kvw)[piece]
-                        : make_uint4(0, 0, 0, 0);
+      vv[u] = j < end ? reinterpret_cast<const uint4*>(j == cur ? vcur : V + int64_t(j) * kvw)[piece]
+                      : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kBatchV; ++u) {
@@ -843,23 +788,17 @@ __device__ __forceinline__ void attention_chunk_batched(const Params& p, const _
 // RoPE in the attention, the (cos, sin) table (128 float2) and the position's K and V rows (256 bf16
 // each). The engine sizes the task kernel's shared memory with it.
 constexpr int kAttnMaxChunk = 1024;
-// With Params::kv_preload, load_kv_first's copies follow: 2 x kThreads x 4 pieces of 16 bytes.
-constexpr int kAttnPreOffset = 256 + kAttnMaxChunk + 8 * kThreads + kWarps + 256 + 256;
-constexpr int kAttnSmemFloats = kAttnPreOffset + 2 * kThreads * 4 * 4;
+constexpr int kAttnSmemFloats = 256 + kAttnMaxChunk + 8 * kThreads + kWarps + 256 + 256;
 
 // Decode attention of one query head over one chunk of the cache (split-KV): scores of the chunk's
-// valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows. wait()
-// waits for the task's producers: before it, only what earlier positions wrote is read (the cache rows
-// before pos, with Params::kv_preload).
-template <class Wait>
-__device__ void attention_partial(const Params& p, const GpuOp& op, int t, float* smem, Wait wait) {
+// valid positions, their max m, sum l of exp(score - m) and the exp-weighted sum of V rows.
+__device__ void attention_partial(const Params& p, const GpuOp& op, int t, float* smem) {
   const int Dh = p.Dh, chunks = p.attn_chunks, h = t / chunks, c = t % chunks;
   const int g = h / (p.H / p.HKV), kvw = p.HKV * Dh;
   const int start = c * p.attn_chunk, end = min(start + p.attn_chunk, p.pos + 1);
   float* ml = p.buf[kPartML] + (int64_t(h) * chunks + c) * 2;
   float* po = p.buf[op.out] + (int64_t(h) * chunks + c) * Dh;
   if (start >= end) {  // beyond the current position: an empty partial
-    wait();
     if (threadIdx.x == 0) ml[0] = -INFINITY, ml[1] = 0;
     for (int e = threadIdx.x; e < Dh; e += kThreads) po[e] = 0;
     return;
@@ -874,17 +813,11 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
   // The chunk that holds the position (end is then pos + 1) takes its K and V rows from kcur / vcur when
   // the attention applies RoPE itself; the cache is read only at earlier positions.
   const int cur = op.rope && end == p.pos + 1 ? p.pos : -1;
-  const __nv_bfloat16* K = p.cache_k + int64_t(op.layer) * p.context * kvw + g * Dh;
-  const __nv_bfloat16* V = p.cache_v + int64_t(op.layer) * p.context * kvw + g * Dh;
-  const bool batched = Dh % 32 == 0 && Dh <= 256;
-  uint4* pre = batched && p.kv_preload ? reinterpret_cast<uint4*>(smem + kAttnPreOffset) : nullptr;
-  if (pre) load_kv_first(p, K, V, kvw, start, end, p.pos, pre);
-  const int half = Dh / 2;
-  wait();
   if (op.rope) {
     // RoPE as task_rope_append_head computes it: the query head rotated, and in the position's chunk
     // the key head, rounded to bf16 as the cache stores it, with the value row. The group's first query
     // head appends them to the cache (one task per KV head and position writes it).
+    const int half = Dh / 2;
     for (int j = threadIdx.x; j < half; j += kThreads) {
       double sn, cn;
       sincos(double(p.pos) * p.rope_freq[j], &sn, &cn);
@@ -918,8 +851,10 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
     for (int e = threadIdx.x; e < Dh; e += kThreads) qs[e] = p.buf[op.in0][h * Dh + e] * scale;
   }
   __syncthreads();
-  if (batched) {
-    attention_chunk_batched(p, K, V, kvw, start, end, qs, sc, red, scratch, ml, po, cur, kcur, vcur, pre);
+  const __nv_bfloat16* K = p.cache_k + int64_t(op.layer) * p.context * kvw + g * Dh;
+  const __nv_bfloat16* V = p.cache_v + int64_t(op.layer) * p.context * kvw + g * Dh;
+  if (Dh % 32 == 0 && Dh <= 256) {
+    attention_chunk_batched(p, K, V, kvw, start, end, qs, sc, red, scratch, ml, po, cur, kcur, vcur);
     return;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pairs = Dh / 2;
@@ -966,9 +901,8 @@ __device__ void attention_partial(const Params& p, const GpuOp& op, int t, float
 // The attention task: its chunk's partial, then (Combine::last_task) a count of the head's finished
 // chunks; the task that finishes the head's last chunk merges all of them into op.combine. Release: the
 // block's partial writes, the fence, then the count; acquire: the count, the fence, L2 reads.
-template <class Wait>
-__device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem, Wait wait) {
-  attention_partial(p, op, t, smem, wait);
+__device__ void task_attention(const Params& p, const GpuOp& op, int t, float* smem) {
+  attention_partial(p, op, t, smem);
   if (op.combine < 0) return;
   const int h = t / p.attn_chunks;
   __shared__ int s_last;
@@ -1052,10 +986,6 @@ __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m
     task_gemv<Wide>(p, m, task.index, task.op == p.lm_head_op, smem, wait);
     return;
   }
-  if (op.kind == OpKind::attention) {  // it waits itself, after loading what does not depend on the wait
-    task_attention(p, op, task.index, smem, wait);
-    return;
-  }
   wait();
   switch (op.kind) {
     case OpKind::embed:
@@ -1075,7 +1005,8 @@ __device__ void run_task(const Params& p, const GpuTask& task, const TaskMeta& m
     case OpKind::rope_append:
       task_rope_append_head(p, op, task.index, smem);
       break;
-    case OpKind::attention:  // above
+    case OpKind::attention:
+      task_attention(p, op, task.index, smem);
       break;
     case OpKind::attn_combine:
       task_attn_combine(p, op, task.index);

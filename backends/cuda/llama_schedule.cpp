@@ -51,7 +51,7 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
   static const char* kItems =
       "min-blocks=2|3|4, loads=4|8, prefetch-kib=N|all, split=balanced|two-per-worker, fetch-ahead=0|1, "
       "stream=0..8, seg-kib=1..16, combine=separate|fused|last, rope=attention|separate, slices=auto|1|2|4|8, "
-      "l2-ahead-kib=N, l2-hint=first|normal, preload=0|1, kv-preload=0|1, pdl=0|1";
+      "l2-ahead-kib=N, l2-hint=first|normal, preload=0|1, pdl=0|1";
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
@@ -100,9 +100,6 @@ void apply_tuning(const std::string& list, LlamaGpuOptions& o) {
     } else if (key == "preload") {
       if (value != "0" && value != "1") bad();
       o.gemv_preload = value == "1";
-    } else if (key == "kv-preload") {
-      if (value != "0" && value != "1") bad();
-      o.attention_preload = value == "1";
     } else if (key == "fetch-ahead") {
       if (value != "0" && value != "1") bad();
       o.fetch_ahead = value == "1";

@@ -235,12 +235,6 @@ TEST(LlamaGpuOptions, Tuning) {
   apply_tuning("l2-hint=first,preload=1", o);
   EXPECT_TRUE(o.l2_evict_first);
   EXPECT_TRUE(o.gemv_preload);
-  EXPECT_TRUE(o.attention_preload);
-  apply_tuning("kv-preload=0", o);
-  EXPECT_FALSE(o.attention_preload);
-  apply_tuning("kv-preload=1", o);
-  EXPECT_TRUE(o.attention_preload);
-  EXPECT_USER_ERROR(apply_tuning("kv-preload=yes", o), "'kv-preload=yes' is not one of");
   EXPECT_TRUE(o.overlap_launches);
   apply_tuning("pdl=0", o);
   EXPECT_FALSE(o.overlap_launches);

@@ -396,36 +396,6 @@ TEST(SM90_LlamaGpu, CombinePlacesAgree) {
   }
 }
 
-// The attention's older K / V rows copied into shared memory before the task's wait (kv-preload=1, the
-// default) are the rows it reads after the wait otherwise, summed in the same order: the same logits,
-// bit for bit, in every mode, with RoPE in the attention and as its own step (where the position's own
-// row comes from the cache, never from the copies), over a cache of several chunks per head.
-TEST(SM90_LlamaGpu, AttentionPreloadChangesNoBit) {
-  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU";
-  test::Watchdog wd(300, "GPU Llama test");
-  auto c = models::LlamaConfig::preset("smollm2-135m");
-  const int64_t ctx = 400;
-  auto runner = random_runner(c, ctx, 41, quant::QType::Q8_0);
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 300; ++i) prompt.push_back(int32_t((i * 104729 + 7) % c.vocab));
-  for (Launch m : {Launch::per_op, Launch::per_layer, Launch::megakernel})
-    for (const char* rope : {"rope=attention", "rope=separate"}) {
-      SCOPED_TRACE(std::string(to_string(m)) + " " + rope);
-      auto run = [&](const char* pre) {
-        LlamaGpuOptions o;
-        o.launch = m, o.context = ctx;
-        apply_tuning(std::string(rope) + "," + pre, o);
-        auto g = LlamaGpu::create(shapes(c), runner->weights(), o);
-        EXPECT_GT(g->schedule().attn_chunks, 1);
-        return run_gpu(*g, prompt, 12);
-      };
-      const Decode with = run("kv-preload=1"), without = run("kv-preload=0");
-      ASSERT_TRUE(all_finite(with.first_logits));
-      EXPECT_EQ(max_diff(with.first_logits, without.first_logits), 0.0);
-      EXPECT_EQ(with.tokens, without.tokens);
-    }
-}
-
 // Tracing: every task of the last position gets ordered times on a real SM, the results do not change,
 // and the summary and CSV come out of them.
 TEST(SM90_LlamaGpu, TraceTimesEveryTask) {
