@@ -76,6 +76,8 @@ cases=(
   "flash_attention|S=2048 D=128 BR=64 BC=64|0"
   "flash_attention|S=4096 D=128 BR=128 BC=128 causal=0 p_drop=0 dtype=bf16|0"
   "flash_attention|S=4096 D=128 BR=128 BC=128 causal=1 p_drop=0 dtype=bf16|0"
+  "flash_attention|S=4096 D=128 BR=64 BC=128 causal=0 p_drop=0 dtype=bf16|0"
+  "flash_attention|S=4096 D=128 BR=64 BC=128 causal=1 p_drop=0 dtype=bf16|0"
   "gda|R=65536 C=32 TR=512|0"
   "kmeans|N=65536 PT=1024|0"
   "llama_decoder||0"
@@ -141,21 +143,28 @@ for v in "${vlist[@]}"; do
     mm4096+=("$prog ${sets#M=4096 N=4096 K=4096 }|$ms")
   fi
   if [ "$prog" = flash_attention ] && [[ "$sets" == "S=4096 D=128 "*"dtype=bf16" ]] && [ -n "$ms" ]; then
-    fa4096+=("$([[ "$sets" == *causal=1* ]] && echo causal || echo full)|$ms")
+    tiles=$(sed -n 's/.*\(BR=[0-9]* BC=[0-9]*\).*/\1/p' <<<"$sets")
+    fa4096+=("$([[ "$sets" == *causal=1* ]] && echo causal || echo full)|$ms|$tiles")
   fi
   [ $rc -eq 0 ] || echo "  $(tail -1 <<<"$json")"
  done
 done
-for r in "${fa4096[@]}"; do
-  IFS='|' read -r mask ms <<<"$r"
+declare -A fa_hand
+for mask in full causal; do
   flag=()
   [ "$mask" = causal ] && flag=(--causal)
+  printf '%s\n' "${fa4096[@]}" | grep -q "^$mask|" || continue
   a=$("$mp" attention --batch 1 --heads 1 --seq 4096 --dim 128 "${flag[@]}" --samples 20 2>&1)
-  hand=$(sed -n 's/^ours: *\([0-9.]*\) \(ms\|us\).*/\1 \2/p' <<<"$a" | awk '{ print ($2 == "us") ? $1 / 1000 : $1 }')
-  echo "hand-written attention forward S=4096 d128 $mask (metapipe attention, 20 batches): ${hand:-not timed} ms"
-  [ -n "$hand" ] || { echo "  $(tail -2 <<<"$a")"; status=1; continue; }
-  awk -v m="$mask" -v ms="$ms" -v h="$hand" \
-    'BEGIN { printf "lowered flash_attention S=4096 d128 %s bf16: %.4f ms, %.3fx the hand-written attention\n", m, ms, h / ms }'
+  fa_hand[$mask]=$(sed -n 's/^ours: *\([0-9.]*\) \(ms\|us\).*/\1 \2/p' <<<"$a" | awk '{ print ($2 == "us") ? $1 / 1000 : $1 }')
+  echo "hand-written attention forward S=4096 d128 $mask (metapipe attention, 20 batches): ${fa_hand[$mask]:-not timed} ms"
+  [ -n "${fa_hand[$mask]}" ] || { echo "  $(tail -2 <<<"$a")"; status=1; }
+done
+for r in "${fa4096[@]}"; do
+  IFS='|' read -r mask ms tiles <<<"$r"
+  hand="${fa_hand[$mask]:-}"
+  [ -n "$hand" ] || continue
+  awk -v m="$mask" -v ms="$ms" -v h="$hand" -v t="$tiles" \
+    'BEGIN { printf "lowered flash_attention S=4096 d128 %s bf16 %s: %.4f ms, %.3fx the hand-written attention\n", m, t, ms, h / ms }'
 done
 if [ "${#mm4096[@]}" -gt 0 ]; then
   g=$("$mp" gemm 4096 4096 4096 --samples 20 --batch-ms 2 2>&1)
