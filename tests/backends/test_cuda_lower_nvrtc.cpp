@@ -89,8 +89,9 @@ TEST(CudaLowerNvrtc, SpeedVariantsCompileForSm90a) {
     for (auto& [o, label] : variants) {
       SCOPED_TRACE(std::string(name) + label);
       std::string src = cuda::lower(p, *o).source;
-      if (o->copy == cuda::LowerOptions::Copy::Bulk)
+      if (o->copy == cuda::LowerOptions::Copy::Bulk) {
         EXPECT_NE(src.find("// path: tile ring (bulk copies (TMA))"), std::string::npos);
+      }
       std::string bin = cuda::compile_sm90a(src);
       EXPECT_EQ(bin.substr(0, 4), std::string("\x7f"
                                               "ELF"))
