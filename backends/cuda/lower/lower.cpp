@@ -2436,6 +2436,22 @@ class Gen {
   // layer's pipeline template (tile/pipeline.cuh), as the hand-written GEMM is (kernels/gemm_sm90.cu),
   // with the shapes, tiles and loop order taken from the IR. The entry is extern "C" with the common
   // parameters and one tensor map per tensor after them (KernelLaunch::maps, encoded by the run time).
+  // The end of a pipeline-template unit's struct K (its shared-memory size and threads checked against
+  // the template's), and the head of its extern "C" entry: the common parameters, then one tensor map per
+  // name (mp_map_<name>). Shared by the matmul and the attention kernels.
+  void template_tail_and_entry(const KernelLaunch& k, const std::string& ns, const std::vector<std::string>& maps) {
+    src_ << "static_assert(mp::tile::pc::traits<K>::shared_bytes == " << k.smem_bytes
+         << ", \"the lowering's shared-memory size of the ring differs from the pipeline template's\");\n"
+         << "static_assert(mp::tile::pc::traits<K>::threads == " << k.threads << ");\n"
+         << "}  // namespace " << ns << "\n";
+    src_ << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
+         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
+            "int* mp_err";
+    for (size_t i = 0; i < maps.size(); ++i)
+      src_ << ", const __grid_constant__ CUtensorMap mp_map_" << maps[i];
+    src_ << ") {\n";
+  }
+
   void mma_kernel(int stmt) {
     const MmaPlan& p = mma_.at(stmt);
     const ir::NodeRef& top = p_.body[size_t(stmt)];
@@ -2542,16 +2558,9 @@ class Gen {
          << "      }\n"
          << "    }\n"
          << "  }\n"
-         << "};\n"
-         << "static_assert(mp::tile::pc::traits<K>::shared_bytes == " << k.smem_bytes
-         << ", \"the lowering's shared-memory size of the ring differs from the pipeline template's\");\n"
-         << "static_assert(mp::tile::pc::traits<K>::threads == " << k.threads << ");\n"
-         << "}  // namespace " << ns << "\n";
-    src_ << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
-         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
-            "int* mp_err, const __grid_constant__ CUtensorMap mp_map_a, const __grid_constant__ CUtensorMap mp_map_b, "
-            "const __grid_constant__ CUtensorMap mp_map_c) {\n"
-         << "  (void)mp_t; (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block;\n"
+         << "};\n";
+    template_tail_and_entry(k, ns, {"a", "b", "c"});
+    src_ << "  (void)mp_t; (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block;\n"
          << "  // mp_err is never null: the wgmma sit under a run-time test as in the GEMM, whose ring kernels ptxas\n"
          << "  // serialized without one (warning C7514, docs/development.md).\n"
          << "  const " << ns << "::K::globals g{&mp_map_a, &mp_map_b, &mp_map_c, mp_err == nullptr};\n"
@@ -2848,16 +2857,9 @@ class Gen {
     fa_expr_ = false;
     ind_.clear();
     src_ << "  }\n"
-         << "};\n"
-         << "static_assert(mp::tile::pc::traits<K>::shared_bytes == " << k.smem_bytes
-         << ", \"the lowering's shared-memory size of the ring differs from the pipeline template's\");\n"
-         << "static_assert(mp::tile::pc::traits<K>::threads == " << k.threads << ");\n"
-         << "}  // namespace " << ns << "\n";
-    src_ << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
-         << "(void* const* mp_t, float* mp_gv, long long* mp_gm, float* mp_scratch, long long mp_scratch_per_block, "
-            "int* mp_err, const __grid_constant__ CUtensorMap mp_map_q, const __grid_constant__ CUtensorMap mp_map_k, "
-            "const __grid_constant__ CUtensorMap mp_map_v) {\n"
-         << "  (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block; (void)mp_err;\n"
+         << "};\n";
+    template_tail_and_entry(k, ns, {"q", "k", "v"});
+    src_ << "  (void)mp_gv; (void)mp_gm; (void)mp_scratch; (void)mp_scratch_per_block; (void)mp_err;\n"
          << "  // One block per work item (the Q tiles live in the finish region; tile/pipeline.cuh).\n"
          << "  const " << ns << "::K::globals g{&mp_map_q, &mp_map_k, &mp_map_v, static_cast<__nv_bfloat16*>(mp_t[" << to
          << "])};\n"
