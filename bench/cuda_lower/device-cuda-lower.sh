@@ -9,7 +9,7 @@
 # --variants: the streaming programs only, once per variant of the lowering's speed options
 # (docs/cuda-lowering.md, "Speed"), each row labelled with its variant. LIST is ';'-separated, each
 # variant a space-separated list of NAME=VALUE for the MP_CUDA_LOWER_* variables ("default": none set;
-# NAME one of RING, THREADS, FUSE, BARRIERS, COPY, ROWS, STORE, PREFETCH, PRODUCER); at most 4. Default list:
+# NAME one of RING, THREADS, FUSE, BARRIERS, COPY, ROWS, STORE, PREFETCH, PRODUCER, MATH); at most 4. Default list:
 # default; RING=off; RING=128; THREADS=256. COPY=cp fills the tile ring with cp.async instead of bulk copies
 # (TMA); ROWS=tile, STORE=scalar and PREFETCH=off restore softmax's tile path, the fused StoreTiles' 4-byte
 # stores and the inner loops' tile loads without prefetch, e.g. --only 'softmax|outerproduct' --variants
@@ -38,8 +38,8 @@ fi
 for v in "${vlist[@]}"; do
   for a in $v; do
     [ "$a" = default ] && continue
-    [[ "$a" =~ ^(RING|THREADS|FUSE|BARRIERS|COPY|ROWS|STORE|PREFETCH|PRODUCER)=[A-Za-z0-9]+$ ]] || {
-      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=..., FUSE=..., BARRIERS=..., COPY=..., ROWS=..., STORE=..., PREFETCH=... or PRODUCER=... (or default)"
+    [[ "$a" =~ ^(RING|THREADS|FUSE|BARRIERS|COPY|ROWS|STORE|PREFETCH|PRODUCER|MATH)=[A-Za-z0-9]+$ ]] || {
+      echo "device-cuda-lower.sh: variant '$v': '$a' is not RING=..., THREADS=..., FUSE=..., BARRIERS=..., COPY=..., ROWS=..., STORE=..., PREFETCH=..., PRODUCER=... or MATH=... (or default)"
       exit 2
     }
   done

@@ -85,6 +85,35 @@ __device__ void mp_fail(int* err, int code, int node, long long detail) {
 __device__ __forceinline__ long long mp_clip(long long room, long long want) {
   return room < want ? (room > 0 ? room : 0) : want;
 }
+// f32 division, reciprocal and square roots at the hardware's approximations (LowerOptions::fast_math:
+// 1-2 ulp over the full range, subnormals kept); the host test of the lowering computes them exactly.
+#ifndef MP_HOST_EMULATION
+__device__ __forceinline__ float mp_fdiv(float a, float b) {
+  float r;
+  asm("div.full.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float mp_frcp(float a) {
+  float r;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+__device__ __forceinline__ float mp_fsqrt(float a) {
+  float r;
+  asm("sqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+__device__ __forceinline__ float mp_frsqrt(float a) {
+  float r;
+  asm("rsqrt.approx.f32 %0, %1;" : "=f"(r) : "f"(a));
+  return r;
+}
+#else
+inline float mp_fdiv(float a, float b) { return a / b; }
+inline float mp_frcp(float a) { return 1.0f / a; }
+inline float mp_fsqrt(float a) { return std::sqrt(a); }
+inline float mp_frsqrt(float a) { return 1.0f / std::sqrt(a); }
+#endif
 // Asynchronous global -> shared copies (sm_80+ cp.async) for the tile rings of the streaming loops: 16
 // bytes through L2 only (.cg), 4-byte copies for a tile's last n % 4 elements; one commit group per
 // iteration, waited for with the number of groups still allowed in flight. The host test of the
@@ -1148,6 +1177,12 @@ class Gen {
         break;
       }
     line("{");
+    // The run-time extents as 32-bit bounds, once before the loop (each at most its nominal extent, < 2^31),
+    // so the per-element test is a 32-bit compare.
+    for (size_t a = 0; a < r; ++a)
+      if (x->shape[a] > 1)
+        line("  const int xe" + std::to_string(a) + "_ = (int)mp_clip(" + ext[a] + ", " + std::to_string(x->shape[a]) +
+             "LL);");
     line("  for (int f_ = threadIdx.x; f_ < " + std::to_string(n) + "; f_ += " + nthr_ + ") {");
     bool multi = false;
     for (size_t a = 0; a < r; ++a) multi = multi || (x->shape[a] > 1 && int(a) != outer);
@@ -1162,7 +1197,8 @@ class Gen {
       else
         line("    const int " + xa + " = r_ % " + std::to_string(x->shape[size_t(a)]) + "; r_ /= " +
              std::to_string(x->shape[size_t(a)]) + ";");
-      skip += std::string(skip.empty() ? "" : " || ") + xa + " >= " + ext[size_t(a)];
+      skip += std::string(skip.empty() ? "" : " || ") + xa + " >= " +
+              (x->shape[size_t(a)] > 1 ? "xe" + std::to_string(a) + "_" : ext[size_t(a)]);
     }
     if (!skip.empty()) line("    if (" + skip + ") continue;");
   }
@@ -1263,6 +1299,7 @@ class Gen {
     auto a = [&](size_t i) { return as(k[i], d); };
     auto f = [&](const char* dbl_name, const char* flt_name) { return std::string(d ? dbl_name : flt_name); };
     const std::string one = d ? "1.0" : "1.0f";
+    const bool fast = opt_.fast_math && !d && !fa_expr_;  // LowerOptions::fast_math: f32 outside the attention pipeline
     std::string x;
     switch (n.op) {
       case ir::ExprOp::Random:
@@ -1280,13 +1317,13 @@ class Gen {
         x = f("log(", "logf(") + a(0) + ")";
         break;
       case ir::ExprOp::Sqrt:
-        x = f("sqrt(", "sqrtf(") + a(0) + ")";
+        x = f("sqrt(", fast ? "mp_fsqrt(" : "sqrtf(") + a(0) + ")";
         break;
       case ir::ExprOp::Rsqrt:
-        x = "(" + one + " / " + f("sqrt(", "sqrtf(") + a(0) + "))";
+        x = fast ? "mp_frsqrt(" + a(0) + ")" : "(" + one + " / " + f("sqrt(", "sqrtf(") + a(0) + "))";
         break;
       case ir::ExprOp::Recip:
-        x = "(" + one + " / " + a(0) + ")";
+        x = fast ? "mp_frcp(" + a(0) + ")" : "(" + one + " / " + a(0) + ")";
         break;
       case ir::ExprOp::Abs:
         x = f("fabs(", "fabsf(") + a(0) + ")";
@@ -1295,10 +1332,12 @@ class Gen {
         x = f("tanh(", "tanhf(") + a(0) + ")";
         break;
       case ir::ExprOp::Sigmoid:
-        x = "(" + one + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
+        x = fast ? "mp_frcp(1.0f + expf(-" + a(0) + "))"
+                 : "(" + one + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
         break;
       case ir::ExprOp::Silu:
-        x = "(" + a(0) + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
+        x = fast ? "mp_fdiv(" + a(0) + ", 1.0f + expf(-" + a(0) + "))"
+                 : "(" + a(0) + " / (" + one + " + " + f("exp(-", "expf(-") + a(0) + ")))";
         break;
       case ir::ExprOp::Cos:
         x = f("cos(", "cosf(") + a(0) + ")";
@@ -1319,7 +1358,7 @@ class Gen {
         x = "(" + a(0) + " * " + a(1) + ")";
         break;
       case ir::ExprOp::Div:
-        x = "(" + a(0) + " / " + a(1) + ")";
+        x = fast ? "mp_fdiv(" + a(0) + ", " + a(1) + ")" : "(" + a(0) + " / " + a(1) + ")";
         break;
       case ir::ExprOp::Max:
         x = "mp_max(" + a(0) + ", " + a(1) + ")";
@@ -3738,6 +3777,9 @@ LowerOptions options_from_env(LowerOptions base) {
   two_way("MP_CUDA_LOWER_PRODUCER", "warp", "thread",
           "who fills a tile ring of bulk copies: a producer warp of its own, or thread 0 between block barriers",
           base.producer_warp);
+  two_way("MP_CUDA_LOWER_MATH", "fast", "exact",
+          "f32 division, reciprocal and square roots: the hardware approximations (1-2 ulp) or IEEE rounded",
+          base.fast_math);
   return base;
 }
 

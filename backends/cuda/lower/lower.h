@@ -85,6 +85,15 @@ struct LowerOptions {
   // default: the warp path is checked on the H200 (the SM90_CudaLower tests, compute-sanitizer) but not
   // timed yet, and the thread path is the one bench/RESULTS.md measured.
   bool producer_warp = false;
+  // f32 division, reciprocal, square root and reciprocal square root in the element functions. Exact:
+  // IEEE round-to-nearest, as the C++ operators (div.rn, rcp.rn, sqrt.rn: a dozen instructions and a
+  // slow path each). Fast: the hardware approximations PTX names div.full, rcp.approx, sqrt.approx and
+  // rsqrt.approx (1-2 ulp, full range, subnormals kept), as Triton's default division; well inside the
+  // f32 check's 1e-5, and fewer instructions where an element function is long (blackscholes' four
+  // divisions per element: 210 instructions an element become 150, and 77 % of the copy bandwidth 96 %
+  // on the H200, bench/RESULTS.md). f64 and the attention pipeline's own softmax are unaffected. The host
+  // test of the lowering computes them exactly; the GPU tests check the approximations.
+  bool fast_math = true;
 };
 
 // The options above with the environment's choices applied, for timing the variants in one build:
@@ -92,7 +101,7 @@ struct LowerOptions {
 // MP_CUDA_LOWER_FUSE=on|off, MP_CUDA_LOWER_BARRIERS=1|2 (one_barrier_ring), MP_CUDA_LOWER_COPY=cp|bulk
 // (copy), MP_CUDA_LOWER_MATMUL=wgmma|generic (matmul), MP_CUDA_LOWER_STORE=vec|scalar (vector_stores) and
 // MP_CUDA_LOWER_ROWS=warp|tile (warp_rows), MP_CUDA_LOWER_PREFETCH=on|off (prefetch),
-// MP_CUDA_LOWER_PRODUCER=warp|thread (producer_warp). A value that is neither is a user error naming the variable.
+// MP_CUDA_LOWER_PRODUCER=warp|thread (producer_warp), MP_CUDA_LOWER_MATH=fast|exact (fast_math). A value that is neither is a user error naming the variable.
 LowerOptions options_from_env(LowerOptions base = {});
 // One value of MP_CUDA_LOWER_RING applied to `o` (the parser of options_from_env).
 void set_ring_option(LowerOptions& o, const std::string& value);
