@@ -114,6 +114,23 @@ void check_attention_decode_shape(const AttentionShape& s);
 // 1 / sqrt(dim), the usual softmax scale.
 double default_attention_scale(int dim);
 
+// How the forward's blocks take the query tiles. PerTile: one block per 128-row query tile of a (batch,
+// head), which sets up its shared memory, loads its Q and streams K / V (three K / V stages at d128).
+// Persistent: one block per SM walking the tiles, two copies of Q at d64 and d128 (one at d256) so that
+// the next tile's Q and first K / V tiles load while this one computes and stores, and a block's set-up
+// is paid once (d128 then has two K / V stages instead of three). The tiles are dealt to the blocks
+// statically, so long causal rows balance worse than the hardware's dealing of one block per tile.
+// Automatic: the persistent grid where it measured faster on the H200 (docs/attention.md, "Persistent
+// grid"): d64 without the mask at every length and causal up to 8k keys; d128 without the mask up to 1k
+// keys; d256 without the mask at every length and causal up to 2k keys.
+enum class AttentionGrid { automatic, per_tile, persistent };
+// MP_ATTENTION_GRID=auto|per-tile|persistent (for timing the two side by side), else automatic; another
+// value is a user error naming the variable.
+AttentionGrid attention_grid_from_env();
+// Whether the forward of `s` (`causal` or not) runs on the persistent grid under `grid`.
+bool attention_forward_persistent(const AttentionShape& s, bool causal,
+                                  AttentionGrid grid = attention_grid_from_env());
+
 // ---- the GPU entry points (device pointers, 16-byte aligned; asynchronous on `stream`) ----
 // Throw mp::user_error for bad shapes / pointers, mp::not_supported in a build without CUDA.
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -51,6 +52,25 @@ void check_attention_decode_shape(const AttentionShape& s) {
   MP_USER_CHECK(s.seq_q <= attention_decode_max_rows, "attention decode: seq_q=", s.seq_q,
                 " query rows; the decode kernel takes 1 to ", attention_decode_max_rows,
                 " (use the forward kernel for more)");
+}
+
+AttentionGrid attention_grid_from_env() {
+  const char* e = std::getenv("MP_ATTENTION_GRID");
+  if (!e || !*e) return AttentionGrid::automatic;
+  const std::string v = e;
+  if (v == "auto") return AttentionGrid::automatic;
+  if (v == "per-tile") return AttentionGrid::per_tile;
+  if (v == "persistent") return AttentionGrid::persistent;
+  fail_user("MP_ATTENTION_GRID='", v, "' is not auto, per-tile or persistent (how the attention forward's blocks "
+            "take the query tiles)");
+}
+
+bool attention_forward_persistent(const AttentionShape& s, bool causal, AttentionGrid grid) {
+  if (grid != AttentionGrid::automatic) return grid == AttentionGrid::persistent;
+  // The H200's measurements (docs/attention.md, "Persistent grid"), FlashAttention-3's protocol shapes.
+  if (s.dim == 64) return !causal || s.seq_kv <= 8192;
+  if (s.dim == 128) return !causal && s.seq_kv <= 1024;
+  return !causal || s.seq_kv <= 2048;
 }
 
 attention_backward_impl attention_backward_resolve(attention_backward_impl impl, int dim) {

@@ -44,7 +44,11 @@ struct attn_globals {
 // beside Q (2 x 80 KiB + 64 KiB); 128-row K and V tiles would not fit two, and 64 (the first version)
 // ran 7 % slower at 8k-16k: the per-tile softmax and turn are paid over fewer keys, and S = Q K^T at
 // N = 64 reads shared memory at the limit of its bandwidth. Causal: the mask and the item's K/V range.
-template <int D, bool Causal>
+// Slots: 0, one block per work item (the Q tiles in the finish region for the block's only item); 1 or
+// 2, the persistent grid with that many copies of the Q tiles (tile/pipeline.cuh, item_slots), so that
+// a block's next item loads its Q and first K/V tiles while this one computes and stores, and its set-up
+// is paid once per SM instead of once per 128 query rows (attention_forward_persistent below).
+template <int D, bool Causal, int Slots = 0>
 struct attn_fwd_kernel {
   static constexpr int BM = 128, BN = D == 256 ? 80 : 128, consumers = 2;
   static constexpr int producer_registers = 24, consumer_registers = 240;
@@ -58,11 +62,12 @@ struct attn_fwd_kernel {
   // version measured on the H200). The shared tiles of P are then not needed, which leaves d128 a third
   // ring stage. false: the shared-memory path.
   static constexpr bool p_in_registers = true;
+  static constexpr int q_copies = Slots > 0 ? Slots : 1;
   struct smem_q {
-    q_tile q[consumers];  // the item's query rows, one 64-row tile per consumer
+    q_tile q[q_copies][consumers];  // the item's query rows, one 64-row tile per consumer
   };
   struct smem_qp {
-    q_tile q[consumers];
+    q_tile q[q_copies][consumers];
     p_tile p[consumers];  // each consumer's P of the current K/V tile, the A operand of P V
   };
   using finish_smem = std::conditional_t<p_in_registers, smem_q, smem_qp>;
@@ -71,6 +76,7 @@ struct attn_fwd_kernel {
       (pc::max_shared_bytes - 1024 - finish_bytes - 16 * 8) / int(sizeof(stage));
   static constexpr int stages = stages_fit < 4 ? stages_fit : 4;
   static_assert(stages >= 2, "attention: the ring needs two stages so that loads overlap the math");
+  static constexpr int item_slots = Slots;
   // Rolled K loop: the softmax between the two wgmma is long, and unrolling it by the ring depth would
   // only add code and live registers.
   static constexpr bool unroll_ring = false;
@@ -90,14 +96,25 @@ struct attn_fwd_kernel {
     float m[2], l[2];  // running max (log2 domain) and sum for the lane's two rows (lane / 4, + 8)
   };
   struct item {
-    int b, h, hk, q0, iters;
+    int b, h, hk, q0, iters, slot;  // slot: the copy of the Q tiles (0 unless Slots is 2)
+    bool first, last;               // the block's first and last item (both, one block per item)
   };
   __host__ __device__ static int work_count(const globals& g) { return g.work; }
   // (batch, head) major so that the blocks running together share K/V in L2; with the causal mask the
   // longest query tiles (the last) go first, so the short ones fill the last wave.
   __device__ static item item_of(const globals& g, int work) {
     item w;
-    const int bh = work / g.q_tiles, t = work % g.q_tiles;
+    int u = work;  // the tile order's index
+    if constexpr (Slots > 0 && Causal) {
+      // The persistent grid's block b takes the items b, b + G, b + 2G, ... (G blocks). Longest first in
+      // every head, consecutive rounds of G items would give block b the same place in each round, and
+      // places correlate with lengths (at 16k keys and d128, G = 132 against 128 tiles a head: block 0 took
+      // only long tiles, block 64 only short ones). Every other full round is walked backwards, so a
+      // block's long and short tiles alternate.
+      const int G = int(gridDim.x), j = work / G, p = work % G;
+      if ((j & 1) && (j + 1) * G <= g.work) u = j * G + (G - 1 - p);
+    }
+    const int bh = u / g.q_tiles, t = u % g.q_tiles;
     const int qt = Causal ? g.q_tiles - 1 - t : t;
     w.b = bh / g.heads, w.h = bh % g.heads, w.hk = w.h / g.group, w.q0 = qt * BM;
     int keys = g.seq_kv;
@@ -106,6 +123,13 @@ struct attn_fwd_kernel {
       keys = max(0, min(g.seq_kv, last + g.offset + 1));
     }
     w.iters = (keys + BN - 1) / BN;
+    w.slot = Slots == 2 ? ((work - int(blockIdx.x)) / int(gridDim.x)) & 1 : 0;  // the block's k-th item: k % 2
+    w.first = Slots == 0 || work < int(gridDim.x);
+    w.last = Slots == 0 || work + int(gridDim.x) >= g.work;
+    // On the persistent grid every item takes at least one K/V tile, so that the consumers' turns run
+    // through every item (below); a tile no row may see is masked whole, which leaves O = 0 and the
+    // LSE -inf, as the finish of an item without keys writes.
+    if constexpr (Slots > 0) w.iters = max(w.iters, 1);
     return w;
   }
   __device__ static int iters(const item& w) { return w.iters; }
@@ -120,7 +144,8 @@ struct attn_fwd_kernel {
     constexpr uint32_t kv_bytes = 2 * tma::bytes<kv_tile>();
     if (it == 0) {
       expect_bytes(full, kv_bytes + consumers * tma::bytes<q_tile>());
-      for (int c = 0; c < consumers; ++c) tma::load_async(f.q[c], &g.q, full, w.q0 + 64 * c, 0, w.h, w.b);
+      for (int c = 0; c < consumers; ++c)
+        tma::load_async(f.q[w.slot][c], &g.q, full, w.q0 + 64 * c, 0, w.h, w.b);
     } else {
       expect_bytes(full, kv_bytes);
     }
@@ -128,9 +153,9 @@ struct attn_fwd_kernel {
     tma::load_async(s.v, &g.v, full, it * BN, 0, w.hk, w.b);
   }
 
-  // The accumulator starts at zero before the item's first P V (begin: the block's only item; the launch is
-  // one block per item). Zeroing it in compute() instead would put an accumulator write on a path where
-  // the previous P V may be in flight, for which ptxas injects a wgmma wait into every step.
+  // The accumulator starts at zero before the item's first P V (begin: before each item, after the
+  // previous one's wgmma are all done). Zeroing it in compute() instead would put an accumulator write on
+  // a path where the previous P V may be in flight, for which ptxas injects a wgmma wait into every step.
   __device__ static void begin(state& st, const globals&) {
     warpgroup::zero(st.o);
     st.m[0] = st.m[1] = -INFINITY;
@@ -142,19 +167,21 @@ struct attn_fwd_kernel {
     const int lane = threadIdx.x % warp_threads;
     const int row0 = w.q0 + 64 * consumer + 16 * warpgroup::warpid() + lane / 4;  // the lane's first row
     // The turn (pingpong): consumer c waits on barrier 3 + c and hands over by arriving on the other's.
-    // Per item, consumer 0 waits at steps 1.. (iters - 1 times) and consumer 1 arrives after each S but its
-    // last; consumer 1 waits at every step and consumer 0 arrives after each S: every wait has its arrival,
-    // and none is left over at the end.
+    // Over the block's items, consumer 0 waits at every step but the first and consumer 1 arrives after
+    // each S but the last; consumer 1 waits at every step and consumer 0 arrives after each S: every wait
+    // has its arrival, none is left over at the end, and the two alternate strictly, so neither arrives
+    // twice on a barrier before the other has waited on it (which the turn kept per item would allow
+    // between one item's last step and the next one's first on the persistent grid).
     if constexpr (pingpong)
-      if (consumer == 1 || it > 0) named_barrier_sync(3 + consumer, turn_threads);
+      if (consumer == 1 || it > 0 || !w.first) named_barrier_sync(3 + consumer, turn_threads);
     // S = Q K^T; waiting for it also retires the previous tile's P V, whose O and P are touched below.
     rt_fl<16, BN> sc;
     warpgroup::fence_accumulator(sc);
     warpgroup::mma_fence();
-    warpgroup::mm_ABt(sc, f.q[consumer], s.k);
+    warpgroup::mm_ABt(sc, f.q[w.slot][consumer], s.k);
     warpgroup::mma_commit_group();
     if constexpr (pingpong)
-      if (consumer == 0 || it + 1 < w.iters) named_barrier_arrive(4 - consumer, turn_threads);
+      if (consumer == 0 || it + 1 < w.iters || !w.last) named_barrier_arrive(4 - consumer, turn_threads);
     warpgroup::mma_async_wait<0>();
     warpgroup::fence_accumulator(sc);
     warpgroup::fence_accumulator(st.o);
@@ -273,10 +300,10 @@ CUtensorMap map_of(const void* p, int batch, int heads, int rows, int cols) {
       gl<bf16, -1, -1, -1, -1>(static_cast<bf16*>(const_cast<void*>(p)), batch, heads, rows, cols));
 }
 
-template <int D, bool Causal>
+template <int D, bool Causal, int Slots>
 void run_forward(const AttentionShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
                  float scale, cudaStream_t stream) {
-  using K = attn_fwd_kernel<D, Causal>;
+  using K = attn_fwd_kernel<D, Causal, Slots>;
   attn_globals g{};
   g.q = map_of<typename K::q_tile>(q, s.batch, s.heads, s.seq_q, D);
   g.k = map_of<typename K::kv_tile>(k, s.batch, s.kv_heads, s.seq_kv, D);
@@ -290,8 +317,9 @@ void run_forward(const AttentionShape& s, const void* q, const void* k, const vo
   g.work = int(work);
   g.offset = s.seq_kv - s.seq_q;
   g.scale_log2 = float(double(scale) * 1.4426950408889634);
-  // One block per work item (the Q tiles live in the finish region; tile/pipeline.cuh).
-  check_cuda(pc::launch<K>(g, stream, g.work), "the attention forward launch");
+  // Slots 0: one block per work item (the Q tiles live in the finish region; tile/pipeline.cuh); else
+  // the persistent grid, one block per SM.
+  check_cuda(pc::launch<K>(g, stream, Slots == 0 ? g.work : 0), "the attention forward launch");
 }
 
 // The wgmma backward (attention_backward_sm90.cuh): D and the zeroed dQ buffer first, then a block per
@@ -348,9 +376,18 @@ void attention_forward(const AttentionShape& s, const void* q, const void* k, co
   check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}});
   MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
                 "attention: LSE must be a 4-byte aligned device pointer");
+  // The persistent grid keeps two copies of Q at d64 (beside four K/V stages) and d128 (beside two K/V
+  // stages instead of three, which is why d128 takes it only for short sequences), one at d256, where two
+  // would not fit beside two 80-key stages.
+  const bool persistent = attention_forward_persistent(s, causal);
   auto go = [&]<int D>() {
-    causal ? run_forward<D, true>(s, q, k, v, o, lse, scale, stream)
-           : run_forward<D, false>(s, q, k, v, o, lse, scale, stream);
+    constexpr int P = D == 256 ? 1 : 2;
+    if (persistent)
+      causal ? run_forward<D, true, P>(s, q, k, v, o, lse, scale, stream)
+             : run_forward<D, false, P>(s, q, k, v, o, lse, scale, stream);
+    else
+      causal ? run_forward<D, true, 0>(s, q, k, v, o, lse, scale, stream)
+             : run_forward<D, false, 0>(s, q, k, v, o, lse, scale, stream);
   };
   if (s.dim == 64) return go.template operator()<64>();
   if (s.dim == 128) return go.template operator()<128>();

@@ -22,7 +22,14 @@
 // all its K steps (attention's Q tile) declares load(stage&, finish_smem&, ...) and compute(state&,
 // stage&, finish_smem&, ...) instead, and its first load() brings them into finish_smem on the first
 // stage's semaphore. The producer runs ahead of the consumers, so such a kernel launches one block per
-// work item (launch() with max_blocks = work_count), never the persistent grid.
+// work item (launch() with max_blocks = work_count), unless it declares `static constexpr int
+// item_slots` (1 or 2): then finish_smem holds that many copies of the per-item operands, the block's
+// k-th item uses copy k % item_slots (K::item_of decides it from the work index: k = (work - blockIdx.x)
+// / gridDim.x), and the template keeps the producer off a copy until the consumers are done with the
+// item that last used it (one semaphore per copy, arrived on by every consumer warp once the item's
+// wgmma are done). Such a kernel runs on the persistent grid: the next item's operands load while the
+// current item computes and finishes, and a block's set-up is paid once. K::begin then runs before
+// every item.
 //
 // compute() issues wgmma and commits one group; the template waits for the group before the stage goes
 // back to the producer (one group stays in flight, so the next stage's loads overlap this one's math).
@@ -73,6 +80,16 @@ constexpr bool takes_item_smem = requires(typename K::state& st, typename K::sta
   K::load(s, f, g, w, 0, sem);
   K::compute(st, s, f, g, w, 0, 0);
 };
+
+// K's copies of its per-item operands (see "per-item shared data" above): K::item_slots, or 0 (one block
+// per work item).
+template <class K>
+constexpr int item_slots_of() {
+  if constexpr (requires { K::item_slots; })
+    return K::item_slots;
+  else
+    return 0;
+}
 
 // Timeline diagnostics. When K::globals has `unsigned long long* trace` and `int trace_blocks` and trace is
 // set, thread 0 of each block b < trace_blocks writes the global timer (ns) at these points into
@@ -138,7 +155,10 @@ struct traits {
   static constexpr int finish_bytes = std::is_empty_v<typename K::finish_smem>
                                           ? 0
                                           : (int(sizeof(typename K::finish_smem)) + 1023) / 1024 * 1024;
-  static constexpr int barrier_bytes = 2 * stages * 8;
+  static constexpr int item_slots = item_slots_of<K>();
+  static_assert(item_slots >= 0 && item_slots <= 2, "pipeline: item_slots is 1 or 2 (or absent)");
+  static_assert(item_slots == 0 || takes_item_smem<K>, "pipeline: item_slots needs per-item shared data");
+  static constexpr int barrier_bytes = (2 * stages + item_slots) * 8;
   // The consumer's K loop unrolled by the ring depth (kernel<K> below), unless K says `unroll_ring =
   // false` (where the unrolled loop's extra live registers would spill) or the build sets
   // MP_PIPELINE_STAGE_UNROLL=0 (the A/B against the rolled loop).
@@ -167,6 +187,7 @@ struct block_smem {
   typename K::finish_smem* fin;
   semaphore* full;   // completes on the producer's expect_bytes arrival and the TMA bytes
   semaphore* empty;  // completes on `empty_arrivals` consumer-warp arrivals
+  semaphore* item_empty;  // per copy of the per-item operands (K::item_slots): the same arrivals
   // Thread 0 initialises the semaphores; the caller then syncs the block.
   __device__ static block_smem carve(uint8_t* raw, int empty_arrivals) {
     using T = traits<K>;
@@ -185,11 +206,13 @@ struct block_smem {
     m.fin = reinterpret_cast<typename K::finish_smem*>(base + T::stage_bytes * T::stages);
     m.full = reinterpret_cast<semaphore*>(base + T::stage_bytes * T::stages + T::finish_bytes);
     m.empty = m.full + T::stages;
+    m.item_empty = m.empty + T::stages;
     if (threadIdx.x == 0) {
       for (int s = 0; s < T::stages; ++s) {
         init_semaphore(m.full[s], 1);
         init_semaphore(m.empty[s], empty_arrivals);
       }
+      for (int s = 0; s < T::item_slots; ++s) init_semaphore(m.item_empty[s], empty_arrivals);
       fence_barrier_init();
     }
     return m;
@@ -213,9 +236,14 @@ __device__ void produce(const typename K::globals& g, const block_smem<K>& m, in
   ring_pos<traits<K>::stages> p;
   const int nwork = K::work_count(g);
   const bool tracing = tracing_steps(g, int(threadIdx.x));
-  for (int work = first; work < nwork; work += step) {
+  constexpr int slots = traits<K>::item_slots;
+  for (int work = first, k = 0; work < nwork; work += step, ++k) {
     const typename K::item w = K::item_of(g, work);
     const int iters = K::iters(w);
+    // The item's copy of the per-item operands is free once the item k - slots is done with it. Waited
+    // for by every item, one without K steps too: each wait then finds its copy at most one use behind,
+    // which is what a parity wait can tell apart.
+    if constexpr (slots > 0) wait(m.item_empty[k % slots], ((k / slots) & 1) ^ 1u);
     for (int it = 0; it < iters; ++it, p.advance()) {
       wait(m.empty[p.stage], p.phase ^ 1u);  // a fresh barrier counts as having completed phase "-1"
       trace_step(tracing, g, it, 2);
@@ -284,7 +312,9 @@ __device__ __forceinline__ void run_block(const typename K::globals& g) {
     constexpr int pending = 1;
     // Read once: the K loop below runs on registers (see tracing_steps).
     const bool tracing = tracing_steps(g);
-    if constexpr (requires { K::begin(st, g); }) K::begin(st, g);  // optional: the consumer's own copies
+    constexpr int slots = T::item_slots;
+    // optional: the consumer's own set-up (per item on the persistent grid of per-item operands)
+    if constexpr (slots == 0 && requires { K::begin(st, g); }) K::begin(st, g);
     // One K step of an item on ring stage `s`: an int, or a std::integral_constant where the K loop is
     // unrolled by the ring depth (T::unroll).
     auto step = [&](const typename K::item& w, int it, auto s) {
@@ -327,9 +357,10 @@ __device__ __forceinline__ void run_block(const typename K::globals& g) {
         for (int it = 0; it < iters; ++it, p.advance()) step(w, it, p.stage);
       }
     };
-    for (int work = first; work < nwork; work += stride) {
+    for (int work = first, k = 0; work < nwork; work += stride, ++k) {
       const typename K::item w = K::item_of(g, work);
       const int iters = K::iters(w);
+      if constexpr (slots > 0 && requires { K::begin(st, g); }) K::begin(st, g);
       // The stage `back` (<= stages) K steps behind the current one.
       auto behind = [&p](int back) {
         const int s = p.stage - back;
@@ -338,8 +369,10 @@ __device__ __forceinline__ void run_block(const typename K::globals& g) {
       mainloop(w, iters);
       warpgroup::mma_async_wait<0>();
       trace_mark(g, trace_mainloop_done);
-      if (signaller)  // the item's last steps, oldest first (p is one past the last)
+      if (signaller) {  // the item's last steps, oldest first (p is one past the last)
         for (int back = min(pending, iters); back >= 1; --back) arrive(empty[behind(back)]);
+        if constexpr (slots > 0) arrive(m.item_empty[k % slots]);  // its per-item operands are read
+      }
       K::finish(st, *fin, g, w, wg);
       trace_mark(g, trace_finish_done);
     }

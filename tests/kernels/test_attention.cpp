@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -171,6 +172,42 @@ TEST(Attention, BackwardImplementationNames) {
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::cuda_core, 64),
             attention_backward_impl::cuda_core);
   EXPECT_EQ(attention_backward_resolve(attention_backward_impl::wgmma, 256), attention_backward_impl::wgmma);
+}
+
+// The forward's grid: the measured rule (kernels/attention.h), the explicit choices, and
+// MP_ATTENTION_GRID's values and its error.
+TEST(Attention, ForwardGridFollowsTheMeasuredRule) {
+  const auto automatic = AttentionGrid::automatic;
+  EXPECT_TRUE(attention_forward_persistent(shape(32, 32, 32, 512, 512, 64), false, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(1, 32, 32, 16384, 16384, 64), false, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(2, 32, 32, 8192, 8192, 64), true, automatic));
+  EXPECT_FALSE(attention_forward_persistent(shape(1, 32, 32, 16384, 16384, 64), true, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(32, 16, 16, 512, 512, 128), false, automatic));
+  EXPECT_FALSE(attention_forward_persistent(shape(32, 16, 16, 512, 512, 128), true, automatic));
+  EXPECT_FALSE(attention_forward_persistent(shape(8, 16, 16, 2048, 2048, 128), false, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(1, 8, 8, 16384, 16384, 256), false, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(8, 8, 8, 2048, 2048, 256), true, automatic));
+  EXPECT_FALSE(attention_forward_persistent(shape(2, 8, 8, 8192, 8192, 256), true, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(1, 8, 8, 8192, 8192, 128), true, AttentionGrid::persistent));
+  EXPECT_FALSE(attention_forward_persistent(shape(1, 8, 8, 512, 512, 64), false, AttentionGrid::per_tile));
+  unsetenv("MP_ATTENTION_GRID");
+  EXPECT_EQ(attention_grid_from_env(), AttentionGrid::automatic);
+  setenv("MP_ATTENTION_GRID", "per-tile", 1);
+  EXPECT_EQ(attention_grid_from_env(), AttentionGrid::per_tile);
+  setenv("MP_ATTENTION_GRID", "persistent", 1);
+  EXPECT_EQ(attention_grid_from_env(), AttentionGrid::persistent);
+  setenv("MP_ATTENTION_GRID", "auto", 1);
+  EXPECT_EQ(attention_grid_from_env(), AttentionGrid::automatic);
+  setenv("MP_ATTENTION_GRID", "always", 1);
+  try {
+    attention_grid_from_env();
+    ADD_FAILURE() << "MP_ATTENTION_GRID=always was accepted";
+  } catch (const mp::user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_ATTENTION_GRID='always' is not auto, per-tile or persistent"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_ATTENTION_GRID");
 }
 
 TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
