@@ -689,11 +689,18 @@ TEST(CudaLower, SpeedOptionsComeFromTheEnvironment) {
   setenv("MP_CUDA_LOWER_PRODUCER", "warp", 1);
   EXPECT_TRUE(cuda::options_from_env().producer_warp);
   unsetenv("MP_CUDA_LOWER_PRODUCER");
+  EXPECT_TRUE(cuda::options_from_env().fast_math);  // the default
+  setenv("MP_CUDA_LOWER_MATH", "exact", 1);
+  EXPECT_FALSE(cuda::options_from_env().fast_math);
+  setenv("MP_CUDA_LOWER_MATH", "fast", 1);
+  EXPECT_TRUE(cuda::options_from_env().fast_math);
+  unsetenv("MP_CUDA_LOWER_MATH");
   for (auto [name, bad, why] :
        {std::tuple{"MP_CUDA_LOWER_ROWS", "on", "MP_CUDA_LOWER_ROWS='on' is not warp or tile"},
         std::tuple{"MP_CUDA_LOWER_STORE", "16", "MP_CUDA_LOWER_STORE='16' is not vec or scalar"},
         std::tuple{"MP_CUDA_LOWER_PREFETCH", "no", "MP_CUDA_LOWER_PREFETCH='no' is not on or off"},
-        std::tuple{"MP_CUDA_LOWER_PRODUCER", "warps", "MP_CUDA_LOWER_PRODUCER='warps' is not warp or thread"}}) {
+        std::tuple{"MP_CUDA_LOWER_PRODUCER", "warps", "MP_CUDA_LOWER_PRODUCER='warps' is not warp or thread"},
+        std::tuple{"MP_CUDA_LOWER_MATH", "ieee", "MP_CUDA_LOWER_MATH='ieee' is not fast or exact"}}) {
     setenv(name, bad, 1);
     try {
       (void)cuda::options_from_env();
@@ -1034,6 +1041,28 @@ TEST(CudaLower, FusedStoresAre16Bytes) {
     if (v.name == "outerproduct_vec_odd_rows" || v.name == "outerproduct_store_scalar")
       for (int grid : {1, 2})
         check_on_host(v.name, v.program, v.sets, grid, seed, cuda_test::host_options(v));
+}
+
+TEST(CudaLower, F32DivisionIsTheHardwaresApproximationUnlessExact) {
+  // LowerOptions::fast_math (the default): blackscholes' divisions, reciprocals and square root go through
+  // the prelude's div.full / rcp.approx / sqrt.approx helpers; exact: the C++ operators (IEEE rounded),
+  // and the helpers, though still in the prelude, are called nowhere. The element loops test 32-bit
+  // extents, hoisted before the loop.
+  cuda::LowerOptions exact;
+  exact.fast_math = false;
+  const std::string fast = unit_of("blackscholes", {}), ieee = unit_of("blackscholes", {}, exact);
+  EXPECT_NE(fast.find("asm(\"div.full.f32 %0, %1, %2;\""), std::string::npos);
+  EXPECT_NE(fast.find("= mp_fdiv(t"), std::string::npos);
+  EXPECT_NE(fast.find("= mp_frcp(t"), std::string::npos);
+  EXPECT_NE(fast.find("mp_fsqrt(a"), std::string::npos);
+  EXPECT_EQ(ieee.find("= mp_fdiv("), std::string::npos);
+  EXPECT_EQ(ieee.find("= mp_frcp("), std::string::npos);
+  EXPECT_NE(ieee.find("= (1.0f / t"), std::string::npos);
+  EXPECT_NE(ieee.find("sqrtf(a"), std::string::npos);
+  EXPECT_NE(fast.find("const int xe0_ = (int)mp_clip("), std::string::npos);
+  EXPECT_NE(fast.find(" >= xe0_) continue;"), std::string::npos);
+  // f64 arithmetic stays exact (a double term never takes the helpers).
+  EXPECT_EQ(fast.find("mp_fdiv((double)"), std::string::npos);
 }
 
 TEST(CudaLower, InnerLoopTilesArePrefetched) {
