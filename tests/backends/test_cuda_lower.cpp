@@ -282,6 +282,16 @@ TEST(CudaLower, SpillsToGlobalScratchWhenSharedMemoryIsSmall) {
   EXPECT_NE(low.source.find("global scratch"), std::string::npos);
 }
 
+// A unit lowered onto one of the tile layer's pipelines: it includes the tile layer, names its path, runs
+// the template's block and has a ring of `stages` stages.
+void expect_tile_layer_unit(const cuda::Lowered& low, const std::string& path, int stages) {
+  EXPECT_TRUE(low.uses_tile_layer);
+  EXPECT_NE(low.source.find("#include \"tile/tile.cuh\""), std::string::npos);
+  EXPECT_NE(low.source.find(path), std::string::npos);
+  EXPECT_NE(low.source.find("mp::tile::pc::run_block<"), std::string::npos);
+  EXPECT_NE(low.source.find("stages = " + std::to_string(stages) + ";"), std::string::npos) << low.source;
+}
+
 // The slide-51 matmul in bf16 with wgmma-sized tiles lowers onto the tile layer's pipeline: one kernel of
 // a producer and MM / 64 consumer warpgroups, three tensor maps (A, B, C) with the tiles' boxes, the
 // ring as deep as shared memory allows, and the unit includes the tile layer. (It runs on the GPU only:
@@ -303,11 +313,7 @@ TEST(CudaLower, Bf16MatmulLowersOntoTheTilePipeline) {
     cuda::Lowered low = cuda::lower(compiled(spec, params));
     ASSERT_EQ(low.kernels.size(), 1u);
     const auto& k = low.kernels[0];
-    EXPECT_TRUE(low.uses_tile_layer);
-    EXPECT_NE(low.source.find("#include \"tile/tile.cuh\""), std::string::npos);
-    EXPECT_NE(low.source.find("// path: the tile layer's pipeline"), std::string::npos);
-    EXPECT_NE(low.source.find("mp::tile::pc::run_block<"), std::string::npos);
-    EXPECT_NE(low.source.find("stages = " + std::to_string(w.stages) + ";"), std::string::npos) << low.source;
+    expect_tile_layer_unit(low, "// path: the tile layer's pipeline", w.stages);
     EXPECT_EQ(k.threads, w.threads);
     EXPECT_TRUE(k.distributed);
     const int64_t M = params.i("M"), N = params.i("N"), K = params.i("K"), MM = params.i("MM"), NN = params.i("NN");
@@ -435,11 +441,7 @@ TEST(CudaLower, Bf16FlashAttentionLowersOntoTheAttentionPipeline) {
     cuda::Lowered low = cuda::lower(compiled(spec, params));
     ASSERT_EQ(low.kernels.size(), 1u);
     const auto& k = low.kernels[0];
-    EXPECT_TRUE(low.uses_tile_layer);
-    EXPECT_NE(low.source.find("#include \"tile/tile.cuh\""), std::string::npos);
-    EXPECT_NE(low.source.find("// path: the tile layer's wgmma attention pipeline"), std::string::npos);
-    EXPECT_NE(low.source.find("mp::tile::pc::run_block<"), std::string::npos);
-    EXPECT_NE(low.source.find("stages = " + std::to_string(w.stages) + ";"), std::string::npos) << low.source;
+    expect_tile_layer_unit(low, "// path: the tile layer's wgmma attention pipeline", w.stages);
     EXPECT_NE(low.source.find("warpgroup::mm_ABt("), std::string::npos);
     EXPECT_NE(low.source.find("warpgroup::mma_AB(st.o, pb_, s.v, true);"), std::string::npos);
     EXPECT_NE(low.source.find("pingpong = consumers == 2;"), std::string::npos);
