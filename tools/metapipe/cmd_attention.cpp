@@ -133,7 +133,10 @@ MP_REGISTER_COMMAND(
     "  --decode          the split-KV decode kernel (1 to 16 query rows)\n"
     "  --check-only      check, do not time\n"
     "  --samples N       timed batches (default 10)\n"
-    "  --seed S          the inputs' seed (default: a fresh one, printed)\n",
+    "  --seed S          the inputs' seed (default: a fresh one, printed)\n\n"
+    "MP_ATTENTION_GRID=auto|per-tile|persistent chooses how the forward's blocks take the query tiles\n"
+    "(auto, the default: the persistent grid where it measured faster; docs/attention.md, \"Persistent\n"
+    "grid\"); every choice computes the same results.\n",
     run_attention);
 
 }  // namespace

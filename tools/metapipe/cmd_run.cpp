@@ -179,8 +179,9 @@ MP_REGISTER_COMMAND(
     "                    (default 8GiB; suffixes k, M, G, T, Ki, Mi, Gi, Ti, optional B)\n"
     "  --json            machine-readable output\n\n"
     "With --target cuda the lowering's speed choices come from MP_CUDA_LOWER_RING, _THREADS, _FUSE,\n"
-    "_BARRIERS, _COPY, _MATMUL, _ROWS, _STORE and _PREFETCH (docs/cuda-lowering.md, \"Speed\"); every\n"
-    "choice computes the same results within the dtype's tolerance.\n",
+    "_BARRIERS, _COPY, _MATMUL, _ROWS, _STORE, _PREFETCH, _PRODUCER and _MATH (docs/cuda-lowering.md,\n"
+    "\"Speed\"); every choice computes the same results within the dtype's tolerance (_MATH=exact: f32\n"
+    "division and square roots IEEE rounded instead of the hardware's 1-2 ulp approximations).\n",
     run_run);
 
 // The demo sizes of the seed's programs (every other program runs at its defaults).
