@@ -114,15 +114,22 @@ void check_attention_decode_shape(const AttentionShape& s);
 // 1 / sqrt(dim), the usual softmax scale.
 double default_attention_scale(int dim);
 
+// How the wgmma backward adds dQ's partials into its fp32 buffer (kernels/attention_backward_sm90.cuh):
+// one partial per row and block, the two consumer warpgroups taking turns at dQ = dS K (turns, what
+// `automatic` runs), or one per consumer (atomic: the layout before, for A/B timing).
+// MP_ATTENTION_BWD_DQ=auto|turns|atomic.
+enum class AttentionBackwardDq { automatic, turns, atomic };
+AttentionBackwardDq attention_backward_dq_from_env();
+
 // How the forward's blocks take the query tiles. PerTile: one block per 128-row query tile of a (batch,
 // head), which sets up its shared memory, loads its Q and streams K / V (three K / V stages at d128).
-// Persistent: one block per SM walking the tiles, two copies of Q at d64 and d128 (one at d256) so that
-// the next tile's Q and first K / V tiles load while this one computes and stores, and a block's set-up
-// is paid once (d128 then has two K / V stages instead of three). The tiles are dealt to the blocks
-// statically, so long causal rows balance worse than the hardware's dealing of one block per tile.
+// Persistent: one block per SM walking the tiles, with two copies of Q at d64 (one at d128 and d256) so
+// that the next tile's Q and first K / V tiles load while this one computes and stores, and a block's
+// set-up is paid once. The tiles are dealt to the blocks statically, so long causal rows balance worse
+// than the hardware's dealing of one block per tile.
 // Automatic: the persistent grid where it measured faster on the H200 (docs/attention.md, "Persistent
-// grid"): d64 without the mask at every length and causal up to 8k keys; d128 without the mask up to 1k
-// keys; d256 without the mask at every length and causal up to 2k keys.
+// grid"): d64 without the mask at every length and causal up to 8k keys; d128 up to 1k keys, and causal
+// up to 2k; d256 without the mask at every length and causal up to 2k keys.
 enum class AttentionGrid { automatic, per_tile, persistent };
 // MP_ATTENTION_GRID=auto|per-tile|persistent (for timing the two side by side), else automatic; another
 // value is a user error naming the variable.

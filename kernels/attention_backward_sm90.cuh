@@ -7,7 +7,8 @@
 //   P^T = exp2(S^T scale log2 e - LSE log2 e), dS^T = P^T (dP^T - D)   (registers; masks as the forward)
 //   dV += P^T dO, dK += dS^T Q        (RS form: P^T, dS^T from registers are the A fragments)
 //   dQ_part = dS K                    (SS form: dS stored transposed into a 64 x 64 shared tile)
-// and dQ_part is added into an fp32 buffer with vector atomics (two partials per row, one per consumer);
+// and dQ_part is added into an fp32 buffer with vector atomics: by default one partial per row and
+// block, the consumers taking turns at dQ = dS K over the block's 128 keys (bwd_dq below);
 // dK, dV (summed over the group's heads inside the block, no atomics) go to global memory at the end.
 // D = rowsum(dO * O) and the final rounding of dQ are the kernels of attention_backward.cuh.
 // Dims 64 and 128: at 256 the dK and dV accumulators alone would take 256 registers per thread.
@@ -32,10 +33,21 @@ struct attn_bwd_globals {
   float scale, scale_log2;
 };
 
-template <int D, bool Causal>
+// How dQ's partials reach the fp32 buffer (MP_ATTENTION_BWD_DQ), added with vector atomics from
+// registers in both:
+//   turns (the default): one partial per row and block, over the block's 128 keys. The consumers take
+//     turns: consumer (step % 2) computes dQ = dS K from both consumers' dS tiles (double-buffered by the
+//     step's parity); the other only arrives on the barrier that says its dS is written and goes on to
+//     its next step. Half the atomics of `atomic`, and each consumer skips every other dQ product.
+//   atomic: each consumer adds its own 64 keys' partial (64 rows x D), two partials per row and block.
+enum class bwd_dq : int { atomic = 0, turns = 1 };
+
+template <int D, bool Causal, bwd_dq DQ = bwd_dq::atomic>
 struct attn_bwd_wgmma_kernel {
   static_assert(D == 64 || D == 128, "the wgmma attention backward is built for dims 64 and 128");
   static constexpr int BM = 64, BN = 128, consumers = 2;
+  static constexpr bool by_turns = DQ == bwd_dq::turns;
+  static constexpr int ds_bufs = by_turns ? 2 : 1;
   static constexpr int producer_registers = 24, consumer_registers = 240;
   using row_tile = tile::st_bf<64, D>;  // 64 query rows (Q, dO) or 64 keys (K, V)
   using ds_tile = tile::st_bf<64, 64>;  // dS of one consumer: 64 query rows x its 64 keys
@@ -44,7 +56,7 @@ struct attn_bwd_wgmma_kernel {
   };
   struct finish_smem {
     row_tile k[consumers], v[consumers];
-    ds_tile ds[consumers];
+    ds_tile ds[ds_bufs][consumers];  // by turns: by the step's parity, read across consumers
     float lse2[consumers][BM], delta[consumers][BM];  // each consumer's copy of the tile's row values
   };
   static constexpr int finish_bytes = (int(sizeof(finish_smem)) + 1023) / 1024 * 1024;
@@ -172,34 +184,60 @@ struct attn_bwd_wgmma_kernel {
     // Meanwhile dS (query rows x keys) into the shared tile, the K-major A operand of dQ = dS K. The
     // previous tile's dQ wgmma, its last reader, has completed (the wait at the end of compute).
     const int kl = 16 * warpgroup::warpid() + lane / 4;  // the lane's first key within the 64
+    ds_tile& ds = f.ds[by_turns ? it & 1 : 0][consumer];
 #pragma unroll
     for (int j = 0; j < BM / 16; ++j)
 #pragma unroll
       for (int f4 = 0; f4 < 4; ++f4) {
         const int c = 16 * j + 2 * (lane % 4) + 8 * (f4 >> 1);
         const __nv_bfloat162 v2 = dsb.tiles[0][j][f4];
-        f.ds[consumer].at(c, kl + 8 * (f4 & 1)) = v2.x;
-        f.ds[consumer].at(c + 1, kl + 8 * (f4 & 1)) = v2.y;
+        ds.at(c, kl + 8 * (f4 & 1)) = v2.x;
+        ds.at(c + 1, kl + 8 * (f4 & 1)) = v2.y;
       }
     fence_async_shared();
-    named_barrier_sync(1 + consumer, warpgroup_threads);
+    // By turns: this step's dQ product reads both dS tiles of buffer it % 2. A consumer writes that
+    // buffer again two steps later; in between it computes (the step after), so it has synchronized on
+    // that step's barrier, which the other consumer reaches only after its dQ product of this step has
+    // completed. The consumer that does not compute only arrives and may run a step ahead: the barriers
+    // alternate (3, 4) by parity, so its arrival never counts for the step before.
+    const bool computes = !by_turns || (it & 1) == consumer;
+    if constexpr (by_turns) {
+      if (computes) {
+        named_barrier_sync(3 + (it & 1), consumers * warpgroup_threads);
+      } else {
+        named_barrier_arrive(3 + (it & 1), consumers * warpgroup_threads);
+        // Its own warps still meet here: the next step's LSE / D copy overwrites what this step's
+        // softmax has read (racecheck found that hazard without this barrier; the copy double-buffered
+        // instead measured the same at D = 64, and at D = 128 its 1 KB would cost a K / V stage).
+        named_barrier_sync(1 + consumer, warpgroup_threads);
+      }
+    } else
+      named_barrier_sync(1 + consumer, warpgroup_threads);
     // dV and dK first: their A registers are then free, and dQ's accumulator takes their place.
     warpgroup::mma_async_wait<0>();
     warpgroup::fence_accumulator(st.dv);
     warpgroup::fence_accumulator(st.dk);
+    if (!computes) return;
 
     rt_fl<16, D> dq;
     warpgroup::fence_accumulator(dq);
     warpgroup::mma_fence();
-    warpgroup::mm_AB(dq, f.ds[consumer], f.k[consumer]);
+    if constexpr (by_turns) {
+      // dQ = dS (64 rows x the block's 128 keys) K, as two products over the consumers' 64 keys each.
+      ds_tile* both = f.ds[it & 1];
+      warpgroup::mm_AB(dq, both[0], f.k[0]);
+      warpgroup::mma_AB(dq, both[1], f.k[1]);
+    } else {
+      warpgroup::mm_AB(dq, ds, f.k[consumer]);
+    }
     warpgroup::mma_commit_group();
     warpgroup::mma_async_wait<0>();
     warpgroup::fence_accumulator(dq);
     // dQ rows: query row q0 + 16 warp + lane / 4 (+8), columns 16 j + 2 (lane % 4) (+8).
-    const int qr = q0 + 16 * warpgroup::warpid() + lane / 4;
+    const int rl = 16 * warpgroup::warpid() + lane / 4;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
-      const int row = qr + 8 * hh;
+      const int row = q0 + rl + 8 * hh;
       if (row >= g.seq_q) continue;
       float* out = g.dq_acc + (head_row + row) * D + 2 * (lane % 4);
 #pragma unroll

@@ -54,6 +54,17 @@ void check_attention_decode_shape(const AttentionShape& s) {
                 " (use the forward kernel for more)");
 }
 
+AttentionBackwardDq attention_backward_dq_from_env() {
+  const char* e = std::getenv("MP_ATTENTION_BWD_DQ");
+  if (!e || !*e) return AttentionBackwardDq::automatic;
+  const std::string v = e;
+  if (v == "auto") return AttentionBackwardDq::automatic;
+  if (v == "turns") return AttentionBackwardDq::turns;
+  if (v == "atomic") return AttentionBackwardDq::atomic;
+  fail_user("MP_ATTENTION_BWD_DQ='", v, "' is not auto, turns or atomic (how the wgmma attention backward adds ",
+            "dQ's partials)");
+}
+
 AttentionGrid attention_grid_from_env() {
   const char* e = std::getenv("MP_ATTENTION_GRID");
   if (!e || !*e) return AttentionGrid::automatic;
@@ -69,7 +80,7 @@ bool attention_forward_persistent(const AttentionShape& s, bool causal, Attentio
   if (grid != AttentionGrid::automatic) return grid == AttentionGrid::persistent;
   // The H200's measurements (docs/attention.md, "Persistent grid"), FlashAttention-3's protocol shapes.
   if (s.dim == 64) return !causal || s.seq_kv <= 8192;
-  if (s.dim == 128) return !causal && s.seq_kv <= 1024;
+  if (s.dim == 128) return s.seq_kv <= 1024 || (causal && s.seq_kv <= 2048);
   return !causal || s.seq_kv <= 2048;
 }
 

@@ -324,11 +324,11 @@ void run_forward(const AttentionShape& s, const void* q, const void* k, const vo
 
 // The wgmma backward (attention_backward_sm90.cuh): D and the zeroed dQ buffer first, then a block per
 // 128-key tile of each (batch, KV head), then dQ rounded to bf16.
-template <int D, bool Causal>
+template <int D, bool Causal, bwd_dq DQ>
 cudaError_t run_backward_wgmma(const AttentionShape& s, const void* q, const void* k, const void* v,
                                const void* o, const float* lse, const void* d_o, void* dq, void* dk, void* dv,
                                float scale, cudaStream_t stream) {
-  using K = attn_bwd_wgmma_kernel<D, Causal>;
+  using K = attn_bwd_wgmma_kernel<D, Causal, DQ>;
   bwd_params p;
   if (cudaError_t e = backward_prologue(p, s, q, k, v, o, lse, d_o, dk, dv, scale, Causal, stream);
       e != cudaSuccess)
@@ -376,12 +376,12 @@ void attention_forward(const AttentionShape& s, const void* q, const void* k, co
   check_pointers({{q, "Q"}, {k, "K"}, {v, "V"}, {o, "O"}});
   MP_USER_CHECK(reinterpret_cast<uintptr_t>(lse) % 4 == 0,
                 "attention: LSE must be a 4-byte aligned device pointer");
-  // The persistent grid keeps two copies of Q at d64 (beside four K/V stages) and d128 (beside two K/V
-  // stages instead of three, which is why d128 takes it only for short sequences), one at d256, where two
-  // would not fit beside two 80-key stages.
+  // The persistent grid keeps two copies of Q at d64 (beside four K/V stages), one at d128 (beside three
+  // stages: two copies cost a stage and measured 3-12 % slower from 2k) and at d256 (where two would not
+  // fit beside two 80-key stages).
   const bool persistent = attention_forward_persistent(s, causal);
   auto go = [&]<int D>() {
-    constexpr int P = D == 256 ? 1 : 2;
+    constexpr int P = D == 64 ? 2 : 1;
     if (persistent)
       causal ? run_forward<D, true, P>(s, q, k, v, o, lse, scale, stream)
              : run_forward<D, false, P>(s, q, k, v, o, lse, scale, stream);
@@ -429,12 +429,18 @@ void attention_backward(const AttentionShape& s, const void* q, const void* k, c
     throw mp::not_supported(
         "the wgmma attention backward for dim 256 (its dK and dV accumulators would "
         "need 256 registers per thread); use the CUDA-core backward (attention_backward_impl::cuda_core)");
-  auto go = [&]<int D>() {
-    check_cuda(causal ? run_backward_wgmma<D, true>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream)
-                      : run_backward_wgmma<D, false>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream),
+  auto go = [&]<int D, bwd_dq DQ>() {
+    check_cuda(causal ? run_backward_wgmma<D, true, DQ>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream)
+                      : run_backward_wgmma<D, false, DQ>(s, q, k, v, o, lse, d_o, dq, dk, dv, scale, stream),
                "the wgmma attention backward launch");
   };
-  s.dim == 64 ? go.template operator()<64>() : go.template operator()<128>();
+  auto dims = [&]<bwd_dq DQ>() {
+    s.dim == 64 ? go.template operator()<64, DQ>() : go.template operator()<128, DQ>();
+  };
+  if (attention_backward_dq_from_env() == AttentionBackwardDq::atomic)
+    dims.template operator()<bwd_dq::atomic>();
+  else
+    dims.template operator()<bwd_dq::turns>();
 }
 
 }  // namespace mp::kernels

@@ -183,7 +183,9 @@ TEST(Attention, ForwardGridFollowsTheMeasuredRule) {
   EXPECT_TRUE(attention_forward_persistent(shape(2, 32, 32, 8192, 8192, 64), true, automatic));
   EXPECT_FALSE(attention_forward_persistent(shape(1, 32, 32, 16384, 16384, 64), true, automatic));
   EXPECT_TRUE(attention_forward_persistent(shape(32, 16, 16, 512, 512, 128), false, automatic));
-  EXPECT_FALSE(attention_forward_persistent(shape(32, 16, 16, 512, 512, 128), true, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(32, 16, 16, 512, 512, 128), true, automatic));
+  EXPECT_TRUE(attention_forward_persistent(shape(8, 16, 16, 2048, 2048, 128), true, automatic));
+  EXPECT_FALSE(attention_forward_persistent(shape(2, 16, 16, 8192, 8192, 128), true, automatic));
   EXPECT_FALSE(attention_forward_persistent(shape(8, 16, 16, 2048, 2048, 128), false, automatic));
   EXPECT_TRUE(attention_forward_persistent(shape(1, 8, 8, 16384, 16384, 256), false, automatic));
   EXPECT_TRUE(attention_forward_persistent(shape(8, 8, 8, 2048, 2048, 256), true, automatic));
@@ -208,6 +210,28 @@ TEST(Attention, ForwardGridFollowsTheMeasuredRule) {
         << e.what();
   }
   unsetenv("MP_ATTENTION_GRID");
+}
+
+// MP_ATTENTION_BWD_DQ (how the wgmma backward adds dQ's partials): its values and its error.
+TEST(Attention, BackwardDqModeFromTheEnvironment) {
+  unsetenv("MP_ATTENTION_BWD_DQ");
+  EXPECT_EQ(attention_backward_dq_from_env(), AttentionBackwardDq::automatic);
+  setenv("MP_ATTENTION_BWD_DQ", "turns", 1);
+  EXPECT_EQ(attention_backward_dq_from_env(), AttentionBackwardDq::turns);
+  setenv("MP_ATTENTION_BWD_DQ", "atomic", 1);
+  EXPECT_EQ(attention_backward_dq_from_env(), AttentionBackwardDq::atomic);
+  setenv("MP_ATTENTION_BWD_DQ", "auto", 1);
+  EXPECT_EQ(attention_backward_dq_from_env(), AttentionBackwardDq::automatic);
+  setenv("MP_ATTENTION_BWD_DQ", "tma", 1);
+  try {
+    attention_backward_dq_from_env();
+    ADD_FAILURE() << "MP_ATTENTION_BWD_DQ=tma was accepted";
+  } catch (const mp::user_error& e) {
+    EXPECT_NE(std::string(e.what()).find("MP_ATTENTION_BWD_DQ='tma' is not auto, turns or atomic"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("MP_ATTENTION_BWD_DQ");
 }
 
 TEST(Attention, ReferenceForwardMatchesTheNaiveFormula) {
