@@ -136,7 +136,10 @@ MP_REGISTER_COMMAND(
     "  --seed S          the inputs' seed (default: a fresh one, printed)\n\n"
     "MP_ATTENTION_GRID=auto|per-tile|persistent chooses how the forward's blocks take the query tiles\n"
     "(auto, the default: the persistent grid where it measured faster; docs/attention.md, \"Persistent\n"
-    "grid\"); every choice computes the same results.\n",
+    "grid\"); every choice computes the same results.\n"
+    "MP_ATTENTION_BWD_DQ=auto|turns|atomic chooses how the wgmma backward adds dQ's partials (auto, the\n"
+    "default: turns, one partial per row and block; atomic: one per consumer warpgroup, for A/B timing);\n"
+    "both compute the same gradients up to fp32 rounding.\n",
     run_attention);
 
 }  // namespace
