@@ -173,6 +173,20 @@ TEST(SM90_AttentionBackward, WgmmaGradientsAgainstFp64) {
             attention_backward_impl::automatic);
 }
 
+// The wgmma backward's other dQ layout (MP_ATTENTION_BWD_DQ=atomic: a partial per consumer warpgroup,
+// kept for A/B timing) against the same fp64 gradients; the default (turns) is what the test above runs.
+TEST(SM90_AttentionBackward, WgmmaAtomicDqLayoutAgainstFp64) {
+  if (!have_hopper()) GTEST_SKIP() << "no Hopper GPU: " << mp::gpu_absent_reason();
+  constexpr auto wgmma = attention_backward_impl::wgmma;
+  setenv("MP_ATTENTION_BWD_DQ", "atomic", 1);
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      expect_ok(shape(1, 4, 2, 130, 130, d), attention_pass::backward, causal, wgmma);
+      expect_ok(shape(1, 4, 2, 300, 1000, d), attention_pass::backward, causal, wgmma);
+    }
+  unsetenv("MP_ATTENTION_BWD_DQ");
+}
+
 // Every pass and implementation on small shapes (partial tiles, GQA, seq_q != seq_kv, a few decode
 // slices): the suite compute-sanitizer runs (scripts/device-check --sanitize), where the large shapes of
 // the other suites would take too long under the tools.
